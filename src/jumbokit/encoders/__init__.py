@@ -1,0 +1,37 @@
+"""The encoder core: tokenizers, global-token plug-ins, blocks, the Encoder, the zoo, timm interop, FLOPs."""
+
+from . import flops
+from .attention import Attention
+from .blocks import Block, DropPath, LayerScale, Mlp
+from .encoder import DEFAULT_CONFIG, Encoder, EncoderOutput, gather_tokens, random_keep
+from .global_tokens import (
+    GLOBAL_TOKEN_KINDS,
+    ClsToken,
+    GlobalTokens,
+    Jumbo,
+    NoGlobalTokens,
+    Registers,
+    make_global_tokens,
+    masked_mean,
+)
+from .timm_compat import from_timm, to_timm_state_dict
+from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens
+from .zoo import (
+    build_model,
+    create_model,
+    list_models,
+    load,
+    load_config,
+    load_state_dict_checked,
+    model_config,
+    register_model,
+    save,
+)
+
+__all__ = [
+    "Attention", "Block", "DropPath", "LayerScale", "Mlp", "DEFAULT_CONFIG", "Encoder", "EncoderOutput",
+    "gather_tokens", "random_keep", "GLOBAL_TOKEN_KINDS", "ClsToken", "GlobalTokens", "Jumbo", "NoGlobalTokens",
+    "Registers", "make_global_tokens", "masked_mean", "from_timm", "to_timm_state_dict", "ImagePatchTokenizer",
+    "SeriesPatchTokenizer", "Tokens", "build_model", "create_model", "list_models", "load", "load_config",
+    "load_state_dict_checked", "model_config", "register_model", "save", "flops",
+]

@@ -1,0 +1,104 @@
+"""Pre-norm transformer block, MLP, stochastic depth and LayerScale."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from .attention import Attention
+
+if TYPE_CHECKING:
+    from .global_tokens import GlobalTokens
+
+__all__ = ["Block", "Mlp", "DropPath", "LayerScale"]
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: zero whole samples of a residual branch with probability ``p`` (training only)."""
+
+    def __init__(self, p: float = 0.0) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.p == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.p
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class LayerScale(nn.Module):
+    """Per-channel residual scale (CaiT / DINOv2); named ``gamma`` as in timm."""
+
+    def __init__(self, dim: int, init_values: float) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((dim,), float(init_values)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
+class Mlp(nn.Module):
+    """Two-layer GELU MLP: (..., D) -> (..., D)."""
+
+    def __init__(self, dim: int, hidden: int, drop: float = 0.0, out_dim: int | None = None) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
+        self.fc2 = nn.Linear(hidden, out_dim or dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    """Pre-norm block: x + attn(norm1(x)); then the FFN.
+
+    Global tokens share the patch FFN unless the global-token plug-in brings its own (Jumbo): then the
+    first ``G`` tokens skip the patch FFN and go through ``global_tokens.ffn(g, layer_idx, drop_path)``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mlp_hidden: int,
+        qkv_bias: bool = True,
+        drop: float = 0.0,
+        attn_drop: float = 0.0,
+        drop_path: float = 0.0,
+        init_values: float | None = None,
+        layer_idx: int = 0,
+    ) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop)
+        self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, mlp_hidden, drop=drop)
+        self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        global_tokens: GlobalTokens | None = None,
+    ) -> torch.Tensor:
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask)))
+        if global_tokens is None or not global_tokens.has_own_ffn:
+            return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        num_global = global_tokens.num_tokens
+        g, p = x[:, :num_global], x[:, num_global:]
+        p = p + self.drop_path2(self.ls2(self.mlp(self.norm2(p))))
+        g = global_tokens.ffn(g, self.layer_idx, self.drop_path2)
+        return torch.cat([g, p], dim=1)

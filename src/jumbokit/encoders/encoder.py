@@ -1,0 +1,304 @@
+"""The modality-agnostic plain transformer encoder.
+
+``input -> tokenizer -> (B', N, D) patch tokens + positions -> [keep subset] -> global tokens join ->
+Block x L -> norm -> EncoderOutput``. One class serves images and series; its constructor takes a flat,
+JSON-able config (kept in ``model.config``) so a saved model rebuilds from its config alone.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .blocks import Block
+from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
+from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens
+
+__all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "gather_tokens", "random_keep"]
+
+DEFAULT_CONFIG: dict[str, Any] = {
+    "tokenizer": "image",
+    # image tokenizer
+    "img_size": 224,
+    "patch_size": 16,
+    "dynamic_img_size": True,
+    "dynamic_img_pad": False,
+    # series tokenizer
+    "seq_len": None,
+    "patch_len": None,
+    "stride": None,
+    "pad_end": True,
+    # shared
+    "in_chans": 3,
+    "pos_embed": "learn",
+    "dim": 192,
+    "depth": 12,
+    "num_heads": 3,
+    "mlp_ratio": 4.0,
+    "mlp_hidden": None,
+    "qkv_bias": True,
+    "init_values": None,
+    "drop_rate": 0.0,
+    "attn_drop_rate": 0.0,
+    "drop_path_rate": 0.0,
+    "head_drop_rate": 0.0,
+    # global tokens
+    "global_tokens": "cls",
+    "num_registers": 0,
+    "class_token": True,
+    "jumbo_multiplier": 0,
+    "jumbo_mlp_ratio": 4.0,
+    "jumbo_share": True,
+    "jumbo_lora_rank": 0,
+    "jumbo_pool": "jumbo",
+    # pooling and head
+    "global_pool": "token",
+    "fc_norm": None,
+    "num_classes": 0,
+}
+
+_PLUGIN_PREFIX = "global_tokens."
+
+
+@dataclass
+class EncoderOutput:
+    """What heads consume.
+
+    feature: (B', F) pooled feature (the plug-in's pooling, or the mean patch token).
+    patches: (B', K, D) patch tokens after the final norm (K = kept patches).
+    global_tokens: (B', G, D) global tokens after the final norm (G may be 0).
+    keep: (B', K) indices of the kept patches, or None when all were kept.
+    pad_mask: (B', K) bool, True = padded / missing token, or None.
+    channels: C for channel-independent series (B' = B * C), 1 for images.
+    grid: the patch grid of the input ((Hp, Wp) for images, (N,) for series).
+    """
+
+    feature: torch.Tensor
+    patches: torch.Tensor
+    global_tokens: torch.Tensor
+    keep: torch.Tensor | None = None
+    pad_mask: torch.Tensor | None = None
+    channels: int = 1
+    grid: tuple[int, ...] = ()
+
+
+def gather_tokens(tokens: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Select tokens (B, N, ...) at indices keep (B, K) -> (B, K, ...)."""
+    index = keep.reshape(keep.shape + (1,) * (tokens.ndim - 2)).expand(-1, -1, *tokens.shape[2:])
+    return tokens.gather(1, index)
+
+
+def random_keep(
+    batch: int, num_patches: int, keep_count: int, device: torch.device | str | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random per-sample subsets of patches: returns ``keep`` (B, K) and ``restore`` (B, N).
+
+    ``restore`` undoes the shuffle: ``shuffled.gather(1, restore)`` puts tokens back in patch order, where
+    ``shuffled`` lists the kept tokens first and the dropped ones after (MAE's ``ids_restore``).
+    """
+    if not 0 < keep_count <= num_patches:
+        raise ValueError(f"keep_count must be in [1, {num_patches}], got {keep_count}")
+    noise = torch.rand(batch, num_patches, generator=generator, device=device)
+    shuffle = noise.argsort(dim=1)
+    restore = shuffle.argsort(dim=1)
+    return shuffle[:, :keep_count], restore
+
+
+class Encoder(nn.Module):
+    """Tokenizer + global-token plug-in + pre-norm blocks + norm (+ optional linear head).
+
+    Construct with a flat config (keys of :data:`DEFAULT_CONFIG`); see ``jumbokit.create_model`` for
+    named configurations. ``forward_features`` returns an :class:`EncoderOutput`; ``forward`` returns
+    logits (B, num_classes), or the pooled feature when ``num_classes == 0``.
+    """
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__()
+        unknown = set(config) - set(DEFAULT_CONFIG)
+        if unknown:
+            raise ValueError(f"unknown encoder option(s) {sorted(unknown)}; expected keys of DEFAULT_CONFIG: "
+                             f"{sorted(DEFAULT_CONFIG)}")
+        cfg = {**DEFAULT_CONFIG, **config}
+        self.config = cfg
+        dim, depth = int(cfg["dim"]), int(cfg["depth"])
+        self.embed_dim = dim
+        self.depth = depth
+
+        if cfg["tokenizer"] == "image":
+            self.patch_embed: ImagePatchTokenizer | SeriesPatchTokenizer = ImagePatchTokenizer(
+                cfg["img_size"], cfg["patch_size"], cfg["in_chans"], dim,
+                dynamic_img_size=cfg["dynamic_img_size"], dynamic_img_pad=cfg["dynamic_img_pad"],
+            )
+        elif cfg["tokenizer"] == "series":
+            missing = [k for k in ("seq_len", "patch_len", "stride") if cfg[k] is None]
+            if missing:
+                raise ValueError(f"a series encoder needs {missing}; got seq_len={cfg['seq_len']}, "
+                                 f"patch_len={cfg['patch_len']}, stride={cfg['stride']}")
+            self.patch_embed = SeriesPatchTokenizer(
+                cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg["in_chans"], dim, pad_end=cfg["pad_end"]
+            )
+        else:
+            raise ValueError(f"unknown tokenizer {cfg['tokenizer']!r}; expected 'image' or 'series'")
+        self.num_patches = self.patch_embed.num_patches
+
+        if cfg["pos_embed"] not in ("learn", "sincos", "none"):
+            raise ValueError(f"unknown pos_embed {cfg['pos_embed']!r}; expected 'learn', 'sincos' or 'none'")
+        if cfg["pos_embed"] == "none":
+            self.pos_embed = None
+        else:
+            table = self.patch_embed.init_pos_embed(cfg["pos_embed"])
+            self.pos_embed = nn.Parameter(table, requires_grad=cfg["pos_embed"] == "learn")
+            if cfg["pos_embed"] == "learn":
+                nn.init.trunc_normal_(self.pos_embed, std=0.02)
+
+        self.global_tokens: GlobalTokens = make_global_tokens(
+            cfg["global_tokens"], dim, depth, num_registers=cfg["num_registers"], class_token=cfg["class_token"],
+            jumbo_multiplier=cfg["jumbo_multiplier"], jumbo_mlp_ratio=cfg["jumbo_mlp_ratio"],
+            jumbo_share=cfg["jumbo_share"], jumbo_lora_rank=cfg["jumbo_lora_rank"], jumbo_pool=cfg["jumbo_pool"],
+            drop=cfg["drop_rate"],
+        )
+        self.num_global_tokens = self.global_tokens.num_tokens
+
+        mlp_hidden = int(cfg["mlp_hidden"] or round(cfg["mlp_ratio"] * dim))
+        rates = torch.linspace(0, cfg["drop_path_rate"], depth).tolist() if depth else []
+        self.blocks = nn.ModuleList(
+            Block(dim, cfg["num_heads"], mlp_hidden, qkv_bias=cfg["qkv_bias"], drop=cfg["drop_rate"],
+                  attn_drop=cfg["attn_drop_rate"], drop_path=rate, init_values=cfg["init_values"], layer_idx=i)
+            for i, rate in enumerate(rates)
+        )
+
+        if cfg["global_pool"] not in ("token", "avg"):
+            raise ValueError(f"unknown global_pool {cfg['global_pool']!r}; expected 'token' or 'avg'")
+        self.num_features = dim if cfg["global_pool"] == "avg" else self.global_tokens.feature_dim
+        use_fc_norm = cfg["global_pool"] == "avg" if cfg["fc_norm"] is None else bool(cfg["fc_norm"])
+        self.norm = nn.Identity() if use_fc_norm else nn.LayerNorm(dim, eps=1e-6)
+        self.fc_norm = nn.LayerNorm(self.num_features, eps=1e-6) if use_fc_norm else nn.Identity()
+        self.head_drop = nn.Dropout(cfg["head_drop_rate"]) if cfg["head_drop_rate"] > 0 else nn.Identity()
+        self.head_in_features = self.num_features * (cfg["in_chans"] if cfg["tokenizer"] == "series" else 1)
+        self.num_classes = int(cfg["num_classes"])
+        self.head = nn.Linear(self.head_in_features, self.num_classes) if self.num_classes > 0 else nn.Identity()
+
+        self.apply(_init_linear)
+        self._plugin_keys = set(self.global_tokens.state_dict().keys())
+        self.register_state_dict_post_hook(_strip_plugin_prefix)
+        self.register_load_state_dict_pre_hook(_add_plugin_prefix)
+
+    # ------------------------------------------------------------------ api
+    @property
+    def patch_size(self):
+        return getattr(self.patch_embed, "patch_size", getattr(self.patch_embed, "patch_len", None))
+
+    def no_weight_decay(self) -> set[str]:
+        """Names (as in ``named_parameters``) of tokens and position embeddings."""
+        names = {_PLUGIN_PREFIX + n for n in self.global_tokens.no_weight_decay()}
+        if self.pos_embed is not None:
+            names.add("pos_embed")
+        return names
+
+    def reset_classifier(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+        self.config["num_classes"] = num_classes
+        device = self.patch_embed.proj.weight.device
+        self.head = nn.Linear(self.head_in_features, num_classes).to(device) if num_classes > 0 else nn.Identity()
+        if num_classes > 0:
+            _init_linear(self.head)
+
+    def tokenize(self, x: torch.Tensor) -> Tokens:
+        """Patch tokens with position embeddings added: Tokens.tokens is (B', N, D)."""
+        tok = self.patch_embed(x)
+        if self.pos_embed is not None:
+            tok.tokens = tok.tokens + self.patch_embed.positions(self.pos_embed, tok.grid)
+        return tok
+
+    def forward_features(
+        self, x: torch.Tensor, keep: torch.Tensor | None = None, pad_mask: torch.Tensor | None = None
+    ) -> EncoderOutput:
+        """x: images (B, C, H, W) or series (B, C, L) -> :class:`EncoderOutput`.
+
+        keep: (B', K) or (K,) indices of patch tokens to keep; None keeps all.
+        pad_mask: (B', N) bool, True = ignore this patch (merged with the tokenizer's own mask).
+        """
+        tok = self.tokenize(x)
+        tokens, mask = tok.tokens, tok.pad_mask
+        if pad_mask is not None:
+            if pad_mask.shape != tokens.shape[:2]:
+                raise ValueError(f"pad_mask must have shape {tuple(tokens.shape[:2])}, got {tuple(pad_mask.shape)}")
+            mask = pad_mask if mask is None else (mask | pad_mask)
+        if keep is not None:
+            keep = self._check_keep(keep, tokens)
+            tokens = gather_tokens(tokens, keep)
+            if mask is not None:
+                mask = mask.gather(1, keep)
+        x = self.global_tokens.join(tokens)
+        attn_mask = None
+        if mask is not None:
+            if self.num_global_tokens == 0 and bool(mask.all(dim=1).any()):
+                raise ValueError("a sample has no observed patch and the encoder has no global token to attend to; "
+                                 "drop fully-missing samples/channels or use a global-token plug-in")
+            full = torch.cat([mask.new_zeros(mask.shape[0], self.num_global_tokens), mask], dim=1)
+            attn_mask = (~full)[:, None, None, :]
+        for block in self.blocks:
+            x = block(x, attn_mask, self.global_tokens)
+        x = self.norm(x)
+        g, p = x[:, : self.num_global_tokens], x[:, self.num_global_tokens :]
+        if self.config["global_pool"] == "avg":
+            feature = masked_mean(p, mask)
+        else:
+            feature = self.global_tokens.pool(g, p, mask)
+        feature = self.fc_norm(feature)
+        return EncoderOutput(feature, p, g, keep, mask, tok.channels, tuple(tok.grid))
+
+    def forward_head(self, out: EncoderOutput, pre_logits: bool = False) -> torch.Tensor:
+        """Pooled feature -> logits (B, num_classes); series features are concatenated over channels."""
+        feature = out.feature
+        if out.channels > 1 or self.config["tokenizer"] == "series":
+            feature = feature.reshape(-1, out.channels * feature.shape[-1])
+        feature = self.head_drop(feature)
+        return feature if pre_logits else self.head(feature)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x, keep=keep))
+
+    def extra_repr(self) -> str:
+        cfg = self.config
+        return (f"tokenizer={cfg['tokenizer']}, global_tokens={cfg['global_tokens']}, dim={cfg['dim']}, "
+                f"depth={cfg['depth']}, heads={cfg['num_heads']}")
+
+    def plain_config(self) -> dict[str, Any]:
+        """A deep copy of the JSON-able config."""
+        return copy.deepcopy(self.config)
+
+    # ------------------------------------------------------------ helpers
+    def _check_keep(self, keep: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        if keep.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"keep must hold integer patch indices, got dtype {keep.dtype}")
+        if keep.ndim == 1:
+            keep = keep.unsqueeze(0).expand(tokens.shape[0], -1)
+        if keep.ndim != 2 or keep.shape[0] != tokens.shape[0]:
+            raise ValueError(f"keep must have shape (K,) or ({tokens.shape[0]}, K), got {tuple(keep.shape)}")
+        return keep.long()
+
+
+def _init_linear(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+def _strip_plugin_prefix(module: Encoder, state_dict, prefix: str, local_metadata) -> None:
+    """State dicts name plug-in tensors as timm does (``cls_token``, not ``global_tokens.cls_token``)."""
+    for key in list(state_dict.keys()):
+        if key.startswith(prefix + _PLUGIN_PREFIX):
+            state_dict[prefix + key[len(prefix) + len(_PLUGIN_PREFIX):]] = state_dict.pop(key)
+
+
+def _add_plugin_prefix(module: Encoder, state_dict, prefix: str, *args) -> None:
+    for local in module._plugin_keys:
+        if prefix + local in state_dict:
+            state_dict[prefix + _PLUGIN_PREFIX + local] = state_dict.pop(prefix + local)

@@ -1,0 +1,123 @@
+"""Analytic FLOPs and parameter counts of the encoder, and the seed's Proposition 1.
+
+FLOPs count matrix multiplications only (2 FLOPs per multiply-add), which is what
+``torch.utils.flop_counter.FlopCounterMode`` counts; norms, softmax and GELU are left out.
+Proposition 1 of the Jumbo paper (Appendix A.3.3) counts multiply-adds: half of these FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+__all__ = ["LayerFlops", "layer_flops", "encoder_flops", "matching_registers", "count_params",
+           "prop1_layer_macs"]
+
+
+@dataclass
+class LayerFlops:
+    """Forward FLOPs of one transformer layer, split by part."""
+
+    qkv_proj: int
+    attention: int
+    patch_ffn: int
+    global_ffn: int
+
+    @property
+    def total(self) -> int:
+        return self.qkv_proj + self.attention + self.patch_ffn + self.global_ffn
+
+
+def layer_flops(
+    dim: int,
+    num_patches: int,
+    global_tokens: str = "cls",
+    num_registers: int = 0,
+    class_token: bool = True,
+    jumbo_multiplier: int = 0,
+    mlp_hidden: int | None = None,
+    jumbo_mlp_ratio: float = 4.0,
+) -> LayerFlops:
+    """FLOPs of one layer for one sample with ``num_patches`` patch tokens of width ``dim``."""
+    hidden = mlp_hidden if mlp_hidden is not None else 4 * dim
+    g = {"none": 0, "cls": 1, "registers": num_registers + int(class_token), "jumbo": jumbo_multiplier}[global_tokens]
+    n = num_patches + g
+    qkv_proj = 2 * n * dim * 3 * dim + 2 * n * dim * dim
+    attention = 2 * (2 * n * n * dim)  # q @ k^T and attn @ v
+    if global_tokens == "jumbo":
+        width = jumbo_multiplier * dim
+        jumbo_hidden = int(round(jumbo_mlp_ratio * width))
+        patch_ffn = 2 * 2 * num_patches * dim * hidden
+        global_ffn = 2 * 2 * width * jumbo_hidden
+    else:
+        patch_ffn = 2 * 2 * n * dim * hidden
+        global_ffn = 0
+    return LayerFlops(qkv_proj, attention, patch_ffn, global_ffn)
+
+
+def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int | None = None,
+                  channels: int | None = None) -> int:
+    """Forward FLOPs of the encoder blocks plus patch embedding and head, per input sample.
+
+    For series models the count covers all ``channels`` (each channel is a sequence).
+    """
+    config = model_or_config.config if isinstance(model_or_config, nn.Module) else model_or_config
+    dim, depth = config["dim"], config["depth"]
+    hidden = config.get("mlp_hidden") or int(round(config.get("mlp_ratio", 4.0) * dim))
+    if num_patches is None:
+        num_patches = _num_patches(config)
+    per_layer = layer_flops(
+        dim, num_patches, config.get("global_tokens", "cls"), config.get("num_registers", 0),
+        config.get("class_token", True), config.get("jumbo_multiplier", 0), hidden,
+        config.get("jumbo_mlp_ratio", 4.0),
+    ).total
+    if config.get("tokenizer", "image") == "image":
+        patch = config.get("patch_size", 16)
+        ph, pw = (patch, patch) if isinstance(patch, int) else patch
+        embed = 2 * num_patches * dim * ph * pw * config.get("in_chans", 3)
+        seqs = 1
+    else:
+        embed = 2 * num_patches * dim * config["patch_len"]
+        seqs = channels if channels is not None else config.get("in_chans", 1)
+    return seqs * (depth * per_layer + embed)
+
+
+def _num_patches(config: dict[str, Any]) -> int:
+    if config.get("tokenizer", "image") == "image":
+        img, patch = config.get("img_size", 224), config.get("patch_size", 16)
+        ih, iw = (img, img) if isinstance(img, int) else img
+        ph, pw = (patch, patch) if isinstance(patch, int) else patch
+        return math.ceil(ih / ph) * math.ceil(iw / pw)
+    from .tokenizers import series_patch_count
+
+    return series_patch_count(config["seq_len"], config["patch_len"], config["stride"], config.get("pad_end", True))
+
+
+def prop1_layer_macs(dim: int, num_patches: int, registers: int = 0, jumbo_multiplier: int = 0) -> int:
+    """Per-layer multiply-adds as Proposition 1 writes them (FFN hidden 2D, global tokens only).
+
+    Registers: 4(P+R)D^2 + 2(P+R)^2 D + 4(P+R)D^2; Jumbo: 4(P+J)D^2 + 2(P+J)^2 D + 4PD^2 + 4J^2 D^2.
+    """
+    p, d = num_patches, dim
+    if jumbo_multiplier:
+        j = jumbo_multiplier
+        return 4 * (p + j) * d * d + 2 * (p + j) ** 2 * d + 4 * p * d * d + 4 * j * j * d * d
+    n = p + registers
+    return 4 * n * d * d + 2 * n * n * d + 4 * n * d * d
+
+
+def matching_registers(dim: int, num_patches: int, jumbo_multiplier: int) -> float:
+    """Registers R giving the per-layer FLOPs of a Jumbo model with multiplier J (Proposition 1).
+
+    R = -(2D + P) + sqrt((2D + P)^2 + (1 + 2D) J^2 + 2 (D + P) J), FFN hidden 2D. Round it for a model.
+    """
+    d, p, j = dim, num_patches, jumbo_multiplier
+    return -(2 * d + p) + math.sqrt((2 * d + p) ** 2 + (1 + 2 * d) * j * j + 2 * (d + p) * j)
+
+
+def count_params(model: nn.Module, trainable_only: bool = False) -> int:
+    """Number of (unique) parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,269 @@
+"""Global-token plug-ins: ``none``, ``cls``, ``registers`` and ``jumbo``, behind one interface.
+
+A plug-in decides which tokens join the patch tokens before the blocks (``join``), whether those tokens
+have their own FFN (``has_own_ffn`` / ``ffn``, Jumbo only), and how the encoder's output is pooled into
+one feature per sample (``pool``). Parameter names follow timm (``cls_token``, ``reg_token``) and the
+Jumbo paper's reference code (``jumbo_token``, ``jumbo_mlp``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .blocks import Mlp
+
+__all__ = [
+    "GlobalTokens",
+    "NoGlobalTokens",
+    "ClsToken",
+    "Registers",
+    "Jumbo",
+    "LoRALinear",
+    "make_global_tokens",
+    "masked_mean",
+    "GLOBAL_TOKEN_KINDS",
+]
+
+GLOBAL_TOKEN_KINDS = ("none", "cls", "registers", "jumbo")
+
+
+def masked_mean(tokens: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean over the token axis of (B, N, D), ignoring tokens where ``pad_mask`` (B, N) is True."""
+    if pad_mask is None:
+        return tokens.mean(dim=1)
+    weights = (~pad_mask).to(tokens.dtype).unsqueeze(-1)
+    return (tokens * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+
+
+class GlobalTokens(nn.Module):
+    """Interface of the plug-ins.
+
+    num_tokens: G, the tokens that enter attention ahead of the patch tokens.
+    feature_dim: width of ``pool``'s output.
+    """
+
+    kind = "base"
+    num_tokens = 0
+    has_own_ffn = False
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.feature_dim = dim
+
+    def tokens(self) -> torch.Tensor | None:
+        """The learned global tokens, (1, G, D), or None."""
+        return None
+
+    def join(self, patches: torch.Tensor) -> torch.Tensor:
+        """(B, N, D) patch tokens -> (B, G + N, D)."""
+        tokens = self.tokens()
+        if tokens is None:
+            return patches
+        return torch.cat([tokens.expand(patches.shape[0], -1, -1), patches], dim=1)
+
+    def ffn(self, g: torch.Tensor, layer_idx: int, drop_path: nn.Module) -> torch.Tensor:
+        raise NotImplementedError(f"the {self.kind!r} plug-in uses the patch FFN")
+
+    def pool(self, global_tokens: torch.Tensor, patches: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
+        """(B, G, D), (B, N, D) -> (B, feature_dim)."""
+        raise NotImplementedError
+
+    def no_weight_decay(self) -> set[str]:
+        return {name for name, _ in self.named_parameters(recurse=False)}
+
+
+class NoGlobalTokens(GlobalTokens):
+    """No global token; the feature is the mean of the patch tokens."""
+
+    kind = "none"
+
+    def pool(self, global_tokens, patches, pad_mask):
+        return masked_mean(patches, pad_mask)
+
+
+class ClsToken(GlobalTokens):
+    """One CLS token (timm ``cls_token``); the feature is its output."""
+
+    kind = "cls"
+    num_tokens = 1
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        nn.init.normal_(self.cls_token, std=1e-6)
+
+    def tokens(self) -> torch.Tensor:
+        return self.cls_token
+
+    def pool(self, global_tokens, patches, pad_mask):
+        return global_tokens[:, 0]
+
+
+class Registers(GlobalTokens):
+    """R register tokens (timm ``reg_token``), after an optional CLS token; registers are discarded at pooling.
+
+    Without a CLS token the feature is the mean of the patch tokens (timm's ``reg*_gap`` models).
+    """
+
+    kind = "registers"
+
+    def __init__(self, dim: int, num_registers: int, class_token: bool = True) -> None:
+        super().__init__(dim)
+        if num_registers < 1:
+            raise ValueError(f"registers need num_registers >= 1, got {num_registers}")
+        self.num_registers = num_registers
+        self.class_token = class_token
+        self.num_tokens = num_registers + int(class_token)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
+        self.reg_token = nn.Parameter(torch.zeros(1, num_registers, dim))
+        if class_token:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        nn.init.normal_(self.reg_token, std=1e-6)
+
+    def tokens(self) -> torch.Tensor:
+        if self.cls_token is None:
+            return self.reg_token
+        return torch.cat([self.cls_token, self.reg_token], dim=1)
+
+    def pool(self, global_tokens, patches, pad_mask):
+        if self.class_token:
+            return global_tokens[:, 0]
+        return masked_mean(patches, pad_mask)
+
+
+class LoRALinear(nn.Module):
+    """Low-rank update of a (shared) linear layer: x -> (x A^T) B^T * alpha / r, B zero-initialised."""
+
+    def __init__(self, in_features: int, out_features: int, rank: int, alpha: float | None = None) -> None:
+        super().__init__()
+        self.rank = rank
+        self.scale = (alpha if alpha is not None else rank) / rank
+        self.lora_a = nn.Parameter(torch.empty(rank, in_features))
+        self.lora_b = nn.Parameter(torch.zeros(out_features, rank))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x @ self.lora_a.t()) @ self.lora_b.t() * self.scale
+
+
+class JumboLoRA(nn.Module):
+    """Per-layer LoRA pair for the shared Jumbo FFN's fc1 and fc2."""
+
+    def __init__(self, width: int, hidden: int, rank: int) -> None:
+        super().__init__()
+        self.fc1 = LoRALinear(width, hidden, rank)
+        self.fc2 = LoRALinear(hidden, width, rank)
+
+
+class Jumbo(GlobalTokens):
+    """The Jumbo token: J*D wide, split into J tokens of width D for attention, with its own FFN.
+
+    After attention the J tokens are concatenated into one (B, J*D) vector, normalised by a per-layer
+    LayerNorm(J*D) and passed through ONE FFN shared by all layers (hidden = mlp_ratio * J*D), then split
+    back. ``share=False`` gives every layer its own FFN; ``lora_rank > 0`` adds a zero-initialised LoRA per
+    layer to the shared FFN (so it starts identical to ``lora_rank=0``).
+
+    Pooling: ``"jumbo"`` -> the (B, J*D) vector; ``"jumbo+mean"`` -> that plus the mean patch token
+    (the reference code's head input, J*D + D); ``"segments"`` -> the mean of the J segments (B, D), used
+    for channel-independent series so the head is as small as a CLS model's.
+    """
+
+    kind = "jumbo"
+    has_own_ffn = True
+    POOLS = ("jumbo", "jumbo+mean", "segments")
+
+    def __init__(
+        self,
+        dim: int,
+        multiplier: int,
+        depth: int,
+        mlp_ratio: float = 4.0,
+        share: bool = True,
+        lora_rank: int = 0,
+        pool: str = "jumbo",
+        drop: float = 0.0,
+    ) -> None:
+        super().__init__(dim)
+        if multiplier < 1:
+            raise ValueError(f"jumbo needs a multiplier J >= 1, got {multiplier}")
+        if pool not in self.POOLS:
+            raise ValueError(f"unknown jumbo pool {pool!r}; expected one of {self.POOLS}")
+        if lora_rank and not share:
+            raise ValueError("LoRA adapts the shared Jumbo FFN; it needs share=True")
+        self.multiplier = multiplier
+        self.num_tokens = multiplier
+        self.width = multiplier * dim
+        self.hidden = int(round(mlp_ratio * self.width))
+        self.share = share
+        self.lora_rank = lora_rank
+        self.pool_mode = pool
+        self.feature_dim = {"jumbo": self.width, "jumbo+mean": self.width + dim, "segments": dim}[pool]
+        self.jumbo_token = nn.Parameter(torch.zeros(1, multiplier, dim))
+        nn.init.trunc_normal_(self.jumbo_token, std=0.02)
+        self.jumbo_norms = nn.ModuleList(nn.LayerNorm(self.width, eps=1e-6) for _ in range(depth))
+        if share:
+            self.jumbo_mlp = Mlp(self.width, self.hidden, drop=drop)
+        else:
+            self.jumbo_mlp = nn.ModuleList(Mlp(self.width, self.hidden, drop=drop) for _ in range(depth))
+        self.jumbo_lora = (
+            nn.ModuleList(JumboLoRA(self.width, self.hidden, lora_rank) for _ in range(depth)) if lora_rank else None
+        )
+
+    def tokens(self) -> torch.Tensor:
+        return self.jumbo_token
+
+    def _mlp(self, x: torch.Tensor, layer_idx: int) -> torch.Tensor:
+        if not self.share:
+            return self.jumbo_mlp[layer_idx](x)
+        mlp = self.jumbo_mlp
+        if self.jumbo_lora is None:
+            return mlp(x)
+        lora = self.jumbo_lora[layer_idx]
+        h = mlp.drop(mlp.act(mlp.fc1(x) + lora.fc1(x)))
+        return mlp.drop(mlp.fc2(h) + lora.fc2(h))
+
+    def ffn(self, g: torch.Tensor, layer_idx: int, drop_path: nn.Module) -> torch.Tensor:
+        """(B, J, D) -> (B, J, D): concatenate, residual Jumbo FFN on the J*D vector, split back."""
+        batch = g.shape[0]
+        wide = g.reshape(batch, self.width)
+        wide = wide + drop_path(self._mlp(self.jumbo_norms[layer_idx](wide), layer_idx))
+        return wide.reshape(batch, self.multiplier, self.dim)
+
+    def pool(self, global_tokens, patches, pad_mask):
+        batch = global_tokens.shape[0]
+        if self.pool_mode == "segments":
+            return global_tokens.mean(dim=1)
+        wide = global_tokens.reshape(batch, self.width)
+        if self.pool_mode == "jumbo+mean":
+            return torch.cat([wide, masked_mean(patches, pad_mask)], dim=-1)
+        return wide
+
+
+def make_global_tokens(
+    kind: str,
+    dim: int,
+    depth: int,
+    num_registers: int = 0,
+    class_token: bool = True,
+    jumbo_multiplier: int = 0,
+    jumbo_mlp_ratio: float = 4.0,
+    jumbo_share: bool = True,
+    jumbo_lora_rank: int = 0,
+    jumbo_pool: str = "jumbo",
+    drop: float = 0.0,
+) -> GlobalTokens:
+    """Build a plug-in by name: ``none`` | ``cls`` | ``registers`` | ``jumbo``."""
+    if kind == "none":
+        return NoGlobalTokens(dim)
+    if kind == "cls":
+        return ClsToken(dim)
+    if kind == "registers":
+        return Registers(dim, num_registers, class_token=class_token)
+    if kind == "jumbo":
+        return Jumbo(dim, jumbo_multiplier, depth, mlp_ratio=jumbo_mlp_ratio, share=jumbo_share,
+                     lora_rank=jumbo_lora_rank, pool=jumbo_pool, drop=drop)
+    raise ValueError(f"unknown global_tokens {kind!r}; expected one of {GLOBAL_TOKEN_KINDS}")
