@@ -12,6 +12,9 @@ __all__ = ["Attention"]
 class Attention(nn.Module):
     """Fused-qkv attention: (B, T, D) -> (B, T, D).
 
+    ``qkv`` is Linear(D, 2 * qk_dim + v_dim) laid out [q heads | k heads | v heads] (timm's layout when
+    qk_dim = v_dim = D); ``proj`` is Linear(v_dim, D). The softmax scale is 1/sqrt(qk_dim / num_heads).
+    Wider q/k heads than value heads come from collapsing progressive-join branches.
     ``attn_mask`` is a bool tensor broadcastable to (B, heads, T, T), True = may attend.
     """
 
@@ -22,23 +25,41 @@ class Attention(nn.Module):
         qkv_bias: bool = True,
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
+        qk_dim: int | None = None,
+        v_dim: int | None = None,
     ) -> None:
         super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"width {dim} is not divisible by the number of heads {num_heads}")
+        qk_dim, v_dim = int(qk_dim or dim), int(v_dim or dim)
+        for name, width in (("width", dim), ("qk_dim", qk_dim), ("v_dim", v_dim)):
+            if width % num_heads:
+                raise ValueError(f"{name} {width} is not divisible by the number of heads {num_heads}")
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.qk_dim, self.v_dim = qk_dim, v_dim
+        self.uniform = qk_dim == v_dim == dim
+        self.qkv = nn.Linear(dim, 2 * qk_dim + v_dim, bias=qkv_bias)
         self.attn_drop = attn_drop
-        self.proj = nn.Linear(dim, dim)
+        self.proj = nn.Linear(v_dim, dim)
         self.proj_drop = nn.Dropout(proj_drop) if proj_drop > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         batch, length, dim = x.shape
-        qkv = self.qkv(x).reshape(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)
-        x = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop if self.training else 0.0
-        )
-        x = x.transpose(1, 2).reshape(batch, length, dim)
+        drop = self.attn_drop if self.training else 0.0
+        if self.uniform:
+            qkv = self.qkv(x).reshape(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)
+            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
+            return self.proj_drop(self.proj(x.transpose(1, 2).reshape(batch, length, dim)))
+        q, k, v = self.qkv(x).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
+        q, k, v = (t.reshape(batch, length, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))
+        qk_head, v_head = q.shape[-1], v.shape[-1]
+        if v_head < qk_head:  # fused kernels want equal head widths; zero value columns change nothing
+            v = F.pad(v, (0, qk_head - v_head))
+        elif v_head > qk_head:  # zero q/k columns leave the logits unchanged; keep the scale of the real width
+            q, k = F.pad(q, (0, v_head - qk_head)), F.pad(k, (0, v_head - qk_head))
+        x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop, scale=qk_head**-0.5)
+        x = x[..., :v_head].transpose(1, 2).reshape(batch, length, self.v_dim)
         return self.proj_drop(self.proj(x))
+
+    def extra_repr(self) -> str:
+        return "" if self.uniform else f"heads={self.num_heads}, qk_dim={self.qk_dim}, v_dim={self.v_dim}"

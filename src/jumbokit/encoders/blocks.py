@@ -76,11 +76,14 @@ class Block(nn.Module):
         drop_path: float = 0.0,
         init_values: float | None = None,
         layer_idx: int = 0,
+        qk_dim: int | None = None,
+        v_dim: int | None = None,
     ) -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
-        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop)
+        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop,
+                              qk_dim=qk_dim, v_dim=v_dim)
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)

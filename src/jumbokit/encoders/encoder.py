@@ -41,6 +41,8 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "mlp_ratio": 4.0,
     "mlp_hidden": None,
     "qkv_bias": True,
+    "qk_dim": None,  # total q/k width (None = dim); wider after a progressive-join collapse
+    "v_dim": None,  # total value width (None = dim)
     "init_values": None,
     "drop_rate": 0.0,
     "attn_drop_rate": 0.0,
@@ -168,7 +170,8 @@ class Encoder(nn.Module):
         rates = torch.linspace(0, cfg["drop_path_rate"], depth).tolist() if depth else []
         self.blocks = nn.ModuleList(
             Block(dim, cfg["num_heads"], mlp_hidden, qkv_bias=cfg["qkv_bias"], drop=cfg["drop_rate"],
-                  attn_drop=cfg["attn_drop_rate"], drop_path=rate, init_values=cfg["init_values"], layer_idx=i)
+                  attn_drop=cfg["attn_drop_rate"], drop_path=rate, init_values=cfg["init_values"], layer_idx=i,
+                  qk_dim=cfg["qk_dim"], v_dim=cfg["v_dim"])
             for i, rate in enumerate(rates)
         )
 

@@ -40,13 +40,19 @@ def layer_flops(
     jumbo_multiplier: int = 0,
     mlp_hidden: int | None = None,
     jumbo_mlp_ratio: float = 4.0,
+    qk_dim: int | None = None,
+    v_dim: int | None = None,
 ) -> LayerFlops:
-    """FLOPs of one layer for one sample with ``num_patches`` patch tokens of width ``dim``."""
+    """FLOPs of one layer for one sample with ``num_patches`` patch tokens of width ``dim``.
+
+    qk_dim / v_dim: total q/k and value widths when they differ from ``dim`` (collapsed branches).
+    """
     hidden = mlp_hidden if mlp_hidden is not None else 4 * dim
+    qk, v = qk_dim or dim, v_dim or dim
     g = {"none": 0, "cls": 1, "registers": num_registers + int(class_token), "jumbo": jumbo_multiplier}[global_tokens]
     n = num_patches + g
-    qkv_proj = 2 * n * dim * 3 * dim + 2 * n * dim * dim
-    attention = 2 * (2 * n * n * dim)  # q @ k^T and attn @ v
+    qkv_proj = 2 * n * dim * (2 * qk + v) + 2 * n * v * dim
+    attention = 2 * n * n * qk + 2 * n * n * v  # q @ k^T and attn @ v
     if global_tokens == "jumbo":
         width = jumbo_multiplier * dim
         jumbo_hidden = int(round(jumbo_mlp_ratio * width))
@@ -72,7 +78,7 @@ def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int 
     per_layer = layer_flops(
         dim, num_patches, config.get("global_tokens", "cls"), config.get("num_registers", 0),
         config.get("class_token", True), config.get("jumbo_multiplier", 0), hidden,
-        config.get("jumbo_mlp_ratio", 4.0),
+        config.get("jumbo_mlp_ratio", 4.0), config.get("qk_dim"), config.get("v_dim"),
     ).total
     if config.get("tokenizer", "image") == "image":
         patch = config.get("patch_size", 16)

@@ -71,7 +71,8 @@ def _entry(name: str) -> _Entry:
     return _REGISTRY[name]
 
 
-_BRANCH_KEYS = ("branches", "join_schedule", "join_warmup_steps", "diversity_weight", "join_lambda")
+_BRANCH_KEYS = ("branches", "join_schedule", "join_warmup_steps", "join_start_step", "diversity_weight",
+                "join_values", "join_rescale", "join_lambda")
 
 
 def model_config(name: str, **overrides: Any) -> dict[str, Any]:
