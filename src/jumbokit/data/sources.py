@@ -1,0 +1,275 @@
+"""Raw image sources: scikit-learn digits (embedded), ImageFolder trees, Hugging Face datasets.
+
+A source knows its samples and classes and loads one raw PIL image at a time; it applies no transform.
+Every source has ``classes`` (list[str]), ``targets`` (list[int]), ``__len__``, ``load(i) -> PIL.Image``,
+``describe(i) -> str`` (the file or row, for error messages), ``in_memory`` and ``native_chans``.
+"""
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from .errors import DataError, SplitNotFoundError
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+SPLITS = ("train", "val", "test")
+# directory / hub split names tried for each requested split, in order
+SPLIT_ALIASES = {
+    "train": ("train",),
+    "val": ("val", "validation", "valid"),
+    "test": ("test", "val", "validation", "valid"),
+}
+
+
+def check_split(split: str) -> str:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return split
+
+
+# --------------------------------------------------------------------------------------------------- digits
+
+DIGITS_SPLIT_SIZES = {"train": 1257, "val": 180, "test": 360}
+DIGITS_SEED = 0
+
+
+def digits_split_indices() -> dict[str, np.ndarray]:
+    """Fixed stratified split of scikit-learn's 1,797 digits: 1,257 train / 180 val / 360 test indices."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    targets = load_digits().target
+    idx = np.arange(len(targets))
+    rest, test = train_test_split(
+        idx, test_size=DIGITS_SPLIT_SIZES["test"], stratify=targets, random_state=DIGITS_SEED
+    )
+    train, val = train_test_split(
+        rest, test_size=DIGITS_SPLIT_SIZES["val"], stratify=targets[rest], random_state=DIGITS_SEED
+    )
+    return {"train": np.sort(train), "val": np.sort(val), "test": np.sort(test)}
+
+
+class DigitsSource:
+    """scikit-learn's bundled 8x8 digits, upsampled (bicubic) once to ``img_size`` and kept in memory."""
+
+    in_memory = True
+    native_chans = 1
+
+    def __init__(self, split: str, img_size: int = 32):
+        from sklearn.datasets import load_digits
+
+        check_split(split)
+        bunch = load_digits()
+        indices = digits_split_indices()[split]
+        self.split = split
+        self.classes = [str(c) for c in range(10)]
+        self.targets = [int(t) for t in bunch.target[indices]]
+        self.indices = indices
+        pixels = np.round(bunch.images[indices] * (255.0 / 16.0)).clip(0, 255).astype(np.uint8)  # (N, 8, 8)
+        self.images = [
+            Image.fromarray(p, mode="L").resize((img_size, img_size), Image.Resampling.BICUBIC) for p in pixels
+        ]
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def load(self, i: int) -> Image.Image:
+        return self.images[i]
+
+    def describe(self, i: int) -> str:
+        return f"digits[{int(self.indices[i])}]"
+
+
+# --------------------------------------------------------------------------------------------------- folders
+
+
+def _is_image_file(name: str) -> bool:
+    return name.lower().endswith(IMG_EXTENSIONS) and not name.startswith(".")
+
+
+def _class_dirs(root: Path) -> list[str]:
+    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+
+
+def resolve_split_dir(root: Path, split: str) -> Path:
+    """Pick ``root/<split alias>`` if it exists; a plain class-folder root serves every split (with a warning)."""
+    for alias in SPLIT_ALIASES[split]:
+        if (root / alias).is_dir():
+            if alias != split and split == "test":
+                warnings.warn(f"{root} has no 'test' folder; using '{alias}' as the test split", stacklevel=3)
+            return root / alias
+    subdirs = _class_dirs(root)
+    split_like = [d for d in subdirs if d in {"train", "val", "validation", "valid", "test"}]
+    if split_like:
+        raise SplitNotFoundError(
+            f"{root} has split folders {split_like} but none for split {split!r} "
+            f"(looked for {', '.join(SPLIT_ALIASES[split])})"
+        )
+    if split != "train":
+        warnings.warn(
+            f"{root} has no train/val/test folders; using the whole folder as the {split!r} split", stacklevel=3
+        )
+    return root
+
+
+class FolderSource:
+    """torchvision ``ImageFolder`` layout: ``root[/split]/<class>/<image>``; classes sorted by folder name."""
+
+    in_memory = False
+    native_chans = 3
+
+    def __init__(self, root: str | os.PathLike, split: str):
+        check_split(split)
+        root = Path(root).expanduser()
+        if not root.exists():
+            raise DataError(f"dataset folder {root} does not exist")
+        if not root.is_dir():
+            raise DataError(f"dataset path {root} is not a folder (expected an ImageFolder tree <class>/<image>)")
+        self.root = resolve_split_dir(root, split)
+        classes = _class_dirs(self.root)
+        if not classes:
+            raise DataError(
+                f"folder {self.root} has no class subfolders (expected <class>/<image> files, "
+                f"e.g. {self.root}/cat/001.jpg)"
+            )
+        samples: list[tuple[str, int]] = []
+        used: list[str] = []
+        for name in classes:
+            files = sorted(
+                os.path.join(dirpath, f)
+                for dirpath, _, fnames in os.walk(self.root / name, followlinks=True)
+                for f in fnames
+                if _is_image_file(f)
+            )
+            if files:
+                samples.extend((f, len(used)) for f in files)
+                used.append(name)
+        if not samples:
+            raise DataError(
+                f"no image files ({', '.join(IMG_EXTENSIONS)}) found under {self.root} "
+                f"(class folders: {', '.join(classes[:5])}{'...' if len(classes) > 5 else ''})"
+            )
+        if len(used) < len(classes):
+            empty = sorted(set(classes) - set(used))
+            warnings.warn(f"ignoring {len(empty)} class folder(s) without images under {self.root}: {empty[:5]}")
+        self.classes = used
+        self.paths = [p for p, _ in samples]
+        self.targets = [t for _, t in samples]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def load(self, i: int) -> Image.Image:
+        with open(self.paths[i], "rb") as fh:
+            img = Image.open(fh)
+            img.load()
+        return img
+
+    def describe(self, i: int) -> str:
+        return self.paths[i]
+
+
+# --------------------------------------------------------------------------------------------------- HF datasets
+
+
+@dataclass
+class _HFColumns:
+    image: str
+    label: str
+
+
+def _hf_columns(features) -> _HFColumns:
+    import datasets
+
+    image_cols = [k for k, v in features.items() if isinstance(v, datasets.Image)]
+    label_cols = [k for k, v in features.items() if isinstance(v, datasets.ClassLabel)]
+    if not image_cols:
+        raise DataError(f"Hugging Face dataset has no image column (columns: {list(features)})")
+    if not label_cols:
+        label_cols = [k for k in ("label", "labels", "fine_label") if k in features]
+    if not label_cols:
+        raise DataError(f"Hugging Face dataset has no label column (columns: {list(features)})")
+    return _HFColumns(image=image_cols[0], label=label_cols[0])
+
+
+class HFSource:
+    """A Hugging Face ``datasets`` image classification split (local ``imagefolder`` dir or a hub name).
+
+    Images are decoded here with PIL (not by ``datasets``) so unreadable files get the same handling as folders.
+    """
+
+    in_memory = False
+    native_chans = 3
+
+    def __init__(self, name: str, split: str, hf_split: str | None = None, cache_dir: str | None = None):
+        import datasets
+
+        check_split(split)
+        self.name = name
+        try:
+            if Path(name).expanduser().is_dir():
+                dsd = datasets.load_dataset("imagefolder", data_dir=str(Path(name).expanduser()), cache_dir=cache_dir)
+            else:
+                dsd = datasets.load_dataset(name, cache_dir=cache_dir)
+        except DataError:
+            raise
+        except Exception as err:
+            where = "local folder" if Path(name).expanduser().is_dir() else "hub dataset (needs network access)"
+            raise DataError(f"could not load Hugging Face {where} {name!r}: {type(err).__name__}: {err}") from err
+        available = list(dsd.keys())
+        if hf_split is not None:
+            if hf_split not in dsd:
+                raise SplitNotFoundError(f"Hugging Face dataset {name!r} has splits {available}, not {hf_split!r}")
+            chosen = hf_split
+        else:
+            chosen = next((a for a in SPLIT_ALIASES[split] if a in dsd), None)
+            if chosen is None:
+                raise SplitNotFoundError(
+                    f"Hugging Face dataset {name!r} has splits {available}; none matches {split!r} "
+                    f"(pin one with hf:{name}:{available[0]})"
+                )
+        ds = dsd[chosen]
+        self.hf_split = chosen
+        cols = _hf_columns(ds.features)
+        self.columns = cols
+        label_feature = ds.features[cols.label]
+        targets = [int(t) for t in ds[cols.label]]
+        if hasattr(label_feature, "names"):
+            self.classes = list(label_feature.names)
+        else:
+            self.classes = [str(c) for c in sorted(set(targets))]
+        if any(t < 0 for t in targets):
+            raise DataError(f"split {chosen!r} of {name!r} has unlabeled samples (label -1); choose a labeled split")
+        if len(ds) == 0:
+            raise DataError(f"split {chosen!r} of Hugging Face dataset {name!r} is empty")
+        self.targets = targets
+        self.ds = ds.cast_column(cols.image, datasets.Image(decode=False))
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def _raw(self, i: int) -> dict:
+        return self.ds[int(i)][self.columns.image]
+
+    def load(self, i: int) -> Image.Image:
+        raw = self._raw(i)
+        if raw.get("bytes") is not None:
+            img = Image.open(io.BytesIO(raw["bytes"]))
+        else:
+            img = Image.open(raw["path"])
+        img.load()
+        return img
+
+    def describe(self, i: int) -> str:
+        try:
+            raw = self._raw(i)
+        except Exception:
+            raw = {}
+        return raw.get("path") or f"{self.name}[{self.hf_split}][{i}]"

@@ -1,0 +1,171 @@
+"""``tstrain``: UCR/UEA classification with PatchTST, PatchTST+registers and PatchTST+Jumbo.
+
+    tstrain --archive UEA --model patchtst_jumbo            # every UEA set available offline, 12-run sweep
+    tstrain --datasets GunPoint,ArrowHead --epochs 20 --lr 1e-3 --dropout 0.1 --baseline minirocket
+    tstrain --list                                          # datasets available locally
+
+Runs on one CPU/GPU, or on many with ``accelerate launch -m jumbokit.timeseries.cli ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .models import PATCHTST_MODELS
+
+DESCRIPTION = """\
+Time-series classification on the UCR (univariate) and UEA (multivariate) archives with the Jumbo
+paper's protocol: a sweep over learning rate x dropout per dataset and model, the official test set
+split 50/50 into validation (model selection) and test (reported), ranks between models.
+Datasets bundled with aeon/sktime work offline; others download into --data-dir when online.
+An interrupted sweep resumes (same --out): finished runs are skipped."""
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one number, got {text!r}")
+    return values
+
+
+def _name_list(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tstrain", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    data = parser.add_argument_group("data")
+    data.add_argument("--archive", type=str.upper, choices=("UCR", "UEA"), default=None,
+                      help="run every dataset of this archive available locally (default: both archives)")
+    data.add_argument("--datasets", type=_name_list, default=None,
+                      help="comma-separated dataset names, e.g. GunPoint,BasicMotions (overrides --archive)")
+    data.add_argument("--data-dir", default=None,
+                      help="cache for downloaded datasets (default: ~/.cache/jumbokit/timeseries)")
+    data.add_argument("--protocol", choices=("seed", "official"), default="seed",
+                      help="seed: official test set split 50/50 into validation/test (default); "
+                           "official: plain train/test (selection on test, optimistic)")
+    data.add_argument("--split-seed", type=int, default=0, help="seed of the validation/test split (default: 0)")
+    data.add_argument("--list", action="store_true", help="list the datasets available locally and exit")
+
+    model = parser.add_argument_group("models")
+    model.add_argument("--model", type=_name_list, default=list(PATCHTST_MODELS),
+                       help=f"one or several of {', '.join(PATCHTST_MODELS)}, comma-separated (default: all)")
+    model.add_argument("--patches", type=_positive_int, default=8,
+                       help="patches per series, 8 or 42 in the paper (default: 8)")
+    model.add_argument("--baseline", choices=("minirocket",), default=None,
+                       help="also run aeon's MiniRocket on the same splits, where it supports the data")
+
+    train = parser.add_argument_group("training")
+    train.add_argument("--epochs", type=_positive_int, default=None,
+                       help="epochs per run (default: 100; 20 for Sleep, Tiselac, FaceDetection)")
+    train.add_argument("--lr", type=_float_list, default=None,
+                       help="learning rate(s), comma-separated, instead of the sweep's 3e-3,1e-3,3e-4,1e-4")
+    train.add_argument("--dropout", type=_float_list, default=None,
+                       help="dropout rate(s), comma-separated, instead of the sweep's 0,0.1,0.2")
+    train.add_argument("--batch-size", type=_positive_int, default=256, help="(default: 256)")
+    train.add_argument("--seed", type=int, default=0, help="seed of model init and data order (default: 0)")
+    train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no", help="(default: no)")
+    train.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")
+    train.add_argument("--threads", type=_positive_int, default=None,
+                       help="CPU threads for torch (default: torch's choice; 1 is fastest on a busy machine)")
+
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default=None,
+                     help="sweep directory (default: runs/tstrain_<archive or datasets>_p<patches>)")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    out.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    return parser
+
+
+def _default_out(args: argparse.Namespace) -> Path:
+    if args.datasets:
+        tag = args.datasets[0] + (f"+{len(args.datasets) - 1}" if len(args.datasets) > 1 else "")
+    else:
+        tag = args.archive or "UCR+UEA"
+    return Path("runs") / f"tstrain_{tag}_p{args.patches}"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .data import local_datasets
+    from .train import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig, format_summary, run_sweep
+
+    if args.list:
+        for archive in ("UCR", "UEA"):
+            names = local_datasets(archive, args.data_dir)
+            print(f"{archive} ({len(names)} local): {', '.join(names) or 'none'}")
+        return 0
+    unknown = [m for m in args.model if m not in PATCHTST_MODELS]
+    if unknown:
+        raise ValueError(f"unknown model(s) {unknown}; expected one or several of {', '.join(PATCHTST_MODELS)}")
+    for value in args.lr or []:
+        if value <= 0:
+            raise ValueError(f"--lr must be > 0, got {value:g}")
+    for value in args.dropout or []:
+        if not 0 <= value < 1:
+            raise ValueError(f"--dropout must be in [0, 1), got {value:g}")
+    if args.datasets:
+        datasets, skip_short = args.datasets, False
+    else:
+        archives = [args.archive] if args.archive else ["UCR", "UEA"]
+        datasets = [n for a in archives for n in local_datasets(a, args.data_dir)]
+        skip_short = True
+        if not datasets:
+            raise ValueError(f"no {'/'.join(archives)} dataset is available locally; name one with --datasets "
+                             "(it downloads into --data-dir when online)")
+    cfg = SweepConfig(patches=args.patches, epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
+                      protocol=args.protocol, split_seed=args.split_seed, mixed_precision=args.mixed_precision)
+    out_dir = Path(args.out) if args.out else _default_out(args)
+    lrs = tuple(args.lr) if args.lr else SWEEP_LRS
+    dropouts = tuple(args.dropout) if args.dropout else SWEEP_DROPOUTS
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    result = run_sweep(datasets, args.model, cfg, out_dir, lrs=lrs, dropouts=dropouts, baseline=args.baseline,
+                       data_dir=args.data_dir, progress=not args.no_progress, skip_short=skip_short, cpu=args.cpu)
+    if result["paths"]:
+        print()
+        print("test accuracy (%): best run (chosen on validation) / mean over the sweep; mean rank best / avg")
+        print(format_summary(result["rows"], result["ranks"], result["models"],
+                             dataset_seconds=result["dataset_seconds"]))
+        print()
+        print("wrote " + ", ".join(str(p) for p in result["paths"].values()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``tstrain``; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("tstrain: interrupted; run the same command again to resume (finished runs are kept)",
+              file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, NotADirectoryError, FloatingPointError, RuntimeError) as err:
+        if args.debug:
+            raise
+        text = " ".join(str(err).split()) or type(err).__name__
+        print(f"tstrain: error: {text}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""UCR/UEA classification data: loading (aeon, sktime fallback), padding, normalisation, splits.
+
+Series are held as float32 arrays of shape (n, C, L) where L is the longest series of the dataset;
+shorter series and missing observations are NaN, which the series tokenizer treats as missing
+(masked in attention and pooling). Nothing is ever truncated.
+
+aeon 1.5 changed ``load_classification``'s defaults (``load_equal_length``/``load_no_missing`` now
+False); this module always passes them explicitly, so the original (unequal length / missing value)
+releases are loaded on every supported aeon version (``aeon>=1.5,<1.8``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "ARCHIVES",
+    "DatasetNotFoundError",
+    "SeriesSplit",
+    "ClassificationData",
+    "default_data_dir",
+    "archive_datasets",
+    "local_datasets",
+    "load_raw",
+    "pad_series",
+    "normalize_instances",
+    "check_series",
+    "encode_labels",
+    "stratified_half_split",
+    "load_dataset",
+]
+
+ARCHIVES = ("UCR", "UEA")
+
+
+class DatasetNotFoundError(ValueError):
+    """A dataset is neither bundled nor cached locally and could not be downloaded."""
+
+
+def default_data_dir() -> Path:
+    """Cache directory for downloaded archives: ``$XDG_CACHE_HOME/jumbokit/timeseries`` (``~/.cache/...``)."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "jumbokit" / "timeseries"
+
+
+def _aeon_lists() -> tuple[list[str], list[str], dict[str, int]]:
+    from aeon.datasets import tsc_datasets
+
+    return list(tsc_datasets.univariate), list(tsc_datasets.multivariate), dict(tsc_datasets.tsc_zenodo)
+
+
+def archive_datasets(archive: str) -> list[str]:
+    """All dataset names of the UCR (univariate) or UEA (multivariate) classification archive."""
+    archive = archive.upper()
+    if archive not in ARCHIVES:
+        raise ValueError(f"expected archive to be one of {ARCHIVES}, got {archive!r}")
+    univariate, multivariate, _ = _aeon_lists()
+    return univariate if archive == "UCR" else multivariate
+
+
+def _aeon_bundled_root() -> Path:
+    import aeon.datasets
+
+    return Path(aeon.datasets.__file__).parent / "data"
+
+
+def _sktime_bundled_root() -> Path | None:
+    try:
+        import sktime.datasets
+    except Exception:  # sktime is optional at run time
+        return None
+    return Path(sktime.datasets.__file__).parent / "data"
+
+
+def _has_split_files(root: Path | None, name: str) -> bool:
+    if root is None:
+        return False
+    return (root / name / f"{name}_TRAIN.ts").is_file() and (root / name / f"{name}_TEST.ts").is_file()
+
+
+def _source_of(name: str, data_dir: Path) -> str | None:
+    """Where a dataset is available locally: 'aeon' (bundled), 'cache' (data_dir), 'sktime' (bundled) or None."""
+    if _has_split_files(_aeon_bundled_root(), name):
+        return "aeon"
+    if _has_split_files(data_dir, name):
+        return "cache"
+    if _has_split_files(_sktime_bundled_root(), name):
+        return "sktime"
+    return None
+
+
+def local_datasets(archive: str | None = None, data_dir: str | Path | None = None) -> list[str]:
+    """Classification datasets available offline (bundled with aeon or sktime, or in ``data_dir``),
+    restricted to one archive when ``archive`` is given; sorted by name."""
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    if archive is None:
+        names = set(archive_datasets("UCR")) | set(archive_datasets("UEA"))
+    else:
+        names = set(archive_datasets(archive))
+    return sorted(n for n in names if _source_of(n, data_dir) is not None)
+
+
+def _cleanup_failed_download(path: Path, existed: bool) -> None:
+    if not existed and path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _load_sktime(name: str, split: str) -> tuple[list[np.ndarray], np.ndarray]:
+    from sktime.datasets import load_UCR_UEA_dataset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        frame, labels = load_UCR_UEA_dataset(name, split=split, return_X_y=True)
+    series = [np.stack([np.asarray(frame.iloc[i, c], dtype=np.float64) for c in range(frame.shape[1])])
+              for i in range(frame.shape[0])]
+    return series, np.asarray(labels)
+
+
+def load_raw(name: str, split: str, data_dir: str | Path | None = None,
+             download: bool = True) -> tuple[np.ndarray | list[np.ndarray], np.ndarray]:
+    """One split ("train" | "test") as aeon returns it: (n, C, L) array or list of (C, L_i) arrays, labels.
+
+    Bundled sets load offline; other sets come from ``data_dir`` or are downloaded there (``download``).
+    Raises :class:`DatasetNotFoundError` naming the locally available sets when that is impossible.
+    """
+    from aeon.datasets import load_classification
+
+    if split not in ("train", "test"):
+        raise ValueError(f"expected split 'train' or 'test', got {split!r}")
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    source = _source_of(name, data_dir)
+    kwargs = dict(split=split, load_equal_length=False, load_no_missing=False)
+    if source == "aeon":
+        return load_classification(name, **kwargs)
+    if source == "cache":
+        return load_classification(name, extract_path=str(data_dir), **kwargs)
+    if source == "sktime":
+        return _load_sktime(name, split)
+
+    univariate, multivariate, zenodo = _aeon_lists()
+    known = set(univariate) | set(multivariate) | set(zenodo)
+    available = ", ".join(local_datasets(None, data_dir)) or "none"
+    if name not in known:
+        close = difflib.get_close_matches(name, sorted(known), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise DatasetNotFoundError(
+            f"unknown dataset {name!r}{hint}; available locally: {available}")
+    if not download:
+        raise DatasetNotFoundError(
+            f"dataset {name!r} is not available locally (looked in aeon's and sktime's bundled data and "
+            f"{data_dir}); available locally: {available}. Run once with a network connection to download it "
+            f"into {data_dir} (or pass --data-dir)")
+    target = data_dir / name
+    existed = target.exists()
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return load_classification(name, extract_path=str(data_dir), **kwargs)
+    except Exception as err:  # offline, server down, partial archive
+        _cleanup_failed_download(target, existed)
+        raise DatasetNotFoundError(
+            f"dataset {name!r} is not available locally and downloading it into {data_dir} failed "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:160]}); available locally: {available}. "
+            "Connect to the network and run again to download it, or copy <name>_TRAIN.ts/<name>_TEST.ts "
+            f"into {data_dir}/{name}/") from None
+
+
+def pad_series(series: np.ndarray | list[np.ndarray], length: int | None = None) -> np.ndarray:
+    """Pad a collection to (n, C, length) float32 with NaN at the end of each series.
+
+    ``series``: (n, C, L) or (n, L) array, or a list of (C, L_i) / (L_i,) arrays (aeon's unequal-length
+    format). ``length`` defaults to the longest series; a shorter ``length`` raises (never truncates).
+    """
+    if isinstance(series, np.ndarray) and series.dtype != object:
+        arr = series
+        if arr.ndim == 2:
+            arr = arr[:, None, :]
+        if arr.ndim != 3:
+            raise ValueError(f"expected series of shape (n, C, L) or (n, L), got an array of shape {arr.shape}")
+        items = None
+        longest = arr.shape[2]
+    else:
+        items = [np.asarray(s, dtype=np.float64) for s in series]
+        items = [s[None, :] if s.ndim == 1 else s for s in items]
+        if not items:
+            raise ValueError("expected at least one series, got an empty collection")
+        bad = [i for i, s in enumerate(items) if s.ndim != 2]
+        if bad:
+            raise ValueError(f"expected each series to be (C, L) or (L,), got shape {items[bad[0]].shape} "
+                             f"for series {bad[0]}")
+        chans = {s.shape[0] for s in items}
+        if len(chans) != 1:
+            raise ValueError(f"expected every series to have the same number of channels, got {sorted(chans)}")
+        longest = max(s.shape[1] for s in items)
+    if length is None:
+        length = longest
+    if length < longest:
+        raise ValueError(f"cannot pad series of up to {longest} steps to {length} steps (series are never "
+                         "truncated); pass a length of at least the longest series")
+    if items is None:
+        out = np.full((arr.shape[0], arr.shape[1], length), np.nan, dtype=np.float32)
+        out[:, :, : arr.shape[2]] = arr
+        return out
+    out = np.full((len(items), items[0].shape[0], length), np.nan, dtype=np.float32)
+    for i, s in enumerate(items):
+        out[i, :, : s.shape[1]] = s
+    return out
+
+
+def check_series(x: np.ndarray, what: str = "series") -> None:
+    """Refuse series with a channel that holds no observation at all (NaN-only), or infinite values."""
+    if x.shape[0] == 0:
+        raise ValueError(f"{what}: expected at least one series, got none")
+    if x.shape[-1] == 0:
+        raise ValueError(f"{what}: expected series with at least one time step, got length 0")
+    empty = np.isnan(x).all(axis=-1)  # (n, C)
+    if empty.any():
+        idx, chan = np.argwhere(empty)[0]
+        raise ValueError(f"{what}: series {idx} has no observed value in channel {chan} (all NaN; "
+                         f"{int(empty.sum())} such series/channel pairs in total); expected at least one "
+                         "observation per channel: drop or impute these series")
+    if np.isinf(x).any():
+        idx = int(np.argwhere(np.isinf(x))[0][0])
+        raise ValueError(f"{what}: series {idx} holds an infinite value; expected finite values or NaN for missing")
+
+
+def normalize_instances(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """RevIN-style normalisation of each series and channel by its own observed mean and std.
+
+    x: (n, C, L) with NaN for missing/padded steps (kept NaN). Uses no statistics of other series,
+    so nothing leaks between splits.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=RuntimeWarning)
+        mean = np.nanmean(x, axis=-1, keepdims=True)
+        std = np.nanstd(x, axis=-1, keepdims=True)
+    return ((x - mean) / (std + eps)).astype(np.float32)
+
+
+def encode_labels(train_labels: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Classes (sorted unique train labels, as strings) and int64 codes of each given label array.
+
+    Labels of other splits must be train classes."""
+    train_labels = np.asarray(train_labels).astype(str)
+    classes = np.unique(train_labels)
+    lookup = {c: i for i, c in enumerate(classes)}
+    codes = []
+    for labels in (train_labels, *others):
+        labels = np.asarray(labels).astype(str)
+        unknown = sorted(set(labels) - set(lookup))
+        if unknown:
+            raise ValueError(f"labels {unknown[:5]} do not occur in the training split (classes: "
+                             f"{list(classes)[:10]})")
+        codes.append(np.array([lookup[v] for v in labels], dtype=np.int64))
+    return classes, codes
+
+
+def stratified_half_split(labels: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Split indices 50/50 per class (fixed seed): (first_half, second_half), sorted.
+
+    Per class of n members, n//2 go to one side and the rest to the other; which side receives the odd
+    member alternates across classes so the halves stay balanced."""
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    first, second = [], []
+    for k, cls in enumerate(np.unique(labels)):
+        idx = rng.permutation(np.flatnonzero(labels == cls))
+        cut = len(idx) // 2 + (len(idx) % 2 if k % 2 == 0 else 0)
+        first.append(idx[:cut])
+        second.append(idx[cut:])
+    return np.sort(np.concatenate(first)), np.sort(np.concatenate(second))
+
+
+@dataclass
+class SeriesSplit:
+    """One split: x (n, C, L) float32, normalised, NaN = missing/padded; y (n,) int64 class codes."""
+
+    x: np.ndarray
+    y: np.ndarray
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+
+@dataclass
+class ClassificationData:
+    """A dataset ready for training: train/val/test splits, class names, and its shape."""
+
+    name: str
+    train: SeriesSplit
+    val: SeriesSplit
+    test: SeriesSplit
+    classes: np.ndarray
+    protocol: str
+    meta: dict = field(default_factory=dict)
+    val_index: np.ndarray | None = None  # positions in the official test set ("seed" protocol)
+    test_index: np.ndarray | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def channels(self) -> int:
+        return int(self.train.x.shape[1])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.train.x.shape[2])
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """Class codes -> original labels."""
+        return self.classes[np.asarray(codes, dtype=np.int64)]
+
+    def summary(self) -> str:
+        lengths = np.concatenate([self.train.lengths, self.val.lengths, self.test.lengths])
+        span = f"{lengths.min()}-{lengths.max()}" if lengths.min() != lengths.max() else f"{lengths.max()}"
+        return (f"{self.name}: {self.channels} channel(s), length {span}, {self.num_classes} classes, "
+                f"train/val/test {len(self.train)}/{len(self.val)}/{len(self.test)} ({self.protocol})")
+
+
+def _lengths(series: np.ndarray | list[np.ndarray]) -> np.ndarray:
+    if isinstance(series, np.ndarray) and series.dtype != object:
+        return np.full(series.shape[0], series.shape[-1], dtype=np.int64)
+    return np.array([np.asarray(s).shape[-1] for s in series], dtype=np.int64)
+
+
+def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_dir: str | Path | None = None,
+                 download: bool = True) -> ClassificationData:
+    """Load a UCR/UEA dataset, pad to its longest series, normalise per instance/channel, encode labels.
+
+    protocol: "seed" splits the official test set 50/50 (stratified, ``split_seed``) into validation and
+    test halves; "official" uses the official test set for both (selection on it is optimistic).
+    """
+    if protocol not in ("seed", "official"):
+        raise ValueError(f"expected protocol 'seed' or 'official', got {protocol!r}")
+    x_train_raw, y_train_raw = load_raw(name, "train", data_dir, download)
+    x_test_raw, y_test_raw = load_raw(name, "test", data_dir, download)
+    train_len, test_len = _lengths(x_train_raw), _lengths(x_test_raw)
+    length = int(max(train_len.max(), test_len.max()))
+    x_train = pad_series(x_train_raw, length)
+    x_test = pad_series(x_test_raw, length)
+    if x_train.shape[1] != x_test.shape[1]:
+        raise ValueError(f"{name}: train series have {x_train.shape[1]} channels but test series "
+                         f"{x_test.shape[1]}")
+    check_series(x_train, f"{name} (train)")
+    check_series(x_test, f"{name} (test)")
+    classes, (y_train, y_test) = encode_labels(y_train_raw, y_test_raw)
+    if len(classes) < 2:
+        raise ValueError(f"{name}: expected at least 2 classes in the training split, got 1 "
+                         f"({classes[0]!r}); classification needs two or more")
+    x_train, x_test = normalize_instances(x_train), normalize_instances(x_test)
+    train = SeriesSplit(x_train, y_train, train_len)
+    if protocol == "seed":
+        val_idx, test_idx = stratified_half_split(y_test, split_seed)
+        val = SeriesSplit(x_test[val_idx], y_test[val_idx], test_len[val_idx])
+        test = SeriesSplit(x_test[test_idx], y_test[test_idx], test_len[test_idx])
+    else:
+        val = test = SeriesSplit(x_test, y_test, test_len)
+        val_idx = test_idx = None
+    missing = bool(np.isnan(x_train).any() or np.isnan(x_test).any())
+    meta = {"equal_length": bool(train_len.min() == test_len.min() == length), "missing_or_padded": missing,
+            "min_length": int(min(train_len.min(), test_len.min())), "max_length": length}
+    return ClassificationData(name, train, val, test, classes, protocol, meta, val_idx, test_idx)

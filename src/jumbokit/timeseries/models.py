@@ -1,0 +1,147 @@
+"""The PatchTST family on the shared encoder, registered in the zoo: ``patchtst``, ``patchtst_registers``,
+``patchtst_jumbo``.
+
+All three are channel-independent PatchTST classifiers (D=128, 3 layers, 16 heads, FFN hidden 256,
+GELU): every channel is patched and encoded separately by the same transformer, its pooled feature
+(width D) is taken, and the C features are concatenated before one linear head.
+
+- ``patchtst``: a CLS token per channel.
+- ``patchtst_registers``: CLS + R registers, R from the Jumbo paper's Proposition 1 so that a layer
+  costs what a Jumbo (J=4) layer costs for the same number of patches.
+- ``patchtst_jumbo``: a Jumbo token (J=4, its own FFN of hidden 2*J*D shared by all layers) instead
+  of CLS; the J segments are averaged to width D per channel, so the head is as small as PatchTST's.
+
+Patching (seed, App. A.3.2): N equally sized patches (8 or 42) of the largest possible length, stride
+half the patch length, end padding. ``create_model("patchtst_jumbo", num_classes=5, in_chans=3,
+seq_len=140, patches=8)`` derives ``patch_len``/``stride`` (and R) from ``seq_len`` and ``patches``
+(``seq_len`` defaults to 128; inputs of other lengths still run, with resampled position embeddings).
+
+This module only imports the encoder core (no aeon), so importing ``jumbokit`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ..encoders import flops, register_model
+from ..encoders.tokenizers import series_patch_count
+
+__all__ = ["PATCHTST_MODELS", "PATCHTST_BASE", "DEFAULT_SEQ_LEN", "JUMBO_MULTIPLIER", "patch_geometry", "max_patches",
+           "patchtst_config"]
+
+JUMBO_MULTIPLIER = 4
+DEFAULT_SEQ_LEN = 128  # used when seq_len is not given; pass the dataset's longest series length
+PATCHTST_BASE: dict[str, Any] = dict(
+    tokenizer="series", seq_len=DEFAULT_SEQ_LEN, pad_end=True, in_chans=1, dim=128, depth=3, num_heads=16,
+    mlp_hidden=256, pos_embed="learn",
+)
+PATCHTST_MODELS = ("patchtst", "patchtst_registers", "patchtst_jumbo")
+
+
+def max_patches(seq_len: int) -> int:
+    """The most patches a series of ``seq_len`` steps can give (patch length 1, stride 1, end padding)."""
+    return series_patch_count(seq_len, 1, 1, True)
+
+
+def patch_geometry(seq_len: int, patches: int, strict: bool = False) -> tuple[int, int]:
+    """(patch_len, stride) giving exactly ``patches`` equal patches of ``seq_len`` steps with end padding.
+
+    End padding is PatchTST's (the tokenizer appends ``stride`` steps), so the count is
+    ``(seq_len + stride - patch_len) // stride + 1``. Preferred: the longest patch whose stride is half
+    its length (rounded down or up). When no half stride gives the count exactly, the stride closest to
+    half the patch length (relatively) is used, longest patch first; this is always possible for
+    ``patches <= seq_len + 1``. Longer asks: ``strict`` raises ValueError, otherwise the finest patching
+    (patch 1, stride 1: ``seq_len + 1`` patches) is returned with a warning.
+    """
+    if isinstance(seq_len, bool) or int(seq_len) != seq_len or seq_len < 1:
+        raise ValueError(f"expected seq_len to be a positive integer, got {seq_len!r}")
+    if isinstance(patches, bool) or int(patches) != patches or patches < 1:
+        raise ValueError(f"expected patches to be a positive integer, got {patches!r}")
+    seq_len, patches = int(seq_len), int(patches)
+    most = max_patches(seq_len)
+    if patches > most:
+        msg = (f"{patches} patches need series of at least {patches - 1} steps, got {seq_len} "
+               f"(at most {most} patches fit)")
+        if strict:
+            raise ValueError(msg + f"; pass patches <= {most}")
+        warnings.warn(msg + f"; using patch length 1, stride 1 ({most} patches)", stacklevel=2)
+        return 1, 1
+    # For stride s the count equals `patches` exactly for patch lengths in [lo(s), hi(s)].
+    candidates: list[tuple[int, int]] = []
+    for longest in (seq_len, None):  # patches no longer than the series first; longer only if needed
+        for stride in range(1, seq_len + 1):
+            lo = max(1, seq_len - (patches - 1) * stride + 1, stride)
+            hi = seq_len - (patches - 2) * stride
+            if longest is not None:
+                hi = min(hi, longest)
+            if lo <= hi:
+                candidates.append((stride, lo, hi))
+        if candidates:
+            break
+    half = [(p, s) for s, lo, hi in candidates for p in (2 * s + 1, 2 * s, 2 * s - 1) if lo <= p <= hi]
+    if half:
+        return max(half)[0], max(half)[1]
+
+    def nearest(stride: int, lo: int, hi: int) -> int:
+        return min(max(2 * stride, lo), hi)
+
+    best = min(((abs(s / nearest(s, lo, hi) - 0.5), -nearest(s, lo, hi), s) for s, lo, hi in candidates))
+    return -best[1], best[2]
+
+
+def _builder(kind: str):
+    def build(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+        overrides = dict(overrides)
+        patches = overrides.pop("patches", 8)
+        strict = bool(overrides.pop("strict_patches", False))
+        cfg = {**config, **overrides}
+        if cfg.get("seq_len") is None:
+            raise ValueError(f"{kind} needs seq_len (the longest series length), e.g. "
+                             f"create_model({kind!r}, num_classes=..., in_chans=..., seq_len=...), got None")
+        explicit = [k for k in ("patch_len", "stride") if overrides.get(k) is not None]
+        if len(explicit) == 1:
+            raise ValueError(f"pass both patch_len and stride, or neither (and patches=N), got only {explicit[0]}")
+        if not explicit:
+            cfg["patch_len"], cfg["stride"] = patch_geometry(cfg["seq_len"], patches, strict=strict)
+        num_patches = series_patch_count(cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg.get("pad_end", True))
+        if kind == "patchtst_registers" and overrides.get("num_registers") is None:
+            mult = cfg.pop("_match_jumbo_multiplier", JUMBO_MULTIPLIER)
+            cfg["num_registers"] = max(1, round(flops.matching_registers(cfg["dim"], num_patches, mult)))
+        cfg.pop("_match_jumbo_multiplier", None)
+        from ..encoders import DEFAULT_CONFIG
+
+        unknown = set(cfg) - set(DEFAULT_CONFIG)
+        if unknown:
+            raise ValueError(f"unknown option(s) {sorted(unknown)} for model {kind!r}; expected encoder options "
+                             "or patches=N")
+        return cfg
+
+    return build
+
+
+def patchtst_config(name: str, **overrides: Any) -> dict[str, Any]:
+    """The flat encoder config of a PatchTST-family model (what ``create_model`` builds)."""
+    from ..encoders import model_config
+
+    if name not in PATCHTST_MODELS:
+        raise ValueError(f"expected one of {PATCHTST_MODELS}, got {name!r}")
+    return model_config(name, **overrides)
+
+
+register_model(
+    "patchtst", builder=_builder("patchtst"),
+    description="PatchTST classifier (D=128, 3 layers, 16 heads, FFN 256), a CLS token per channel",
+    global_tokens="cls", **PATCHTST_BASE,
+)
+register_model(
+    "patchtst_registers", builder=_builder("patchtst_registers"),
+    description="PatchTST + CLS + R registers, R matching PatchTST+Jumbo's per-layer FLOPs (Prop. 1)",
+    global_tokens="registers", class_token=True, _match_jumbo_multiplier=JUMBO_MULTIPLIER, **PATCHTST_BASE,
+)
+register_model(
+    "patchtst_jumbo", builder=_builder("patchtst_jumbo"),
+    description="PatchTST + Jumbo (J=4, shared Jumbo FFN of hidden 2*J*D), segments averaged per channel",
+    global_tokens="jumbo", jumbo_multiplier=JUMBO_MULTIPLIER, jumbo_mlp_ratio=2.0, jumbo_pool="segments",
+    **PATCHTST_BASE,
+)

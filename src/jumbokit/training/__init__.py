@@ -1,0 +1,33 @@
+"""The training runtime shared by every recipe: one Accelerate-driven loop, optimizers and schedules,
+run directories, a classification evaluation loop and the common recipe flags.
+
+```python
+from jumbokit.training import TrainConfig, fit, classification_loss, evaluate_classifier, RunDir
+cfg = TrainConfig(epochs=10, lr=1e-3, warmup_epochs=1, grad_clip=1.0)
+result = fit(model, train_loader, classification_loss(), cfg, out_dir="runs/x",
+             eval_fn=lambda m: evaluate_classifier(m, val_loader, prefix="val_"))
+```
+"""
+from .cli import add_common_args, default_out_dir, one_line, prepare_out_dir, run_cli, train_config_from_args
+from .config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
+from .evaluate import evaluate_classifier
+from .loop import (
+    FitResult,
+    classification_loss,
+    fit,
+    launch_state,
+    make_accelerator,
+    model_fingerprint,
+    resolve_resume,
+    save_final_model,
+)
+from .optim import build_optimizer, lr_lambda, param_groups, set_lr, warmup_steps_for
+from .rundir import RunDir, atomic_write_json, atomic_write_text, csv_text, markdown_table, to_json
+
+__all__ = [
+    "TrainConfig", "fit", "launch_state", "FitResult", "build_optimizer", "lr_lambda", "make_accelerator", "RunDir",
+    "classification_loss", "evaluate_classifier", "param_groups", "set_lr", "warmup_steps_for",
+    "model_fingerprint", "resolve_resume", "save_final_model", "add_common_args", "train_config_from_args",
+    "default_out_dir", "prepare_out_dir", "run_cli", "one_line", "atomic_write_json", "atomic_write_text",
+    "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES",
+]

@@ -1,0 +1,84 @@
+"""``TrainConfig``: every knob of the shared training loop, as a flat JSON-able dataclass."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+OPTIMIZERS = ("adamw", "sgd", "lars")
+SCHEDULES = ("cosine", "linear", "constant")
+PRECISIONS = ("no", "fp16", "bf16")
+
+
+@dataclass
+class TrainConfig:
+    """Settings for :func:`jumbokit.training.fit`.
+
+    Learning rate: ``lr`` is the peak (after warm-up) for every param group (groups may carry their own
+    ``lr``); warm-up lasts ``warmup_epochs`` epochs or ``warmup_fraction`` of all steps (the fraction wins when
+    set), then ``schedule`` decays to ``min_lr`` per optimizer step.
+    ``grad_accum`` micro-batches make one optimizer step; ``checkpoint_every`` is in epochs (0 = off) and
+    ``checkpoint_steps`` adds mid-epoch checkpoints every that many optimizer steps (0 = off).
+    ``resume``: None (fresh), "latest" (newest checkpoint in out_dir; fresh start if none) or a checkpoint /
+    run directory path.
+    """
+
+    epochs: int = 100
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    betas: tuple[float, float] = (0.9, 0.999)
+    momentum: float = 0.9  # sgd / lars
+    optimizer: str = "adamw"
+    warmup_epochs: float = 0.0
+    warmup_fraction: float | None = None
+    min_lr: float = 1e-8
+    schedule: str = "cosine"
+    grad_clip: float | None = None
+    grad_accum: int = 1
+    mixed_precision: str = "no"
+    seed: int = 0
+    checkpoint_every: int = 1
+    checkpoint_steps: int = 0
+    keep_checkpoints: int = 2
+    resume: str | None = None
+    log_every: int = 10
+    progress: bool = True
+    cpu: bool = False
+    log_with: str | None = None  # accelerate tracker, e.g. "tensorboard"
+    save_model: bool = True  # write model.safetensors + model_config.json at the end
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(float(b) for b in self.betas)  # JSON round trips give lists
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the bad field, the expected values and the given value."""
+        checks = [
+            ("epochs", self.epochs >= 1, "an integer >= 1"),
+            ("lr", self.lr > 0, "> 0"),
+            ("weight_decay", self.weight_decay >= 0, ">= 0"),
+            ("optimizer", self.optimizer in OPTIMIZERS, f"one of {OPTIMIZERS}"),
+            ("schedule", self.schedule in SCHEDULES, f"one of {SCHEDULES}"),
+            ("mixed_precision", self.mixed_precision in PRECISIONS, f"one of {PRECISIONS}"),
+            ("warmup_epochs", self.warmup_epochs >= 0, ">= 0"),
+            ("warmup_fraction", self.warmup_fraction is None or 0 <= self.warmup_fraction < 1, "in [0, 1)"),
+            ("min_lr", 0 <= self.min_lr <= self.lr, f"in [0, lr={self.lr}]"),
+            ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "None or > 0"),
+            ("grad_accum", self.grad_accum >= 1, "an integer >= 1"),
+            ("checkpoint_every", self.checkpoint_every >= 0, ">= 0 (0 = off)"),
+            ("checkpoint_steps", self.checkpoint_steps >= 0, ">= 0 (0 = off)"),
+            ("keep_checkpoints", self.keep_checkpoints >= 1, ">= 1"),
+            ("log_every", self.log_every >= 1, ">= 1"),
+            ("betas", len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "two numbers in [0, 1)"),
+        ]
+        for name, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"TrainConfig.{name} must be {expected}, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        """Build from a dict, ignoring unknown keys (configs written by newer versions)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,117 @@
+"""Optimizers (AdamW / SGD / LARS) with no weight decay on norms, biases, tokens and position embeddings, and the
+per-step warm-up + cosine learning-rate schedule."""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+from torch import nn
+
+from .config import TrainConfig
+
+
+def param_groups(
+    model: nn.Module, weight_decay: float, no_decay_names: Iterable[str] | None = None
+) -> list[dict]:
+    """Two param groups: ``decay`` (matrices, conv kernels) and ``no_decay`` (1-D params such as norms and
+    biases, plus ``model.no_weight_decay()`` names: tokens, pos_embed). Frozen params are left out.
+
+    Names from ``no_weight_decay()`` match a parameter exactly or as a prefix (``jumbo_token`` ->
+    ``jumbo_token``, ``global_tokens`` -> ``global_tokens.*``).
+    """
+    skip = set(no_decay_names or ())
+    if hasattr(model, "no_weight_decay"):
+        skip |= set(model.no_weight_decay())
+    decay, no_decay, decay_names, no_decay_names_out = [], [], [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        skipped = p.ndim <= 1 or any(name == s or name.startswith(s + ".") for s in skip)
+        (no_decay if skipped else decay).append(p)
+        (no_decay_names_out if skipped else decay_names).append(name)
+    groups = []
+    if decay:
+        groups.append({"params": decay, "weight_decay": weight_decay, "names": decay_names, "group": "decay"})
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0, "names": no_decay_names_out, "group": "no_decay"})
+    if not groups:
+        raise ValueError(f"{type(model).__name__} has no trainable parameters")
+    return groups
+
+
+def build_optimizer(model_or_params: nn.Module | Iterable, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Optimizer named by ``cfg.optimizer`` over ``param_groups(model)`` or the given params / groups.
+
+    Every group keeps ``base_lr`` (its peak learning rate: its own ``lr`` or ``cfg.lr``); the schedule scales it.
+    ``"lars"`` is timm's LARS (MAE's linear-probe recipe); weight decay is set per group.
+    """
+    if isinstance(model_or_params, nn.Module):
+        groups = param_groups(model_or_params, cfg.weight_decay)
+    else:
+        groups = list(model_or_params)
+        if not groups:
+            raise ValueError("build_optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+    for g in groups:
+        g.setdefault("weight_decay", cfg.weight_decay)
+        g.setdefault("lr", cfg.lr)
+        g["base_lr"] = g["lr"]
+        g.pop("names", None)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "lars":
+        from timm.optim import Lars
+
+        return Lars(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected adamw, sgd or lars")
+
+
+def lr_lambda(
+    step: int,
+    total_steps: int,
+    warmup_steps: int = 0,
+    base_lr: float = 1.0,
+    min_lr: float = 0.0,
+    schedule: str = "cosine",
+) -> float:
+    """Multiplier of ``base_lr`` at optimizer step ``step`` (0-based) of ``total_steps``.
+
+    Linear warm-up ``(step + 1) / warmup_steps`` for the first ``warmup_steps`` steps, then ``schedule``:
+    "cosine" (half cosine from base_lr to min_lr), "linear" (straight line to min_lr) or "constant".
+    """
+    if total_steps < 1:
+        raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    span = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / span)
+    if schedule == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    elif schedule == "linear":
+        shape = 1.0 - progress
+    else:
+        raise ValueError(f"unknown schedule {schedule!r}; expected cosine, linear or constant")
+    floor = min_lr / base_lr if base_lr > 0 else 0.0
+    return floor + (1.0 - floor) * shape
+
+
+def warmup_steps_for(cfg: TrainConfig, steps_per_epoch: int) -> int:
+    """Warm-up length in optimizer steps (``warmup_fraction`` of all steps wins over ``warmup_epochs``)."""
+    total = cfg.epochs * steps_per_epoch
+    if cfg.warmup_fraction is not None:
+        return int(round(cfg.warmup_fraction * total))
+    return min(total, int(round(cfg.warmup_epochs * steps_per_epoch)))
+
+
+def set_lr(optimizer: torch.optim.Optimizer, step: int, total_steps: int, warmup_steps: int, cfg: TrainConfig) -> float:
+    """Set every group's lr for ``step``; returns the lr of the first group."""
+    for g in optimizer.param_groups:
+        base = g.get("base_lr", cfg.lr)
+        g["lr"] = base * lr_lambda(step, total_steps, warmup_steps, base, min(cfg.min_lr, base), cfg.schedule)
+    return optimizer.param_groups[0]["lr"]

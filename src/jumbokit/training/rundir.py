@@ -1,0 +1,208 @@
+"""``RunDir``: the files of one run, written atomically (temp file + rename) and only by the main process.
+
+Layout: ``config.json``, ``metrics.jsonl``, ``checkpoints/``, ``model.safetensors`` + ``model_config.json``,
+``report.md``, ``results.csv`` (and any PNG a recipe adds).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+CHECKPOINT_RE = re.compile(r"^(epoch|step)_(\d+)_(\d+)$")
+
+
+def _json_default(obj: Any):
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if hasattr(obj, "item"):  # numpy / torch scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return repr(obj)
+
+
+def to_json(data: Any, indent: int | None = 2) -> str:
+    """JSON text of ``data`` (paths, tuples, numpy / torch scalars allowed; NaN kept as NaN)."""
+    return json.dumps(data, indent=indent, default=_json_default)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to a temp file next to ``path`` and rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
+    return atomic_write_text(path, to_json(data) + "\n")
+
+
+def csv_text(rows: Sequence[dict[str, Any]], fieldnames: Sequence[str] | None = None) -> str:
+    """CSV text of dict rows; columns = ``fieldnames`` or the union of keys in first-seen order."""
+    if fieldnames is None:
+        fieldnames = list(dict.fromkeys(k for row in rows for k in row))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(fieldnames), extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _fmt(v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def _fmt(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return v
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, digits: int = 4) -> str:
+    """A GitHub markdown table of dict rows (floats rounded to ``digits`` significant places)."""
+    if not rows:
+        return ""
+    columns = list(columns or dict.fromkeys(k for row in rows for k in row))
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "nan" if math.isnan(v) else f"{v:.{digits}g}"
+        return str(v) if v is not None else ""
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+class RunDir:
+    """Helpers for one run directory. With ``enabled=False`` (non-main processes) every write is a no-op."""
+
+    CONFIG = "config.json"
+    METRICS = "metrics.jsonl"
+    REPORT = "report.md"
+    RESULTS = "results.csv"
+    CHECKPOINTS = "checkpoints"
+
+    def __init__(self, path: str | os.PathLike, enabled: bool = True, create: bool = True):
+        self.path = Path(path).expanduser()
+        self.enabled = enabled
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"run directory {self.path} exists and is not a directory")
+        if create and enabled:
+            self.path.mkdir(parents=True, exist_ok=True)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # ---------------------------------------------------------------- files
+    def write_text(self, name: str, text: str) -> Path:
+        if self.enabled:
+            atomic_write_text(self.path / name, text)
+        return self.path / name
+
+    def write_json(self, name: str, data: Any) -> Path:
+        return self.write_text(name, to_json(data) + "\n")
+
+    def read_json(self, name: str) -> Any:
+        return json.loads((self.path / name).read_text())
+
+    def write_config(self, config: dict[str, Any]) -> Path:
+        """Write ``config.json`` (replacing it)."""
+        return self.write_json(self.CONFIG, config)
+
+    def update_config(self, **entries: Any) -> Path:
+        """Merge entries into ``config.json`` (created if missing)."""
+        current = self.read_config() if (self.path / self.CONFIG).exists() else {}
+        current.update(entries)
+        return self.write_config(current)
+
+    def read_config(self) -> dict[str, Any]:
+        return self.read_json(self.CONFIG)
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        """Append one JSON line to ``metrics.jsonl`` (a line is small; appends are flushed at once)."""
+        if not self.enabled:
+            return
+        with open(self.path / self.METRICS, "a") as fh:
+            fh.write(to_json(record, indent=None) + "\n")
+            fh.flush()
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        file = self.path / self.METRICS
+        if not file.exists():
+            return []
+        out = []
+        for line in file.read_text().splitlines():
+            line = line.strip()
+            if line:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:  # a line cut short by a crash
+                    continue
+        return out
+
+    def truncate_metrics(self, max_step: int) -> None:
+        """Drop metric lines logged after optimizer step ``max_step`` (used when resuming from a checkpoint)."""
+        kept = [r for r in self.read_metrics() if r.get("step", 0) <= max_step]
+        if self.enabled and (self.path / self.METRICS).exists():
+            self.write_text(self.METRICS, "".join(to_json(r, indent=None) + "\n" for r in kept))
+
+    def write_report(self, markdown: str) -> Path:
+        return self.write_text(self.REPORT, markdown if markdown.endswith("\n") else markdown + "\n")
+
+    def write_results_csv(
+        self, rows: Sequence[dict[str, Any]], fieldnames: Sequence[str] | None = None, name: str = RESULTS
+    ) -> Path:
+        return self.write_text(name, csv_text(rows, fieldnames))
+
+    # ---------------------------------------------------------------- checkpoints
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / self.CHECKPOINTS
+
+    def checkpoints(self) -> list[Path]:
+        """Complete checkpoints, oldest first (ordered by optimizer step)."""
+        return list_checkpoints(self.checkpoints_dir)
+
+    def latest_checkpoint(self) -> Path | None:
+        found = self.checkpoints()
+        return found[-1] if found else None
+
+
+def checkpoint_name(epoch: int, step: int, end_of_epoch: bool) -> str:
+    """``epoch_{E}_{S}`` for checkpoints after epoch E (1-based count), ``step_{E}_{S}`` mid-epoch."""
+    return f"{'epoch' if end_of_epoch else 'step'}_{epoch:04d}_{step:08d}"
+
+
+def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = []
+    for p in folder.iterdir():
+        m = CHECKPOINT_RE.match(p.name)
+        if m and p.is_dir():
+            found.append((int(m.group(3)), m.group(1) == "epoch", p))
+    return [p for *_, p in sorted(found)]
+
+

@@ -1,0 +1,134 @@
+"""recipes/sar_adapt.py end to end on tiny models, and its answers to bad input."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import jumbokit
+
+pytest.importorskip("imagecorruptions")
+torch.set_num_threads(1)
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "sar_adapt.py"
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    spec = importlib.util.spec_from_file_location("sar_adapt_recipe", RECIPE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_run(path: Path, num_classes: int = 10, img_size: int = 32, kind: str = "reg16") -> Path:
+    """A run directory like recipes/supervised.py writes (untrained tiny model, digits data record)."""
+    torch.manual_seed(0)
+    model = jumbokit.create_model(f"vit_pico_{kind}", img_size=img_size, patch_size=8, in_chans=1,
+                                  num_classes=num_classes, dim=16, num_heads=2, depth=2)
+    jumbokit.save(model, path)
+    data = {"dataset": "digits", "split": "train", "img_size": img_size, "in_chans": 1, "mean": [0.309],
+            "std": [0.349], "crop_pct": 1.0, "interpolation": "bicubic", "num_classes": 10,
+            "classes": [str(c) for c in range(10)]}
+    (path / "config.json").write_text(json.dumps({"data": data}))
+    return path
+
+
+def run_cli(recipe, argv, capsys):
+    from jumbokit.training.cli import run_cli as wrapper
+
+    with pytest.raises(SystemExit) as exit_info:
+        wrapper(lambda: recipe.main(argv))
+    err = capsys.readouterr().err.strip()
+    return exit_info.value.code, err
+
+
+def test_end_to_end_writes_table_csv_report_and_plot(recipe, tmp_path, capsys):
+    run = make_run(tmp_path / "supervised_run", kind="jumbo")
+    out = tmp_path / "tta"
+    summary = recipe.main(["--checkpoint", str(run), "--corruptions", "fog,gaussian_noise", "--severity", "5",
+                           "--max-samples", "12", "--setting", "label_shift", "--fisher-size", "8",
+                           "--out", str(out), "--no-progress", "--cpu"])
+    printed = capsys.readouterr().out
+    assert "No adapt" in printed and "SAR" in printed and "Avg" in printed and "images/s" in printed
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert {r["method"] for r in rows} == {"none", "tent", "eata", "sar"}
+    assert {r["corruption"] for r in rows} == {"fog", "gaussian_noise", "avg"}
+    assert all(0.0 <= float(r["accuracy"]) <= 100.0 for r in rows)
+    assert (out / "accuracy.png").stat().st_size > 0 and "| Method |" in (out / "report.md").read_text()
+    assert summary["normalisation"] == {"mean": [0.309], "std": [0.349]}
+
+
+def test_unknown_method_is_one_line_and_exit_2(recipe, tmp_path, capsys):
+    code, err = run_cli(recipe, ["--checkpoint", str(make_run(tmp_path / "r")), "--methods", "tent,memo"], capsys)
+    assert code == 2 and "unknown method" in err and "memo" in err and "\n" not in err
+
+
+def test_class_count_mismatch(recipe, tmp_path, capsys):
+    run = make_run(tmp_path / "r", num_classes=5)
+    code, err = run_cli(recipe, ["--checkpoint", str(run), "--corruptions", "fog", "--max-samples", "4",
+                                 "--no-progress", "--cpu"], capsys)
+    assert code == 2 and "predicts 5 classes" in err and "10" in err
+
+
+def test_missing_imagenet_c_parts_are_named(recipe, tmp_path, capsys):
+    root = tmp_path / "imagenet-c"
+    (root / "fog" / "5").mkdir(parents=True)
+    code, err = run_cli(recipe, ["--checkpoint", str(make_run(tmp_path / "r")), "--imagenet-c", str(root),
+                                 "--corruptions", "fog,snow", "--severity", "3,5", "--methods", "none",
+                                 "--no-progress", "--cpu"], capsys)
+    assert code == 2 and "fog severity 3" in err and "snow" in err
+
+
+def test_small_images_are_explained_or_upsampled(recipe, tmp_path, capsys):
+    run = make_run(tmp_path / "r", img_size=16)
+    argv = ["--checkpoint", str(run), "--corruptions", "fog", "--max-samples", "4", "--methods", "none",
+            "--no-progress", "--cpu", "--out", str(tmp_path / "o")]
+    code, err = run_cli(recipe, argv, capsys)
+    assert code == 2 and "at least 32x32" in err and "--upsample-small" in err
+    recipe.main(argv + ["--upsample-small"])
+    assert (tmp_path / "o" / "results.csv").is_file()
+
+
+def test_bare_run_without_runs_says_how_to_create_one(recipe, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = run_cli(recipe, ["--methods", "none"], capsys)
+    assert code == 2 and "recipes/supervised.py" in err
+
+
+def test_bare_run_finds_the_newest_supervised_digits_run(recipe, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_run(tmp_path / "runs" / "supervised_vit_pico_reg16_digits")
+    assert recipe.find_latest_run("runs", "digits") == Path("runs") / "supervised_vit_pico_reg16_digits"
+    assert recipe.find_latest_run("runs", "folder:/x") is None
+
+
+def test_mixed_setting_reports_each_corruption_of_the_single_stream(recipe, tmp_path, capsys):
+    run = make_run(tmp_path / "r")
+    summary = recipe.main(["--checkpoint", str(run), "--corruptions", "fog,snow,contrast", "--max-samples", "8",
+                           "--methods", "none,sar", "--setting", "mixed", "--batch-size", "6",
+                           "--out", str(tmp_path / "o"), "--no-progress", "--cpu"])
+    capsys.readouterr()
+    per = {(r["method"], r["corruption"]): r["samples"] for r in summary["rows"]}
+    assert per[("sar", "fog")] == per[("sar", "snow")] == 8 and per[("sar", "avg")] == 24
+    assert all(t["nan_batches"] == 0 for t in summary["throughput"])
+
+
+def test_corruptions_written_to_disk_give_the_same_results_as_generated_ones(recipe, tmp_path, capsys):
+    from jumbokit.adaptation.corruptions import main as write_main
+
+    root = tmp_path / "digits-c"
+    assert write_main(["--dataset", "digits", "--out", str(root), "--corruptions", "fog,impulse_noise",
+                       "--severities", "5", "--max-samples", "10"]) == 0
+    assert {p.name for p in (root / "fog" / "5").iterdir()} <= {str(c) for c in range(10)}
+    run = make_run(tmp_path / "r")
+    common = ["--checkpoint", str(run), "--corruptions", "fog,impulse_noise", "--methods", "none", "--no-progress",
+              "--cpu", "--max-samples", "10"]
+    disk = recipe.main(common + ["--imagenet-c", str(root), "--out", str(tmp_path / "a")])
+    fly = recipe.main(common + ["--out", str(tmp_path / "b")])
+    capsys.readouterr()
+    assert [r["accuracy"] for r in disk["rows"]] == [r["accuracy"] for r in fly["rows"]]
+    assert write_main(["--dataset", "digits", "--out", str(root), "--corruptions", "blur"]) == 2

@@ -1,0 +1,268 @@
+"""Time series: data loading, patching arithmetic, masks, Proposition 1, the PatchTST zoo entries."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+import torch
+
+import jumbokit
+from jumbokit.encoders import flops
+from jumbokit.encoders.tokenizers import series_patch_count
+from jumbokit.timeseries import data as tsdata
+from jumbokit.timeseries.models import PATCHTST_MODELS, max_patches, patch_geometry
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------- data
+@pytest.mark.parametrize("name, channels, equal", [
+    ("ArrowHead", 1, True),               # UCR, equal length
+    ("BasicMotions", 6, True),            # UEA, equal length, string labels
+    ("JapaneseVowels", 12, False),        # UEA, unequal length
+    ("PickupGestureWiimoteZ", 1, False),  # UCR, unequal length
+])
+def test_load_bundled(name, channels, equal, tmp_path):
+    d = tsdata.load_dataset(name, data_dir=tmp_path)
+    assert d.channels == channels and d.meta["equal_length"] == equal
+    raw_train, raw_y = tsdata.load_raw(name, "train", tmp_path)
+    raw_test, _ = tsdata.load_raw(name, "test", tmp_path)
+    longest = max(np.asarray(s).shape[-1] for s in list(raw_train) + list(raw_test))
+    assert d.seq_len == longest  # padded to the longest series, never truncated
+    assert d.train.x.dtype == np.float32 and d.train.x.shape == (len(raw_y), channels, longest)
+    # lengths and NaN padding agree
+    for i in range(5):
+        n = d.train.lengths[i]
+        assert not np.isnan(d.train.x[i, :, :n]).any()
+        assert np.isnan(d.train.x[i, :, n:]).all()
+    # per-instance, per-channel normalisation of observed steps
+    obs = d.train.x[0, :, : d.train.lengths[0]]
+    np.testing.assert_allclose(obs.mean(-1), 0, atol=1e-4)
+    assert np.all((np.abs(obs.std(-1) - 1) < 1e-3) | (obs.std(-1) < 1e-3))
+    # labels decode back to the original strings
+    np.testing.assert_array_equal(d.decode(d.train.y), np.asarray(raw_y).astype(str))
+    # 50/50 stratified split of the official test set, disjoint, complete
+    assert len(d.val) + len(d.test) == len(raw_test)
+    assert abs(len(d.val) - len(d.test)) <= d.num_classes
+    assert set(d.val_index).isdisjoint(d.test_index)
+    for c in range(d.num_classes):
+        assert abs((d.val.y == c).sum() - (d.test.y == c).sum()) <= 1
+
+
+def test_official_protocol_and_local_listing(tmp_path):
+    d = tsdata.load_dataset("GunPoint", protocol="official", data_dir=tmp_path)
+    assert d.val is d.test and len(d.test) == 150
+    assert {"ArrowHead", "GunPoint", "ItalyPowerDemand"} <= set(tsdata.local_datasets("UCR", tmp_path))
+    assert {"BasicMotions", "JapaneseVowels"} <= set(tsdata.local_datasets("UEA", tmp_path))
+    assert "BasicMotions" not in tsdata.local_datasets("UCR", tmp_path)
+
+
+def test_split_is_seeded():
+    y = np.repeat(np.arange(3), [7, 4, 1])
+    a1, b1 = tsdata.stratified_half_split(y, seed=0)
+    a2, b2 = tsdata.stratified_half_split(y, seed=0)
+    np.testing.assert_array_equal(a1, a2)
+    np.testing.assert_array_equal(b1, b2)
+    assert sorted(np.concatenate([a1, b1]).tolist()) == list(range(len(y)))
+
+
+def test_pad_series_never_truncates():
+    series = [np.ones((2, 5)), np.ones((2, 3))]
+    out = tsdata.pad_series(series)
+    assert out.shape == (2, 2, 5) and np.isnan(out[1, :, 3:]).all()
+    with pytest.raises(ValueError, match="never"):
+        tsdata.pad_series(series, length=4)
+    with pytest.raises(ValueError, match="same number of channels"):
+        tsdata.pad_series([np.ones((2, 5)), np.ones((3, 5))])
+
+
+def test_nan_only_channel_is_refused():
+    x = np.random.randn(4, 2, 10).astype(np.float32)
+    x[2, 1] = np.nan
+    with pytest.raises(ValueError, match="series 2 has no observed value in channel 1"):
+        tsdata.check_series(x)
+    x[2, 1, 3] = 0.5  # one observation is enough
+    tsdata.check_series(x)
+
+
+def test_unknown_dataset_offline_lists_local_sets(tmp_path, monkeypatch):
+    import aeon.datasets
+
+    def offline(name, **kwargs):  # what aeon does offline: a folder is made, then the download fails
+        (tmp_path / name).mkdir(exist_ok=True)
+        raise ValueError(f"Could not download files for {name}: <urlopen error Name or service not known>")
+
+    monkeypatch.setattr(aeon.datasets, "load_classification", offline)
+    with pytest.raises(tsdata.DatasetNotFoundError) as err:
+        tsdata.load_raw("Adiac", "train", tmp_path)
+    text = str(err.value)
+    assert "Adiac" in text and "ArrowHead" in text and "download" in text
+    assert not (tmp_path / "Adiac").exists()  # nothing half-written
+    with pytest.raises(tsdata.DatasetNotFoundError, match="unknown dataset 'GunPiont'.*GunPoint"):
+        tsdata.load_raw("GunPiont", "train", tmp_path)
+
+
+def write_ts(folder, name: str, split: str, series: np.ndarray, labels: list[str]) -> None:
+    """A tiny univariate .ts file (aeon's text format)."""
+    folder = folder / name
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [f"@problemName {name}", "@timestamps false", "@missing true", "@univariate true",
+             "@equalLength true", f"@seriesLength {series.shape[-1]}",
+             f"@classLabel true {' '.join(sorted(set(labels)))}", "@data"]
+    for row, label in zip(series, labels):
+        lines.append(",".join("NaN" if np.isnan(v) else f"{v:.4f}" for v in row) + f":{label}")
+    (folder / f"{name}_{split.upper()}.ts").write_text("\n".join(lines) + "\n")
+
+
+def test_one_class_dataset_is_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        write_ts(tmp_path, "OneClassSet", split, rng.normal(size=(6, 20)), ["a"] * 6)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        tsdata.load_dataset("OneClassSet", data_dir=tmp_path)
+
+
+# ---------------------------------------------------------------- patching
+@pytest.mark.parametrize("patches", [8, 42])
+@pytest.mark.parametrize("seq_len", [41, 42, 46, 100, 150, 251, 1344])
+def test_patch_geometry(seq_len, patches):
+    patch_len, stride = patch_geometry(seq_len, patches, strict=True)
+    assert series_patch_count(seq_len, patch_len, stride, True) == patches
+    assert 1 <= stride <= patch_len <= seq_len
+
+
+def test_patch_geometry_prefers_half_stride_and_longest_patch():
+    assert patch_geometry(251, 8) == (63, 31)  # stride = floor(patch/2)
+    assert patch_geometry(24, 8) == (6, 3)
+    assert patch_geometry(1344, 42) == (64, 32)
+    for seq_len in (24, 100, 251, 1344):
+        patch_len, stride = patch_geometry(seq_len, 8)
+        assert stride in (patch_len // 2, (patch_len + 1) // 2)
+        # no longer patch gives 8 patches with a half stride
+        for longer in range(patch_len + 1, seq_len + 1):
+            for s in {longer // 2, (longer + 1) // 2}:
+                assert series_patch_count(seq_len, longer, s, True) != 8
+
+
+def test_patch_geometry_every_count_is_exact():
+    for seq_len in range(1, 60):
+        for patches in range(1, max_patches(seq_len) + 1):
+            patch_len, stride = patch_geometry(seq_len, patches)
+            assert series_patch_count(seq_len, patch_len, stride, True) == patches
+
+
+def test_very_short_series():
+    # fewer steps than patches: strict refuses with the limit, lenient falls back to the finest patching
+    with pytest.raises(ValueError, match="at most 6 patches"):
+        patch_geometry(5, 8, strict=True)
+    with pytest.warns(UserWarning, match="patch length 1"):
+        assert patch_geometry(5, 8) == (1, 1)
+    with pytest.warns(UserWarning):
+        model = jumbokit.create_model("patchtst_jumbo", num_classes=2, in_chans=1, seq_len=3, patches=42)
+    assert model(torch.randn(2, 1, 3)).shape == (2, 2)
+    assert patch_geometry(7, 8) == (1, 1)  # exactly the finest
+    with pytest.raises(ValueError, match="positive integer"):
+        patch_geometry(10, 0)
+
+
+# ---------------------------------------------------------------- models
+def _prop1_num_patches(seq_len: int, patches: int) -> int:
+    patch_len, stride = patch_geometry(seq_len, patches)
+    return series_patch_count(seq_len, patch_len, stride, True)
+
+
+@pytest.mark.parametrize("patches, expected", [(8, 10), (42, 9)])
+def test_registers_from_proposition_1(patches, expected):
+    model = jumbokit.create_model("patchtst_registers", num_classes=3, in_chans=2, seq_len=300, patches=patches)
+    num_patches = model.num_patches
+    assert num_patches == patches
+    assert model.config["num_registers"] == round(flops.matching_registers(128, num_patches, 4)) == expected
+    assert model.num_global_tokens == expected + 1  # plus the CLS token
+    jumbo = flops.prop1_layer_macs(128, num_patches, jumbo_multiplier=4)
+    gap = {r: abs(flops.prop1_layer_macs(128, num_patches, registers=r) - jumbo) for r in range(1, 20)}
+    assert min(gap, key=gap.get) == expected  # the integer R closest in per-layer FLOPs
+    assert gap[expected] / jumbo < 0.03
+    # an explicit count wins
+    model = jumbokit.create_model("patchtst_registers", num_classes=3, seq_len=300, num_registers=4)
+    assert model.config["num_registers"] == 4
+
+
+def test_patchtst_family_configs():
+    models = {n: jumbokit.create_model(n, num_classes=5, in_chans=3, seq_len=140, patches=8) for n in PATCHTST_MODELS}
+    for name, m in models.items():
+        cfg = m.config
+        assert (cfg["dim"], cfg["depth"], cfg["num_heads"], cfg["mlp_hidden"]) == (128, 3, 16, 256)
+        assert m.num_patches == 8 and (cfg["patch_len"], cfg["stride"]) == patch_geometry(140, 8)
+        assert m.head.in_features == 3 * 128  # per-channel width D, concatenated over channels
+    jumbo = models["patchtst_jumbo"].global_tokens
+    assert jumbo.multiplier == 4 and jumbo.hidden == 2 * 4 * 128 and jumbo.pool_mode == "segments"
+    assert models["patchtst"].num_global_tokens == 1
+    assert set(PATCHTST_MODELS) <= set(jumbokit.list_models("patchtst*"))
+    default = jumbokit.create_model("patchtst_jumbo", num_classes=2)  # seq_len defaults to 128
+    assert default.config["seq_len"] == 128 and default.num_patches == 8
+    with pytest.raises(ValueError, match="seq_len"):
+        jumbokit.create_model("patchtst_jumbo", num_classes=2, seq_len=None)
+    with pytest.raises(ValueError, match="both patch_len and stride"):
+        jumbokit.create_model("patchtst", num_classes=2, seq_len=50, patch_len=10)
+    explicit = jumbokit.create_model("patchtst", num_classes=2, seq_len=50, patch_len=10, stride=5)
+    assert (explicit.config["patch_len"], explicit.config["stride"]) == (10, 5)
+
+
+@pytest.mark.parametrize("name", PATCHTST_MODELS)
+def test_forward_backward_with_missing(name):
+    torch.manual_seed(0)
+    model = jumbokit.create_model(name, num_classes=4, in_chans=3, seq_len=40, patches=8)
+    x = torch.randn(5, 3, 40)
+    x[0, :, 25:] = float("nan")   # a shorter series
+    x[1, 2, 5:9] = float("nan")   # missing values inside a series
+    logits = model(x)
+    assert logits.shape == (5, 4) and torch.isfinite(logits).all()
+    logits.sum().backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+
+
+@pytest.mark.parametrize("name", PATCHTST_MODELS)
+def test_padded_steps_do_not_change_outputs(name):
+    """Whatever the tokens of fully padded patches hold, outputs stay the same (attention and pooling mask them)."""
+    torch.manual_seed(0)
+    model = jumbokit.create_model(name, num_classes=3, in_chans=2, seq_len=64, patches=8).eval()
+    x = torch.randn(3, 2, 64)
+    x[0, :, 20:] = float("nan")
+    x[2, :, 40:] = float("nan")
+    with torch.no_grad():
+        reference = model(x)
+        tok = model.patch_embed(x)
+        assert tok.pad_mask is not None and tok.pad_mask.any()
+
+        def scramble(module, inputs, output):
+            noise = torch.randn_like(output.tokens) * 100
+            output.tokens = torch.where(output.pad_mask[..., None], output.tokens + noise, output.tokens)
+            return output
+
+        handle = model.patch_embed.register_forward_hook(scramble)
+        try:
+            scrambled = model(x)
+        finally:
+            handle.remove()
+    torch.testing.assert_close(scrambled, reference, rtol=1e-5, atol=1e-5)
+    # a series alone gives what it gives in a batch with longer series
+    with torch.no_grad():
+        alone = model(x[:1])
+    torch.testing.assert_close(alone, reference[:1], rtol=1e-4, atol=1e-5)
+
+
+def test_save_load_roundtrip(tmp_path):
+    model = jumbokit.create_model("patchtst_jumbo", num_classes=3, in_chans=2, seq_len=50, patches=8).eval()
+    jumbokit.save(model, tmp_path / "m")
+    loaded = jumbokit.load(tmp_path / "m").eval()
+    x = torch.randn(2, 2, 50)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x))

@@ -1,0 +1,203 @@
+"""Time series: the ``tstrain`` CLI end to end, resuming, bad input, and the aeon estimator."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from jumbokit.timeseries import cli
+from jumbokit.timeseries.train import _ranks, rank_models, summarize
+
+OUTPUTS = ("results.csv", "results.json", "report.md", "accuracy.png", "sweep.json")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(out, *extra: str) -> list[str]:
+    return ["--datasets", "ItalyPowerDemand", "--epochs", "2", "--lr", "1e-3", "--dropout", "0.1",
+            "--out", str(out), "--no-progress", "--cpu", *extra]
+
+
+def test_tstrain_end_to_end_and_resume(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert cli.main(tiny(out, "--data-dir", str(tmp_path / "cache"))) == 0
+    printed = capsys.readouterr().out
+    assert "ItalyPowerDemand" in printed and "mean rank" in printed
+    for name in OUTPUTS:
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    runs = sorted((out / "runs").rglob("*.json"))
+    assert len(runs) == 3  # one run per model
+    report = json.loads((out / "results.json").read_text())
+    assert {r["model"] for r in report["summary"]} == {"patchtst", "patchtst_registers", "patchtst_jumbo"}
+    for row in report["summary"]:
+        assert 0 <= row["best_test_acc"] <= 1 and row["runs"] == 1
+    assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    csv_lines = (out / "results.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("dataset,model") and len(csv_lines) == 4
+
+    # resuming skips finished runs (their files are untouched)
+    stamps = {p: p.stat().st_mtime_ns for p in runs}
+    assert cli.main(tiny(out, "--data-dir", str(tmp_path / "cache"))) == 0
+    assert {p: p.stat().st_mtime_ns for p in runs} == stamps
+
+    # the same directory with a different sweep definition is refused, nothing changes
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    code = cli.main(["--datasets", "ItalyPowerDemand", "--epochs", "3", "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "different sweep" in err and "epochs" in err and len(err.strip().splitlines()) == 1
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_tstrain_bad_input(tmp_path, capsys, monkeypatch):
+    import aeon.datasets
+
+    out = tmp_path / "out"
+    common = ["--out", str(out), "--data-dir", str(tmp_path / "cache"), "--no-progress"]
+    cases = [
+        (["--datasets", "ItalyPowerDemand", "--patches", "42"], "--patches 42 is larger"),
+        (["--datasets", "GunPoint", "--model", "patchtst_big"], "unknown model"),
+        (["--datasets", "GunPoint", "--dropout", "1.5"], "--dropout must be in"),
+        (["--datasets", "GunPiont"], "did you mean GunPoint"),
+    ]
+    for args, message in cases:
+        code = cli.main(args + common)
+        err = capsys.readouterr().err
+        assert code == 2, args
+        assert message in err and err.startswith("tstrain: error:") and len(err.strip().splitlines()) == 1, err
+        assert not out.exists(), args  # nothing written
+
+    def offline(name, **kwargs):
+        raise ValueError("Could not download files: <urlopen error Name or service not known>")
+
+    monkeypatch.setattr(aeon.datasets, "load_classification", offline)
+    assert cli.main(["--datasets", "Adiac"] + common) == 2  # a real dataset, not available offline
+    err = capsys.readouterr().err
+    assert "'Adiac' is not available locally" in err and "ArrowHead" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() and not (tmp_path / "cache" / "Adiac").exists()
+    monkeypatch.undo()
+
+    # a directory that is not a tstrain output is refused
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    assert cli.main(tiny(other)) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--patches", "0"])
+    assert exc.value.code == 2
+
+
+def test_tstrain_nan_only_channel_and_one_class(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    series = rng.normal(size=(6, 20))
+    series[3] = np.nan
+    for split in ("train", "test"):
+        write_ts(tmp_path, "HoleSet", split, series, ["a", "b"] * 3)
+        write_ts(tmp_path, "OneClassSet", split, rng.normal(size=(6, 20)), ["a"] * 6)
+    for name, message in (("HoleSet", "no observed value in channel 0"), ("OneClassSet", "at least 2 classes")):
+        out = tmp_path / f"out_{name}"
+        code = cli.main(["--datasets", name, "--data-dir", str(tmp_path), "--out", str(out), "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err, err
+        assert not out.exists()
+
+
+def test_tstrain_help_and_list(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--help"])
+    assert exc.value.code == 0
+    assert "--archive" in capsys.readouterr().out
+    assert cli.main(["--list"]) == 0
+    listing = capsys.readouterr().out
+    assert "UEA" in listing and "BasicMotions" in listing and "GunPoint" in listing
+
+
+def write_ts(folder, name: str, split: str, series: np.ndarray, labels: list[str]) -> None:
+    """A tiny univariate .ts file (aeon's text format)."""
+    folder = folder / name
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [f"@problemName {name}", "@timestamps false", "@missing true", "@univariate true",
+             "@equalLength true", f"@seriesLength {series.shape[-1]}",
+             f"@classLabel true {' '.join(sorted(set(labels)))}", "@data"]
+    for row, label in zip(series, labels):
+        lines.append(",".join("NaN" if np.isnan(v) else f"{v:.4f}" for v in row) + f":{label}")
+    (folder / f"{name}_{split.upper()}.ts").write_text("\n".join(lines) + "\n")
+
+
+def test_summary_selection_and_ranks():
+    def run(d, m, lr, val, test, loss=1.0):
+        return dict(dataset=d, model=m, lr=lr, dropout=0.0, val_acc=val, test_acc=test, val_loss=loss,
+                    train_seconds=1.0, wall_seconds=1.0, step_ms=1.0, params=1, patch_len=2, stride=1, num_patches=8,
+                    global_tokens=1)
+
+    runs = [run("A", "patchtst", 1e-3, 0.9, 0.5), run("A", "patchtst", 1e-4, 0.8, 0.9),
+            run("A", "patchtst_jumbo", 1e-3, 0.9, 0.7, loss=0.5), run("A", "patchtst_jumbo", 1e-4, 0.9, 0.1, loss=0.9)]
+    rows = {r["model"]: r for r in summarize(runs)}
+    assert rows["patchtst"]["best_test_acc"] == 0.5  # chosen on validation, not on test
+    assert rows["patchtst_jumbo"]["best_test_acc"] == 0.7  # validation tie -> lower validation loss
+    assert rows["patchtst"]["avg_test_acc"] == pytest.approx(0.7)
+    ranks = rank_models(list(rows.values()), ["patchtst", "patchtst_jumbo"])
+    assert ranks["patchtst_jumbo"]["best"] == 1.0 and ranks["patchtst"]["avg"] == 1.0
+    assert _ranks([0.9, 0.5, 0.9]) == [1.5, 3.0, 1.5]
+
+
+def test_runs_are_reproducible(tmp_path):
+    from jumbokit.timeseries.data import load_dataset
+    from jumbokit.timeseries.train import SweepConfig, train_run
+
+    data = load_dataset("ItalyPowerDemand", data_dir=tmp_path)
+    cfg = SweepConfig(epochs=2, seed=3)
+    first = train_run(data, "patchtst_jumbo", 1e-3, 0.1, cfg, cpu=True)
+    second = train_run(data, "patchtst_jumbo", 1e-3, 0.1, cfg, cpu=True)
+    assert (first.val_loss, first.test_acc, first.train_loss) == (second.val_loss, second.test_acc, second.train_loss)
+    assert first.steps == 2 and first.num_patches == 8
+
+
+def test_estimator_unequal_length():
+    from aeon.datasets import load_classification
+
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    X, y = load_classification("JapaneseVowels", split="train")
+    assert isinstance(X, list)  # unequal length
+    pick = np.concatenate([np.flatnonzero(y == c)[:4] for c in np.unique(y)])
+    X_train, y_train = [X[i] for i in pick], y[pick]
+    clf = PatchTSTClassifier(model="patchtst_jumbo", epochs=2, batch_size=16, random_state=0)
+    clf.fit(X_train, y_train)
+    X_test, _ = load_classification("JapaneseVowels", split="test")
+    X_test = X_test[:10]
+    with pytest.warns(UserWarning, match="longer than the longest training series") if max(
+            s.shape[-1] for s in X_test) > clf.seq_len_ else _no_warning():
+        proba = clf.predict_proba(X_test)
+    assert proba.shape == (10, len(np.unique(y_train)))
+    np.testing.assert_allclose(proba.sum(1), 1, rtol=1e-5)
+    pred = clf.predict(X_train[:6])
+    assert set(pred) <= set(np.unique(y_train))  # original labels, decoded
+    assert clf.get_tag("capability:unequal_length") and clf.get_tag("capability:multivariate")
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.slow
+def test_tstrain_with_minirocket(tmp_path):
+    out = tmp_path / "mr"
+    assert cli.main(tiny(out, "--baseline", "minirocket", "--model", "patchtst_jumbo")) == 0
+    report = json.loads((out / "results.json").read_text())
+    assert "minirocket" in {r["model"] for r in report["summary"]}

@@ -1,0 +1,362 @@
+"""Training runtime: schedules, no-decay groups, config checks, run-dir files, grad accumulation, exact resume."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from jumbokit.data import build_dataset, make_loader
+from jumbokit.training import (
+    RunDir,
+    TrainConfig,
+    build_optimizer,
+    classification_loss,
+    evaluate_classifier,
+    fit,
+    lr_lambda,
+    param_groups,
+    resolve_resume,
+)
+from jumbokit.training.cli import default_out_dir, one_line, prepare_out_dir
+
+
+class TinyNet(nn.Module):
+    """8x8 digits -> 10 classes, with a token-like parameter, a norm, dropout (RNG) and biases."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 16))
+        self.fc1 = nn.Linear(64, 16)
+        self.norm = nn.LayerNorm(16)
+        self.drop = nn.Dropout(0.2)
+        self.head = nn.Linear(16, 10)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"cls_token"}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.fc1(x.flatten(1)) + self.cls_token)
+        return self.head(self.drop(torch.nn.functional.gelu(h)))
+
+
+def tiny_model(seed: int = 0) -> TinyNet:
+    torch.manual_seed(seed)
+    return TinyNet()
+
+
+@pytest.fixture(scope="module")
+def digits8():
+    """96 training digits at 8 px with random crops (so augmentation RNG matters for resume)."""
+    return build_dataset("digits", "train", "supervised", img_size=8, max_samples=96)
+
+
+def quiet(**kw) -> TrainConfig:
+    base = dict(epochs=3, lr=5e-3, warmup_epochs=1, progress=False, log_every=2, seed=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def params_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+# ----------------------------------------------------------------------------------------------- schedule
+
+
+def test_lr_lambda_warmup_then_cosine_to_min():
+    total, warm, base, min_lr = 100, 10, 1e-3, 1e-5
+    values = [lr_lambda(s, total, warm, base, min_lr) * base for s in range(total)]
+    assert values[0] == pytest.approx(base / warm)
+    assert values[warm - 1] == pytest.approx(base)
+    assert values[warm] == pytest.approx(base)  # cosine starts at the peak
+    mid = warm + (total - warm) // 2
+    assert values[mid] == pytest.approx(min_lr + (base - min_lr) * 0.5, rel=1e-6)
+    assert all(a >= b for a, b in zip(values[warm:], values[warm + 1:]))  # monotone decay
+    assert lr_lambda(total, total, warm, base, min_lr) * base == pytest.approx(min_lr)
+
+
+def test_lr_lambda_linear_and_constant():
+    assert lr_lambda(5, 10, 0, schedule="linear") == pytest.approx(0.5)
+    assert lr_lambda(7, 10, 2, schedule="constant") == 1.0
+    with pytest.raises(ValueError, match="schedule"):
+        lr_lambda(1, 10, 0, schedule="step")
+
+
+def test_fit_applies_schedule_per_step(digits8, tmp_path):
+    cfg = quiet(epochs=2, warmup_epochs=1, log_every=1, min_lr=1e-6)
+    fit(tiny_model(), make_loader(digits8, 16), classification_loss(), cfg, out_dir=tmp_path)
+    lrs = [r["lr"] for r in RunDir(tmp_path).read_metrics() if r["kind"] == "train"]
+    steps = 2 * (96 // 16)
+    expected = [cfg.lr * lr_lambda(s, steps, 6, cfg.lr, cfg.min_lr) for s in range(steps)]
+    assert lrs == pytest.approx(expected)
+
+
+# ----------------------------------------------------------------------------------------------- optimizer
+
+
+def test_no_decay_groups_cover_norms_biases_tokens():
+    model = tiny_model()
+    groups = {g["group"]: set(g["names"]) for g in param_groups(model, 0.05)}
+    assert groups["decay"] == {"fc1.weight", "head.weight"}
+    assert groups["no_decay"] == {"cls_token", "fc1.bias", "norm.weight", "norm.bias", "head.bias"}
+    opt = build_optimizer(model, TrainConfig(weight_decay=0.05))
+    wd = sorted(g["weight_decay"] for g in opt.param_groups)
+    assert wd == [0.0, 0.05]
+
+
+def test_no_decay_groups_on_zoo_encoder():
+    from jumbokit import create_model
+
+    model = create_model("vit_pico_jumbo", img_size=16, patch_size=4, in_chans=1, num_classes=3)
+    groups = {g["group"]: set(g["names"]) for g in param_groups(model, 0.05)}
+    assert "pos_embed" in groups["no_decay"]
+    assert any("jumbo" in n and "token" in n for n in groups["no_decay"])
+    assert all(not n.endswith(".bias") for n in groups["decay"])
+    assert "blocks.0.attn.qkv.weight" in groups["decay"]
+
+
+def test_lars_and_sgd_optimizers():
+    for name in ("lars", "sgd"):
+        opt = build_optimizer(tiny_model(), TrainConfig(optimizer=name, lr=0.1))
+        assert opt.param_groups[0]["base_lr"] == 0.1
+    assert type(build_optimizer(tiny_model(), TrainConfig(optimizer="lars"))).__name__ == "Lars"
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"epochs": 0}, "epochs"), ({"optimizer": "adam"}, "optimizer"), ({"mixed_precision": "fp8"}, "mixed_precision"),
+     ({"grad_accum": 0}, "grad_accum"), ({"lr": 1e-3, "min_lr": 1e-2}, "min_lr")],
+)
+def test_train_config_rejects_bad_values(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**kwargs)
+
+
+def test_train_config_round_trips_json():
+    cfg = TrainConfig(betas=(0.9, 0.95), grad_clip=1.0)
+    again = TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict())) | {"unknown": 1})
+    assert again == cfg
+
+
+# ----------------------------------------------------------------------------------------------- run dir
+
+
+def test_rundir_writes_files(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.write_config({"a": 1, "t": (1, 2)})
+    run.update_config(b=2)
+    run.append_metrics({"step": 1, "loss": 0.5})
+    run.append_metrics({"step": 2, "loss": 0.4})
+    run.truncate_metrics(1)
+    run.write_report("# report")
+    run.write_results_csv([{"model": "m", "acc": 0.91234567}, {"model": "n", "acc": 0.5, "extra": 1}])
+    assert run.read_config() == {"a": 1, "t": [1, 2], "b": 2}
+    assert run.read_metrics() == [{"step": 1, "loss": 0.5}]
+    assert (run / "report.md").read_text() == "# report\n"
+    assert (run / "results.csv").read_text().splitlines() == ["model,acc,extra", "m,0.912346,", "n,0.5,1"]
+    assert not [p for p in run.path.iterdir() if p.name.startswith(".")]  # no temp files left
+    disabled = RunDir(tmp_path / "other", enabled=False)
+    disabled.write_config({"x": 1})
+    assert not (tmp_path / "other").exists()
+
+
+def test_rundir_rejects_file_path(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match="not a directory"):
+        RunDir(tmp_path / "f")
+
+
+# ----------------------------------------------------------------------------------------------- fit
+
+
+def test_fit_writes_run_directory(digits8, tmp_path):
+    val = build_dataset("digits", "val", "eval", img_size=8)
+    result = fit(
+        tiny_model(), make_loader(digits8, 16), classification_loss(), quiet(),
+        out_dir=tmp_path, eval_fn=lambda m: evaluate_classifier(m, make_loader(val, 64), prefix="val_"),
+        run_config={"data": digits8.info()},
+    )
+    assert [r["epoch"] for r in result.history] == [1, 2, 3]
+    assert result.final["step"] == 18 and 0.0 <= result.final["val_acc1"] <= 1.0
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["train"]["epochs"] == 3 and config["data"]["classes"][0] == "0"
+    assert (tmp_path / "model.safetensors").exists()
+    assert [p.name for p in RunDir(tmp_path).checkpoints()] == ["epoch_0002_00000012", "epoch_0003_00000018"]
+    kinds = [r["kind"] for r in RunDir(tmp_path).read_metrics()]
+    assert kinds.count("epoch") == 3 and kinds.count("train") == 9
+
+
+def test_fit_trains_zoo_encoder_and_saves_loadable_model(tmp_path):
+    import jumbokit
+
+    data = build_dataset("digits", "train", img_size=16, max_samples=32)
+    model = jumbokit.create_model("vit_pico_jumbo", img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    fit(model, make_loader(data, 16), classification_loss(), quiet(epochs=1, checkpoint_every=0), out_dir=tmp_path)
+    loaded = jumbokit.load(tmp_path)
+    x = torch.randn(2, 1, 16, 16)
+    model.eval(), loaded.eval()
+    torch.testing.assert_close(loaded(x), model(x))
+
+
+def test_grad_accumulation_matches_large_batch(digits8):
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    data = torch.utils.data.TensorDataset(x, y)
+
+    def run(batch: int, accum: int) -> dict:
+        torch.manual_seed(3)
+        model = nn.Sequential(nn.Linear(64, 10))
+        loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=False)
+        fit(model, loader, classification_loss(), quiet(epochs=2, grad_accum=accum, warmup_epochs=0, optimizer="sgd"))
+        return params_of(model)
+
+    big, small = run(16, 1), run(8, 2)
+    for k in big:
+        torch.testing.assert_close(small[k], big[k], rtol=1e-5, atol=1e-6)
+
+
+class StopAfter(Exception):
+    pass
+
+
+def _interrupting(loss_fn, calls: int):
+    count = {"n": 0}
+
+    def wrapped(model, batch):
+        count["n"] += 1
+        if count["n"] > calls:
+            raise StopAfter
+        return loss_fn(model, batch)
+
+    return wrapped
+
+
+@pytest.mark.parametrize("checkpoint_steps, stop_after", [(0, 14), (4, 10)])
+def test_resume_ends_where_uninterrupted_run_ends(digits8, tmp_path, checkpoint_steps, stop_after):
+    """Stop inside epoch 3 (end-of-epoch checkpoints) or mid-epoch (step checkpoints), resume with 'latest':
+    parameters, optimizer state and logged epoch metrics equal those of an uninterrupted run."""
+    cfg = quiet(epochs=4, checkpoint_steps=checkpoint_steps, grad_clip=1.0)
+    loader = make_loader(digits8, 16, seed=5)
+    full = fit(tiny_model(), loader, classification_loss(), cfg, out_dir=tmp_path / "full")
+
+    part_dir = tmp_path / "part"
+    with pytest.raises(StopAfter):
+        fit(tiny_model(), make_loader(digits8, 16, seed=5), _interrupting(classification_loss(), stop_after), cfg,
+            out_dir=part_dir)
+    assert RunDir(part_dir).latest_checkpoint() is not None
+    resumed_cfg = quiet(epochs=4, checkpoint_steps=checkpoint_steps, grad_clip=1.0, resume="latest")
+    resumed = fit(tiny_model(seed=99), make_loader(digits8, 16, seed=5), classification_loss(), resumed_cfg,
+                  out_dir=part_dir)
+
+    for k, v in params_of(full.model).items():
+        torch.testing.assert_close(params_of(resumed.model)[k], v, rtol=0, atol=0)
+    assert [r["step"] for r in resumed.history] == [6, 12, 18, 24]
+    assert resumed.history[-1]["train_loss"] == pytest.approx(full.history[-1]["train_loss"], abs=0)
+    steps = [r["step"] for r in RunDir(part_dir).read_metrics() if r["kind"] == "train"]
+    assert steps == sorted(set(steps))  # no duplicated lines after resuming
+
+
+def test_resume_with_other_model_config_is_refused(tmp_path):
+    import jumbokit
+
+    data = build_dataset("digits", "train", img_size=16, max_samples=32)
+    kw = dict(img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    fit(jumbokit.create_model("vit_pico_jumbo", **kw), make_loader(data, 16), classification_loss(),
+        quiet(epochs=1), out_dir=tmp_path)
+    other = jumbokit.create_model("vit_pico_cls", **kw)
+    with pytest.raises(ValueError, match="different model config.*global_tokens"):
+        fit(other, make_loader(data, 16), classification_loss(), quiet(epochs=2, resume="latest"), out_dir=tmp_path)
+
+
+def test_fresh_run_into_used_directory_is_refused(digits8, tmp_path):
+    fit(tiny_model(), make_loader(digits8, 32), classification_loss(), quiet(epochs=1), out_dir=tmp_path)
+    with pytest.raises(ValueError, match="already holds checkpoints"):
+        fit(tiny_model(), make_loader(digits8, 32), classification_loss(), quiet(epochs=1), out_dir=tmp_path)
+    with pytest.raises(ValueError, match="already holds a run"):
+        prepare_out_dir(tmp_path, resume=None, overwrite=False)
+    prepare_out_dir(tmp_path, resume=None, overwrite=True)
+    assert RunDir(tmp_path).latest_checkpoint() is None and not (tmp_path / "model.safetensors").exists()
+
+
+def test_resolve_resume(tmp_path):
+    assert resolve_resume(None, tmp_path) is None
+    assert resolve_resume("latest", tmp_path) is None  # nothing yet: fresh start
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_resume(tmp_path / "missing", tmp_path)
+    with pytest.raises(ValueError, match="no checkpoint"):
+        resolve_resume(tmp_path, tmp_path)
+
+
+def test_update_join_called_every_step_and_aux_loss_added(digits8):
+    class Joined(TinyNet):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[int] = []
+
+        def update_join(self, step: int) -> None:
+            self.seen.append(step)
+
+        def forward(self, x):
+            out = super().forward(x)
+            self.aux_loss = 0.0 * out.sum() + 0.25
+            return out
+
+    model = Joined()
+    result = fit(model, make_loader(digits8, 32), classification_loss(), quiet(epochs=2, log_every=1))
+    assert model.seen == list(range(6))
+    assert result.history[-1]["train_loss"] > 0.25
+
+
+def test_nan_loss_stops_with_clear_message(digits8):
+    def bad_loss(model, batch):
+        return model(batch[0]).sum() * float("nan"), {}
+
+    with pytest.raises(FloatingPointError, match="lower the learning rate"):
+        fit(tiny_model(), make_loader(digits8, 32), bad_loss, quiet(epochs=1))
+
+
+def test_evaluate_classifier_topk():
+    class Fixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(1))
+
+        def forward(self, x):
+            return x
+
+    logits = torch.tensor([[3.0, 2.0, 1.0], [1.0, 3.0, 2.0], [1.0, 2.0, 3.0], [3.0, 1.0, 2.0]])
+    labels = torch.tensor([0, 2, 0, 1])
+    out = evaluate_classifier(Fixed(), [(logits, labels)], topk=(1, 2, 5), prefix="test_")
+    assert out["test_acc1"] == 0.25 and out["test_acc2"] == 0.5 and "test_acc5" not in out
+    assert out["test_n"] == 4 and math.isfinite(out["test_loss"])
+
+
+def test_cli_helpers():
+    assert str(default_out_dir("supervised", "vit_tiny_jumbo", "folder:/data/imagenet")) == (
+        "runs/supervised_vit_tiny_jumbo_folder-imagenet"
+    )
+    err = ValueError("Caught X in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+                     "  File ...\njumbokit.data.errors.CorruptImageError: cannot read image file /a/b.png")
+    assert one_line(err) == "cannot read image file /a/b.png"
+
+
+def test_unknown_or_missing_tracker_is_a_clear_error(tmp_path):
+    from jumbokit.training.loop import check_tracker
+
+    with pytest.raises(ValueError, match="unknown tracker 'bogus'"):
+        check_tracker("bogus")
+    with pytest.raises(ValueError, match="needs an out_dir"):
+        fit(tiny_model(), [], classification_loss(), quiet(log_with="tensorboard"))
+
+
+def test_multi_process_launch_without_gpu_uses_cpu_ddp(monkeypatch):
+    from jumbokit.training.loop import use_cpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert use_cpu(False)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert not use_cpu(False) and use_cpu(True)
