@@ -2,7 +2,7 @@
 
     python benchmarks/mae.py speed                 # ViT-B/16 224 px on a GPU, a digits-size model on a CPU
     python benchmarks/mae.py probe                 # MAE-pretrained ViT+Jumbo vs ViT (CLS) vs raw-pixel logistic regression
-    python benchmarks/mae.py ddp                   # accelerate launch --cpu --num_processes 2 vs 1 (same global batch)
+    python benchmarks/mae.py ddp                   # 2 CPU processes (torchrun, gloo DDP) vs 1, same global batch
     python benchmarks/mae.py all --out benchmarks/results
 
 Each part prints a table and writes ``mae_<part>.json`` and ``mae_<part>.md`` to --out.
@@ -238,16 +238,20 @@ def run_ddp(args: argparse.Namespace) -> dict[str, Any]:
     global_batch = args.batch_size or 64
     common = ["recipes/mae_pretrain.py", "--no-progress", "--overwrite", "--epochs", str(args.epochs),
               "--vis-every", "0", "--log-every", "1", *args.mae_args]
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_machines", "1",
-              "--mixed_precision", "no", "--dynamo_backend", "no"]
+    # `accelerate launch --cpu --num_processes 2` starts ONE process (accelerate 1.x uses its simple launcher
+    # for --cpu); torchrun starts real CPU workers and the recipe's --cpu makes Accelerate use gloo DDP
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     curves = {}
     timings = {}
     for procs in (1, 2):
         out = work / f"procs{procs}"
-        cmd = [*launch, "--num_processes", str(procs), *([] if procs > 1 else []), *common,
+        cmd = [*launch, "--nproc_per_node", str(procs), *common, "--cpu",
                "--batch-size", str(global_batch // procs), "--out", str(out)]
         env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // (2 * procs)))}
         timings[procs] = run_cmd(cmd, work / f"procs{procs}.log", env=env)
+        recorded = json.loads((out / "config.json").read_text())
+        if recorded.get("num_processes") != procs:
+            raise RuntimeError(f"asked for {procs} processes, the run recorded {recorded.get('num_processes')}")
         metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
         curves[procs] = {"train": [(m["step"], m["loss"]) for m in metrics if m.get("kind") == "train"],
                          "epoch": [(m["epoch"], m["train_loss"], m.get("val_loss")) for m in metrics
@@ -263,7 +267,7 @@ def run_ddp(args: argparse.Namespace) -> dict[str, Any]:
                "mae_args": args.mae_args, "rows": rows, "step_curves": {str(k): v["train"] for k, v in curves.items()},
                "mean_rel_step_diff": sum(diffs) / max(len(diffs), 1), "wall_s": timings}
     markdown = (f"## 1 vs 2 CPU processes, global batch {global_batch}\n\n"
-                f"`accelerate launch --cpu --num_processes N recipes/mae_pretrain.py --batch-size {global_batch}/N "
+                f"`torchrun --nproc_per_node N recipes/mae_pretrain.py --cpu --batch-size {global_batch}/N "
                 f"{' '.join(args.mae_args)}`; mean relative difference of per-step losses: "
                 f"{payload['mean_rel_step_diff']:.3%} over {len(diffs)} steps (masks and crops are drawn per "
                 f"process, so the curves agree in trend, not bit for bit)\n\n" + table(rows))

@@ -240,7 +240,6 @@ TINY_RUN = ["--model", "vit_pico_cls", "--depth", "1", "--decoder-depth", "1", "
             "--val-samples", "16", "--vis-images", "2", "--no-progress", "--cpu"]
 
 
-@pytest.mark.slow
 def test_recipes_end_to_end(tmp_path, capsys):
     """mae_pretrain -> run dir with a loadable encoder -> linear_probe; resume with other flags is refused."""
     mae_recipe, probe_recipe = load_recipe("mae_pretrain"), load_recipe("linear_probe")

@@ -15,7 +15,7 @@ from .global_tokens import (
     masked_mean,
 )
 from .timm_compat import from_timm, to_timm_state_dict
-from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens
+from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens, sincos_pos_embed_1d, sincos_pos_embed_2d
 from .zoo import (
     build_model,
     create_model,
@@ -32,6 +32,6 @@ __all__ = [
     "Attention", "Block", "DropPath", "LayerScale", "Mlp", "DEFAULT_CONFIG", "Encoder", "EncoderOutput",
     "gather_tokens", "random_keep", "GLOBAL_TOKEN_KINDS", "ClsToken", "GlobalTokens", "Jumbo", "NoGlobalTokens",
     "Registers", "make_global_tokens", "masked_mean", "from_timm", "to_timm_state_dict", "ImagePatchTokenizer",
-    "SeriesPatchTokenizer", "Tokens", "build_model", "create_model", "list_models", "load", "load_config",
+    "SeriesPatchTokenizer", "Tokens", "sincos_pos_embed_1d", "sincos_pos_embed_2d", "build_model", "create_model", "list_models", "load", "load_config",
     "load_state_dict_checked", "model_config", "register_model", "save", "flops",
 ]

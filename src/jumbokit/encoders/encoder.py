@@ -71,7 +71,8 @@ class EncoderOutput:
     """What heads consume.
 
     feature: (B', F) pooled feature (the plug-in's pooling, or the mean patch token).
-    patches: (B', K, D) patch tokens after the final norm (K = kept patches).
+    patches: (B', K, D) patch tokens after the final norm (K = kept patches); with ``fc_norm`` (timm's
+        mean-pooling style) the norm is applied to the pooled feature instead and patches are unnormalised.
     global_tokens: (B', G, D) global tokens after the final norm (G may be 0).
     keep: (B', K) indices of the kept patches, or None when all were kept.
     pad_mask: (B', K) bool, True = padded / missing token, or None.

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from jumbokit.encoders import Block, Encoder, random_keep
-from jumbokit.encoders.tokenizers import sincos_pos_embed_2d
+from jumbokit.encoders import sincos_pos_embed_2d
 
 __all__ = [
     "MaskedAutoencoder",
