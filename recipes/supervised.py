@@ -13,6 +13,7 @@ results.csv, curves.png; prints the final val / test metrics.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -63,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="progressive-join branches per block (> 1 trains the multi-branch form)")
     model.add_argument("--join-schedule", default="linear", help="join schedule for --branches (default: %(default)s)")
     model.add_argument("--join-warmup-steps", type=int, default=None,
-                       help="steps until branches are fully joined (default: all training steps)")
+                       help="steps until branches are fully joined (default: half of the training steps, "
+                            "then a post-join phase at lambda=1)")
+    model.add_argument("--diversity-weight", type=float, default=0.0,
+                       help="weight of the branch-diversity regulariser for --branches (seed: 0.05; default: 0)")
 
     reg = parser.add_argument_group("regularisation")
     reg.add_argument("--token-drop", type=float, nargs=2, metavar=("START", "END"), default=None,
@@ -151,7 +155,8 @@ def _build_model(args, num_classes: int, img_size: int, in_chans: int) -> tuple[
     if patch is not None:
         kwargs["patch_size"] = patch
     if args.branches > 1:
-        kwargs.update(branches=args.branches, join_schedule=args.join_schedule)
+        kwargs.update(branches=args.branches, join_schedule=args.join_schedule,
+                      diversity_weight=args.diversity_weight)
         if args.join_warmup_steps is not None:
             kwargs["join_warmup_steps"] = args.join_warmup_steps
     return jumbokit.create_model(name, **kwargs), name
@@ -215,6 +220,9 @@ def main(argv: list[str] | None = None) -> dict:
     train_loader = make_loader(train, args.batch_size, num_workers=args.num_workers, seed=args.seed,
                                world_size=state.num_processes)
     eval_loaders = {s: make_loader(d, args.eval_batch_size, num_workers=args.num_workers) for s, d in evals.items()}
+    if args.branches > 1 and args.join_warmup_steps is None:
+        total_steps = math.ceil(len(train_loader) / max(1, args.grad_accum)) * args.epochs
+        model.join_warmup_steps = max(1, total_steps // 2)
 
     mixup = make_mixup(train.num_classes, mixup=args.mixup, cutmix=args.cutmix, label_smoothing=args.label_smoothing)
     criterion = None if mixup is not None else nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
@@ -252,7 +260,10 @@ def main(argv: list[str] | None = None) -> dict:
         metrics = evaluate_classifier(trained, loader, progress=progress, desc=f"eval {split}")
         rows.append({"model": model_name, "dataset": args.dataset, "split": split, **metrics})
     collapse_note = ""
-    if hasattr(trained, "reparameterize"):
+    if hasattr(trained, "reparameterize") and trained.join_lambda < 1.0:
+        collapse_note = (f"\nThe branches were not fully joined (lambda {trained.join_lambda:.3f} < 1), so no collapsed "
+                         "model was written; use a shorter --join-warmup-steps.\n")
+    elif hasattr(trained, "reparameterize"):
         plain = trained.reparameterize()
         jumbokit.save(plain, out / "reparameterized")
         for split, loader in eval_loaders.items():

@@ -161,3 +161,14 @@ def test_cli_prints_one_line_and_exits_nonzero(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown dataset 'cifar10'")
     assert "Traceback" not in proc.stderr
+
+
+def test_branched_run_joins_by_default_and_writes_an_equal_collapsed_model(recipe, tmp_path):
+    out = tmp_path / "join"
+    tiny = [a if a != "vit_pico_jumbo" else "vit_pico_cls" for a in TINY]
+    result = recipe.main([*tiny, "--epochs", "2", "--branches", "2", "--diversity-weight", "0.05",
+                          "--out", str(out)])
+    rows = {(r["model"], r["split"]): r["acc1"] for r in result["rows"]}
+    assert rows[("vit_pico_cls (reparameterized)", "test")] == rows[("vit_pico_cls", "test")]
+    plain = jumbokit.load(out / "reparameterized")
+    assert plain.config["depth"] == 6
