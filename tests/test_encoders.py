@@ -281,3 +281,16 @@ def test_load_checkpoint_of_a_different_config(tmp_path):
         jumbokit.load(tmp_path, dim=48)
     with pytest.raises(FileNotFoundError, match="no model.safetensors"):
         jumbokit.load(tmp_path / "nothing_here" if False else tmp_path.parent)
+
+
+@pytest.mark.parametrize("name", ["vit_pico_cls", "vit_pico_jumbo", "vit_pico_gap"])
+def test_inference_fast_path_equals_autograd_path(name):
+    """Without autograd the blocks add residuals in place; results must not change, nor the input."""
+    model = tiny(name, init_values=1e-2).eval()
+    x = torch.randn(2, 3, 16, 16)
+    x_copy = x.clone()
+    with_grad = model(x)
+    with torch.no_grad():
+        without = model(x)
+    assert torch.allclose(with_grad, without, atol=1e-6)
+    assert torch.equal(x, x_copy)

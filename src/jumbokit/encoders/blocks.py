@@ -96,7 +96,15 @@ class Block(nn.Module):
         x: torch.Tensor,
         attn_mask: torch.Tensor | None = None,
         global_tokens: GlobalTokens | None = None,
+        inplace: bool = False,
     ) -> torch.Tensor:
+        """x: (B, G + N, D) -> (B, G + N, D).
+
+        inplace: add the residuals into ``x`` itself (inference only: the encoder sets it when autograd is
+        off and ``x`` is its own buffer); saves an allocation and a copy per residual.
+        """
+        if inplace:
+            return self._forward_inplace(x, attn_mask, global_tokens)
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask)))
         if global_tokens is None or not global_tokens.has_own_ffn:
             return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
@@ -105,3 +113,13 @@ class Block(nn.Module):
         p = p + self.drop_path2(self.ls2(self.mlp(self.norm2(p))))
         g = global_tokens.ffn(g, self.layer_idx, self.drop_path2)
         return torch.cat([g, p], dim=1)
+
+    def _forward_inplace(self, x, attn_mask, global_tokens):
+        x.add_(self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask))))
+        if global_tokens is None or not global_tokens.has_own_ffn:
+            return x.add_(self.drop_path2(self.ls2(self.mlp(self.norm2(x)))))
+        num_global = global_tokens.num_tokens
+        p = x[:, num_global:]
+        p.add_(self.drop_path2(self.ls2(self.mlp(self.norm2(p)))))
+        x[:, :num_global] = global_tokens.ffn(x[:, :num_global], self.layer_idx, self.drop_path2)
+        return x

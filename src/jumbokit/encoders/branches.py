@@ -339,7 +339,8 @@ class BranchedBlock(nn.Module):
         return out.sum(dim=1)
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, global_tokens: nn.Module | None = None
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, global_tokens: nn.Module | None = None,
+        inplace: bool = False,
     ) -> torch.Tensor:
         lam = self.join_lambda.to(x.dtype)
         x = x + self._merge(self.attn(self.norm1(x), lam, attn_mask), self.ls1)

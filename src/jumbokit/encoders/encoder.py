@@ -246,8 +246,9 @@ class Encoder(nn.Module):
                                  "drop fully-missing samples/channels or use a global-token plug-in")
             full = torch.cat([mask.new_zeros(mask.shape[0], self.num_global_tokens), mask], dim=1)
             attn_mask = (~full)[:, None, None, :]
+        inplace = not torch.is_grad_enabled()  # x is this call's own buffer: residuals may go in place
         for block in self.blocks:
-            x = block(x, attn_mask, self.global_tokens)
+            x = block(x, attn_mask, self.global_tokens, inplace=inplace)
         x = self.norm(x)
         g, p = x[:, : self.num_global_tokens], x[:, self.num_global_tokens :]
         if self.config["global_pool"] == "avg":
