@@ -15,9 +15,7 @@ import torch.nn.functional as F
 
 from .tent import (
     AdaptationMethod,
-    _default_optimizer,
-    collect_params,
-    configure_model,
+    _tent_style_optimizer,
     entropy_margin,
     softmax_entropy,
 )
@@ -97,10 +95,7 @@ class EATA(AdaptationMethod):
         steps: int = 1,
         episodic: bool = False,
     ) -> None:
-        if optimizer is None:
-            configure_model(model)
-            params, _ = collect_params(model)
-            optimizer = _default_optimizer(model, params, lr, batch_size)
+        optimizer = _tent_style_optimizer(model, optimizer, lr, batch_size)
         super().__init__(model, optimizer, steps=steps, episodic=episodic)
         self.fishers = fishers
         self.fisher_alpha = fisher_alpha

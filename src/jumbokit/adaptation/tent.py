@@ -200,6 +200,17 @@ def _default_optimizer(
     return torch.optim.SGD(params, lr=default_lr(batch_size) if lr is None else lr, momentum=momentum)
 
 
+def _tent_style_optimizer(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None, lr: float | None, batch_size: int
+) -> torch.optim.Optimizer:
+    """The given optimizer, or: configure the model as Tent does and build SGD over all norm affines."""
+    if optimizer is not None:
+        return optimizer
+    configure_model(model)
+    params, _ = collect_params(model)
+    return _default_optimizer(model, params, lr, batch_size)
+
+
 class NoAdapt(AdaptationMethod):
     """The source model unchanged: eval mode, no gradient. The baseline of every table."""
 
@@ -229,10 +240,7 @@ class Tent(AdaptationMethod):
         steps: int = 1,
         episodic: bool = False,
     ) -> None:
-        if optimizer is None:
-            configure_model(model)
-            params, _ = collect_params(model)
-            optimizer = _default_optimizer(model, params, lr, batch_size)
+        optimizer = _tent_style_optimizer(model, optimizer, lr, batch_size)
         super().__init__(model, optimizer, steps=steps, episodic=episodic)
 
     def forward_and_adapt(self, x: torch.Tensor) -> torch.Tensor:
