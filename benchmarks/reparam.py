@@ -27,7 +27,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,6 +38,8 @@ from tqdm import tqdm
 import jumbokit
 from jumbokit.encoders import Encoder
 from jumbokit.encoders.branches import build_branched_encoder
+from jumbokit.encoders.flops import count_params
+from jumbokit.training import atomic_write_text
 
 TINY = dict(dim=192, depth=12, num_heads=3, mlp_ratio=4.0)
 IMAGE = dict(tokenizer="image", img_size=224, patch_size=16, in_chans=3)
@@ -142,23 +143,6 @@ def forward_flops(model: nn.Module, x: torch.Tensor) -> int:
     return total
 
 
-def params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -253,7 +237,7 @@ def speed(args) -> list[dict]:
         throughput = args.throughput_batch / statistics.median(thr[name])
         qk, v = attention_widths(model)[0]
         rows.append(dict(
-            model=name, layers=len(model.blocks), qk_width=qk, v_width=v, params=params(model), gflops=f / 1e9,
+            model=name, layers=len(model.blocks), qk_width=qk, v_width=v, params=count_params(model), gflops=f / 1e9,
             flops_ratio=f / ref_flops, latency_ms=latency * 1e3, latency_ratio=latency / ref_lat,
             latency_ms_rounds=[t * 1e3 for t in lat[name]], throughput_img_s=throughput,
             throughput_ratio=throughput / ref_thr,
@@ -431,8 +415,8 @@ def main(argv=None) -> int:
     print(text)
     print()
     print("\n".join(md))
-    atomic_write(args.json, text + "\n")
-    atomic_write(args.json.with_suffix(".md"), "\n".join(md) + "\n")
+    atomic_write_text(args.json, text + "\n")
+    atomic_write_text(args.json.with_suffix(".md"), "\n".join(md) + "\n")
     print(f"wrote {args.json} and {args.json.with_suffix('.md')}", file=sys.stderr)
     if "exactness" in report and not all(r["ok"] for r in report["exactness"]):
         print("exactness target missed (max abs diff > 1e-5)", file=sys.stderr)

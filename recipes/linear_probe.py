@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if main_process:
             run.write_config(run_config)
             run.write_text(RunDir.METRICS, "")
-        history = train_head_on_features(
+        train_head_on_features(
             probe.head, train_feats, train_labels, optimizer, epochs=args.epochs, batch_size=args.batch_size,
             warmup_epochs=args.warmup_epochs, seed=args.seed, eval_sets=cached,
             eval_every=max(1, args.epochs // 10), progress=progress,

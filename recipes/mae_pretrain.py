@@ -122,6 +122,7 @@ def save_reconstructions(model, images: torch.Tensor, mean, std, path: Path, tit
     import matplotlib.pyplot as plt
 
     from jumbokit.data import denormalize
+    from jumbokit.training import atomic_save_figure
 
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -145,11 +146,7 @@ def save_reconstructions(model, images: torch.Tensor, mean, std, path: Path, tit
                 ax.set_ylabel(label, fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    atomic_save_figure(path, fig, dpi=110)
     return path
 
 

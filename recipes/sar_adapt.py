@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -248,23 +247,14 @@ def build_data(args: argparse.Namespace, info: dict[str, Any], severities: list[
     return domains, fisher, classes
 
 
-def _atomic_savefig(fig, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def plot_accuracy(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     """Grouped bars: accuracy per corruption (and the average) for each method and severity."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from jumbokit.training import atomic_save_figure
 
     keys = list(dict.fromkeys((r["severity"], r["method"]) for r in rows))
     domains = list(dict.fromkeys(r["corruption"] for r in rows))
@@ -282,8 +272,7 @@ def plot_accuracy(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     ax.set_title(title)
     ax.legend(fontsize=8, ncol=min(4, len(keys)))
     ax.grid(axis="y", alpha=0.3)
-    _atomic_savefig(fig, path)
-    plt.close(fig)
+    atomic_save_figure(path, fig)
 
 
 def accuracy_table(rows: list[dict[str, Any]], severity: int, markdown: bool) -> str:

@@ -26,6 +26,7 @@ from jumbokit.data import SplitNotFoundError, build_dataset, make_loader, make_m
 from jumbokit.encoders import load_config, random_keep
 from jumbokit.training import (
     RunDir,
+    atomic_save_figure,
     add_common_args,
     classification_loss,
     default_out_dir,
@@ -189,10 +190,7 @@ def _plot_curves(history: list[dict], path: Path) -> None:
     for a in ax:
         a.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    atomic_save_figure(path, fig, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -17,6 +17,7 @@ from .global_tokens import (
 from .timm_compat import from_timm, to_timm_state_dict
 from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens, sincos_pos_embed_1d, sincos_pos_embed_2d
 from .zoo import (
+    atomic_write,
     build_model,
     create_model,
     list_models,
@@ -33,5 +34,5 @@ __all__ = [
     "gather_tokens", "random_keep", "GLOBAL_TOKEN_KINDS", "ClsToken", "GlobalTokens", "Jumbo", "NoGlobalTokens",
     "Registers", "make_global_tokens", "masked_mean", "from_timm", "to_timm_state_dict", "ImagePatchTokenizer",
     "SeriesPatchTokenizer", "Tokens", "sincos_pos_embed_1d", "sincos_pos_embed_2d", "build_model", "create_model", "list_models", "load", "load_config",
-    "load_state_dict_checked", "model_config", "register_model", "save", "flops",
+    "load_state_dict_checked", "model_config", "atomic_write", "register_model", "save", "flops",
 ]

@@ -22,7 +22,7 @@ from torch import nn
 
 from .encoder import DEFAULT_CONFIG, Encoder
 
-__all__ = ["load_config", "load_state_dict_checked", "register_model", "create_model", "list_models", "model_config", "build_model", "save", "load",
+__all__ = ["atomic_write", "load_config", "load_state_dict_checked", "register_model", "create_model", "list_models", "model_config", "build_model", "save", "load",
            "MODEL_FILE", "CONFIG_FILE"]
 
 MODEL_FILE = "model.safetensors"
@@ -136,18 +136,26 @@ def save(model: nn.Module, path: str | os.PathLike) -> Path:
     config = _config_of(model)
     text = json.dumps(config, indent=2, sort_keys=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    _atomic_write(target, lambda tmp: save_file(tensors, tmp, metadata={_METADATA_KEY: text}))
-    _atomic_write(target.with_name(CONFIG_FILE) if target.name == MODEL_FILE else target.with_suffix(".json"),
-                  lambda tmp: Path(tmp).write_text(text + "\n"))
+    atomic_write(target, lambda tmp: save_file(tensors, tmp, metadata={_METADATA_KEY: text}))
+    atomic_write(target.with_name(CONFIG_FILE) if target.name == MODEL_FILE else target.with_suffix(".json"),
+                 lambda tmp: Path(tmp).write_text(text + "\n"))
     return target
 
 
-def _atomic_write(target: Path, write: Callable[[str], None]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+def atomic_write(target: str | os.PathLike, write: Callable[[str], None]) -> Path:
+    """Create ``target`` atomically: ``write(tmp_path)`` fills a temp file beside it, which is renamed over
+    ``target`` (with the usual umask permissions); on any error the temp file is removed."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
     os.close(fd)
     try:
         write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp files are private (0600)
         os.replace(tmp, target)
+        return target
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

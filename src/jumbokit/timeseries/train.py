@@ -18,8 +18,6 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -28,6 +26,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 from torch import nn
+
+from jumbokit.training.rundir import atomic_save_figure, atomic_write_text
 
 from .data import ClassificationData, SeriesSplit, load_dataset, load_raw
 from .models import PATCHTST_MODELS, max_patches, patch_geometry
@@ -309,40 +309,6 @@ def rank_models(rows: list[dict], models: Sequence[str]) -> dict[str, dict[str, 
 
 
 # ---------------------------------------------------------------- files
-def _readable(path: str) -> None:
-    """mkstemp files are private (0600); give finished files the usual permissions (umask applied)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        _readable(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _atomic_write_png(path: Path, fig) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        _readable(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _pct(value: float | None) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
 
@@ -425,8 +391,7 @@ def _plot(path: Path, rows: list[dict], models: Sequence[str]) -> None:
     ax.set_title("Best run (validation-selected) per dataset; dots: mean over the sweep")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", alpha=0.3)
-    _atomic_write_png(path, fig)
-    plt.close(fig)
+    atomic_save_figure(path, fig)
 
 
 def write_reports(out_dir: Path, rows: list[dict], ranks: dict[str, dict], models: Sequence[str],
@@ -444,11 +409,11 @@ def write_reports(out_dir: Path, rows: list[dict], ranks: dict[str, dict], model
     writer.writeheader()
     for r in rows:
         writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
-    _atomic_write_text(paths["results.csv"], buf.getvalue())
+    atomic_write_text(paths["results.csv"], buf.getvalue())
     payload = {"sweep": cfg.identity(), "lrs": list(lrs), "dropouts": list(dropouts), "models": list(models),
                "summary": rows, "ranks": ranks, "baselines": baselines, "dataset_seconds": dataset_seconds,
                "datasets": data_summaries, "runs": [asdict(r) for r in runs]}
-    _atomic_write_text(paths["results.json"], json.dumps(payload, indent=2, default=float) + "\n")
+    atomic_write_text(paths["results.json"], json.dumps(payload, indent=2, default=float) + "\n")
     epochs = cfg.epochs if cfg.epochs is not None else "100 (20 for Sleep, Tiselac, FaceDetection)"
     if cfg.protocol == "seed":
         protocol = "official test set split 50/50 (stratified) into validation and test"
@@ -483,7 +448,7 @@ def write_reports(out_dir: Path, rows: list[dict], ranks: dict[str, dict], model
                       f"{r['num_patches']} | {r['global_tokens']} | {r['best_lr']:g} / {r['best_dropout']:g} | "
                       f"{r['step_ms']:.1f} | {r['train_seconds']:.0f} |")
     md += ["", "![accuracy per dataset and model](accuracy.png)", ""]
-    _atomic_write_text(paths["report.md"], "\n".join(md))
+    atomic_write_text(paths["report.md"], "\n".join(md))
     _plot(paths["accuracy.png"], rows, models)
     return paths
 
@@ -556,7 +521,7 @@ def run_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, 
     if is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
         if not (out_dir / "sweep.json").exists():
-            _atomic_write_text(out_dir / "sweep.json", json.dumps(cfg.identity(), indent=2) + "\n")
+            atomic_write_text(out_dir / "sweep.json", json.dumps(cfg.identity(), indent=2) + "\n")
 
     grid = [(lr, do) for lr in lrs for do in dropouts]
     total = len(loaded) * len(models) * len(grid)
@@ -577,7 +542,7 @@ def run_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, 
                     bar.set_postfix_str(f"{name} {model} lr={lr:g} do={dropout:g}")
                     done = train_run(data, model, lr, dropout, cfg, accelerator=accelerator, cpu=cpu)
                     if is_main:
-                        _atomic_write_text(path, json.dumps(asdict(done), indent=1) + "\n")
+                        atomic_write_text(path, json.dumps(asdict(done), indent=1) + "\n")
                     accelerator.free_memory()
                 runs.append(done)
                 dataset_seconds[name] = dataset_seconds.get(name, 0.0) + done.wall_seconds
@@ -589,7 +554,7 @@ def run_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, 
             else:
                 bar.set_postfix_str(f"{name} minirocket")
                 baselines[name] = minirocket_baseline(data, seed=cfg.seed, data_dir=data_dir)
-                _atomic_write_text(path, json.dumps(baselines[name], indent=1) + "\n")
+                atomic_write_text(path, json.dumps(baselines[name], indent=1) + "\n")
     bar.close()
 
     rows = summarize(runs, baselines)

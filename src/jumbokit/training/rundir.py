@@ -11,9 +11,10 @@ import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
+
+from jumbokit.encoders import atomic_write
 
 CHECKPOINT_RE = re.compile(r"^(epoch|step)_(\d+)_(\d+)$")
 
@@ -37,20 +38,18 @@ def to_json(data: Any, indent: int | None = 2) -> str:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to a temp file next to ``path`` and rename it over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    return atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def atomic_save_figure(path: str | os.PathLike, fig, dpi: int = 120, close: bool = True) -> Path:
+    """Save a matplotlib figure atomically (PNG by the file's suffix), then close it."""
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+        return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, bbox_inches="tight"))
+    finally:
+        if close:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
