@@ -153,11 +153,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     run = RunDir(out, enabled=main_process)
     run_config = {
         "recipe": RECIPE, "checkpoint": str(checkpoint), "args": vars(args), "lr": lr, "data": train.info(),
-        "encoder_config": encoder.config, "feature_dim": probe.head[0].num_features,
+        "encoder_config": encoder.config, "feature_dim": probe.head.bn.num_features,
     }
     if main_process:
         print(f"linear probe of {checkpoint} ({encoder.config.get('global_tokens')} tokens, feature "
-              f"{args.feature!r}, {probe.head[0].num_features} dims) on {dataset}: {len(train)} train images, "
+              f"{args.feature!r}, {probe.head.bn.num_features} dims) on {dataset}: {len(train)} train images, "
               f"{args.optimizer} lr {lr:.3g}, {args.epochs} epochs, "
               f"{'cached features' if args.cache_features else 'augmented images'}")
 
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run.update_config(summary=summary)
         report = [f"# Linear probe of `{checkpoint}` on {dataset}", "",
                   f"Frozen encoder ({encoder.config.get('global_tokens')} global tokens), feature `{args.feature}` "
-                  f"({probe.head[0].num_features} dims), head BatchNorm1d(affine=False) + Linear, "
+                  f"({probe.head.bn.num_features} dims), head BatchNorm1d(affine=False) + Linear, "
                   f"{args.optimizer} lr {lr:.3g}, {args.epochs} epochs"
                   f"{', cached features' if args.cache_features else ''}.", "",
                   "## Accuracy (%)", "", markdown_table(rows, digits=4), ""]

@@ -19,9 +19,11 @@ import time
 from pathlib import Path
 
 import torch
+from accelerate.utils import extract_model_from_parallel
 from torch import nn
 
 import jumbokit
+from jumbokit.encoders.flops import count_params
 from jumbokit.data import SplitNotFoundError, build_dataset, make_loader, make_mixup
 from jumbokit.encoders import load_config, random_keep
 from jumbokit.training import (
@@ -122,12 +124,11 @@ class TokenDropLoss:
 
 def _num_patches(model: nn.Module, x: torch.Tensor) -> int:
     """Patch tokens of input ``x`` (B, C, H, W) (the input may differ from the configured img_size)."""
-    encoder = model.module if hasattr(model, "module") else model
-    tokenizer = getattr(encoder, "patch_embed", None)
-    if tokenizer is None or not hasattr(tokenizer, "patch_size"):
-        return int(encoder.num_patches)
-    ph, pw = tokenizer.patch_size if isinstance(tokenizer.patch_size, tuple) else (tokenizer.patch_size,) * 2
-    return -(-x.shape[-2] // ph) * -(-x.shape[-1] // pw)
+    tokenizer = getattr(extract_model_from_parallel(model), "patch_embed", None)
+    if not hasattr(tokenizer, "grid_for"):
+        return int(extract_model_from_parallel(model).num_patches)
+    grid_h, grid_w = tokenizer.grid_for(x.shape[-2], x.shape[-1])
+    return grid_h * grid_w
 
 
 def _build_splits(args, img_size: int | None, in_chans: int | None, progress: bool):
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
             return evaluate_classifier(m, eval_loaders["val"], prefix="val_")
 
     cfg = train_config_from_args(args)
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = count_params(model)
     if progress:
         print(f"model {model_name}: {n_params / 1e6:.2f}M params, {train.in_chans}x{train.img_size}px, "
               f"{train.num_classes} classes | data {args.dataset}: train {len(train)}"

@@ -16,7 +16,6 @@ from jumbokit.encoders.branches import (
     BranchedBlock,
     BranchedEncoder,
     build_branched_encoder,
-    build_collapsed_encoder,
     fold_layernorm_into_linear,
     join_lambda_at,
     join_schedule_value,
@@ -311,7 +310,7 @@ def test_collapsed_state_dict_loads_into_plain_encoder(tokenizer: str, tmp_path)
     model = branched(tiny_config(tokenizer, "jumbo", depth=6), 3)
     model.set_join(1.0)
     plain = model.reparameterize().eval()
-    rebuilt = build_collapsed_encoder(model.collapsed_config()).eval()
+    rebuilt = Encoder(**model.collapsed_config()).eval()
     rebuilt.load_state_dict(plain.state_dict())  # strict
     assert set(plain.state_dict()) == set(rebuilt.state_dict())
     assert all(k.startswith(("blocks.", "patch_embed.", "pos_embed", "jumbo_", "norm", "fc_norm", "head"))

@@ -50,8 +50,8 @@ def test_probe_training_leaves_encoder_unchanged(optimizer):
     for name in before:
         assert torch.equal(before[name], after[name]), f"encoder tensor {name} changed"
     assert all(not p.requires_grad for p in encoder.parameters())
-    assert not torch.equal(head_before["1.weight"], probe.head[1].weight)
-    assert probe.head[0].running_mean.abs().sum() > 0  # the head's BatchNorm does learn statistics
+    assert not torch.equal(head_before["fc.weight"], probe.head.fc.weight)
+    assert probe.head.bn.running_mean.abs().sum() > 0  # the head's BatchNorm does learn statistics
 
 
 def test_frozen_encoder_is_deterministic_in_train_mode():

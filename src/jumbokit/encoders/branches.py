@@ -53,7 +53,6 @@ __all__ = [
     "BranchedBlock",
     "BranchedEncoder",
     "build_branched_encoder",
-    "build_collapsed_encoder",
     "reparameterize",
     "fold_layernorm_into_linear",
     "collapsed_config",
@@ -642,7 +641,7 @@ class BranchedEncoder(Encoder):
             if isinstance(block, BranchedBlock):
                 _check_joined(block)
         config = self.collapsed_config(qk_form)
-        plain = build_collapsed_encoder(config)
+        plain = Encoder(**config)
         state = {k: v for k, v in self.state_dict().items() if not k.startswith("blocks.")}
         for i, block in enumerate(self.blocks):
             if isinstance(block, BranchedBlock):
@@ -675,23 +674,7 @@ def collapsed_config(config: dict, branches: int, join_values: bool = True, qk_f
     return out
 
 
-def build_collapsed_encoder(config: dict) -> nn.Module:
-    """A plain encoder from a collapsed config (``qk_dim`` / ``v_dim`` keys as in :func:`collapsed_config`)."""
-    return Encoder(**config)
-
-
-def build_branched_encoder(
-    config: dict,
-    branches: int = 2,
-    join_schedule: str | Callable[[float], float] = "linear",
-    join_warmup_steps: int = 10_000,
-    join_start_step: int = 0,
-    diversity_weight: float = 0.0,
-    join_values: bool = True,
-    join_rescale: bool = True,
-    join_lambda: float = 0.0,
-    collapsed: dict | None = None,
-) -> nn.Module:
+def build_branched_encoder(config: dict, branches: int = 2, **join_options) -> nn.Module:
     """Progressive-join training form of an L-layer encoder config: L/``branches`` blocks of ``branches``.
 
     join_schedule: "linear" | "cosine" | "exp" | "sqrt" or a callable t -> lambda over t in [0, 1];
@@ -700,15 +683,9 @@ def build_branched_encoder(
     uses 0.05); the weighted term is left in ``model.aux_loss`` after each training forward.
     join_values: route (b), join the value activations too (default; values stay one branch wide after the
     collapse); False = route (a), only logits joined, collapsed value heads n times wider.
-    collapsed: used by ``jumbokit.load`` to rebuild a saved collapsed model ({"qk_dim", "v_dim"}).
+    The options and their defaults are those of :class:`BranchedEncoder`.
     """
-    if collapsed is not None:
-        return build_collapsed_encoder({**config, **collapsed})
-    return BranchedEncoder(
-        dict(config), branches, join_schedule=join_schedule, join_warmup_steps=join_warmup_steps,
-        join_start_step=join_start_step, diversity_weight=diversity_weight, join_values=join_values,
-        join_rescale=join_rescale, join_lambda=join_lambda,
-    )
+    return BranchedEncoder(dict(config), branches, **join_options)
 
 
 def reparameterize(model: nn.Module, qk_form: str = "auto") -> nn.Module:

@@ -1,43 +1,7 @@
 """Self-supervised pretraining and probing: MAE around any image encoder, linear probes on frozen features."""
 
-from .linear_probe import (
-    FEATURE_KINDS,
-    LinearProbe,
-    build_probe_optimizer,
-    evaluate_head,
-    extract_features,
-    make_probe_head,
-    probe_feature_dim,
-    topk_accuracy,
-    train_head_on_features,
-)
-from .mae import (
-    MAEOutput,
-    MaskedAutoencoder,
-    masked_patch_loss,
-    normalize_patches,
-    num_visible,
-    patchify,
-    random_masking,
-    unpatchify,
-)
+from . import linear_probe, mae
+from .linear_probe import *  # noqa: F401,F403  (the names in linear_probe.__all__)
+from .mae import *  # noqa: F401,F403  (the names in mae.__all__)
 
-__all__ = [
-    "MaskedAutoencoder",
-    "MAEOutput",
-    "num_visible",
-    "random_masking",
-    "patchify",
-    "unpatchify",
-    "normalize_patches",
-    "masked_patch_loss",
-    "LinearProbe",
-    "FEATURE_KINDS",
-    "make_probe_head",
-    "probe_feature_dim",
-    "extract_features",
-    "build_probe_optimizer",
-    "train_head_on_features",
-    "evaluate_head",
-    "topk_accuracy",
-]
+__all__ = [*mae.__all__, *linear_probe.__all__]

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from jumbokit.encoders import Encoder
+from jumbokit.heads import ProbeHead, select_feature
 
 __all__ = [
     "FEATURE_KINDS",
@@ -48,23 +49,20 @@ def probe_feature_dim(encoder: Encoder, feature: str = "token") -> int:
     return int(encoder.num_features if feature == "token" else encoder.embed_dim)
 
 
-def make_probe_head(in_features: int, num_classes: int) -> nn.Sequential:
-    """MAE's probe head: BatchNorm1d without affine (eps 1e-6) + Linear (weights ~ N(0, 0.01), bias 0)."""
+_SOURCES = {"token": "pooled", "avg": "patch_mean"}  # probe flag -> jumbokit.heads feature source
+
+
+def make_probe_head(in_features: int, num_classes: int) -> ProbeHead:
+    """MAE's probe head (``jumbokit.heads.ProbeHead``): BatchNorm1d without affine + Linear."""
     if num_classes < 1:
         raise ValueError(f"a probe needs num_classes >= 1, got {num_classes}")
-    linear = nn.Linear(in_features, num_classes)
-    nn.init.trunc_normal_(linear.weight, std=0.01)
-    nn.init.zeros_(linear.bias)
-    return nn.Sequential(nn.BatchNorm1d(in_features, affine=False, eps=1e-6), linear)
+    return ProbeHead(in_features, num_classes)
 
 
 def encoder_features(encoder: Encoder, images: torch.Tensor, feature: str = "token") -> torch.Tensor:
     """(B, C, H, W) -> (B, F) frozen features: the pooled plug-in feature or the mean final patch token."""
     _check_feature_kind(feature)
-    out = encoder.forward_features(images)
-    if feature == "avg":
-        return out.patches.mean(dim=1)
-    return out.feature
+    return select_feature(encoder.forward_features(images), _SOURCES[feature])
 
 
 class LinearProbe(nn.Module):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
+from accelerate.utils import extract_model_from_parallel
 from torch import nn
 
 from .config import TrainConfig
@@ -455,7 +456,7 @@ def classification_loss(
         logits = forward(model, x) if forward is not None else model(x)
         loss = criterion(logits, target)
         logs: dict[str, float] = {}
-        aux = getattr(_unwrap(model), "aux_loss", None)
+        aux = getattr(extract_model_from_parallel(model), "aux_loss", None)
         if isinstance(aux, torch.Tensor):
             loss = loss + aux
             logs["aux_loss"] = float(aux.detach())
@@ -464,9 +465,3 @@ def classification_loss(
         return loss, logs
 
     return loss_fn
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    while hasattr(model, "module") and isinstance(model.module, nn.Module):
-        model = model.module
-    return getattr(model, "_orig_mod", model)
