@@ -186,6 +186,17 @@ def _scalar_logs(logs: dict[str, Any] | None) -> dict[str, float]:
     return out
 
 
+def _step_logs(logs: dict[str, Any] | None) -> dict[str, torch.Tensor | float]:
+    """Per-step logs kept as detached device tensors (no host sync); plain numbers pass through."""
+    out: dict[str, torch.Tensor | float] = {}
+    for k, v in (logs or {}).items():
+        if isinstance(v, torch.Tensor):
+            out[k] = v.detach().float().mean()
+        elif isinstance(v, (bool, int, float)):
+            out[k] = float(v)
+    return out
+
+
 class _Counters:
     """Optimizer step / epoch / micro-batch position, saved as ``trainer_state.json`` in each checkpoint."""
 
@@ -354,14 +365,15 @@ def fit(
                 acc.backward(loss)
                 if acc.sync_gradients and cfg.grad_clip:
                     grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                    window["grad_norm"] += float(grad_norm)
+                    window["grad_norm"] += grad_norm.detach().float()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
             counters.batch_in_epoch += 1
             epoch_loss += loss.detach().float()
             epoch_batches += 1
-            window["loss"] += float(loss.detach())
-            for k, v in _scalar_logs(logs).items():
+            # accumulate on the device: reading values back every micro-batch would stall an accelerator
+            window["loss"] += loss.detach().float()
+            for k, v in _step_logs(logs).items():
                 window[k] += v
             window_n += 1
             if not acc.sync_gradients:
@@ -372,7 +384,9 @@ def fit(
                 means = {k: v / window_n for k, v in window.items()}
                 if cfg.grad_clip and "grad_norm" in window:
                     means["grad_norm"] = window["grad_norm"] / max(1, window_n // cfg.grad_accum)
-                reduced = acc.reduce(torch.tensor(list(means.values()), device=acc.device), "mean").tolist()
+                stacked = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=acc.device).reshape(())
+                                       for v in means.values()])
+                reduced = acc.reduce(stacked, "mean").tolist()
                 record = {"kind": "train", "epoch": epoch + counters.batch_in_epoch / batches,
                           "step": counters.step, "lr": lr, **dict(zip(means, reduced))}
                 if run is not None:
@@ -447,7 +461,7 @@ def classification_loss(
         else:
             criterion = nn.CrossEntropyLoss()
 
-    def loss_fn(model: nn.Module, batch) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss_fn(model: nn.Module, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         x, y = batch[0], batch[1]
         if mixup is not None:
             x, target = mixup(x, y)
@@ -455,13 +469,13 @@ def classification_loss(
             target = y
         logits = forward(model, x) if forward is not None else model(x)
         loss = criterion(logits, target)
-        logs: dict[str, float] = {}
+        logs: dict[str, torch.Tensor] = {}
         aux = getattr(extract_model_from_parallel(model), "aux_loss", None)
         if isinstance(aux, torch.Tensor):
             loss = loss + aux
-            logs["aux_loss"] = float(aux.detach())
+            logs["aux_loss"] = aux.detach()
         if mixup is None:
-            logs["acc"] = float((logits.detach().argmax(-1) == y).float().mean())
+            logs["acc"] = (logits.detach().argmax(-1) == y).float().mean()
         return loss, logs
 
     return loss_fn
