@@ -157,19 +157,14 @@ def resolve_resume(resume: str | os.PathLike | None, out_dir: str | os.PathLike 
 
 
 def save_final_model(model: nn.Module, out_dir: Path) -> Path:
-    """``model.safetensors`` + ``model_config.json`` (``jumbokit.save``); plain modules get weights only."""
-    from jumbokit.encoders import save
+    """``model.safetensors`` + ``model_config.json`` (``jumbokit.save``); other modules get weights only."""
+    from safetensors.torch import save_model
 
-    try:
+    from jumbokit.encoders import Encoder, atomic_write, save
+
+    if isinstance(model, Encoder) or hasattr(model, "saved_config"):
         return save(model, out_dir)
-    except TypeError:
-        from safetensors.torch import save_model
-
-        target = out_dir / "model.safetensors"
-        tmp = out_dir / ".model.safetensors.tmp"
-        save_model(model, str(tmp))
-        os.replace(tmp, target)
-        return target
+    return atomic_write(Path(out_dir) / "model.safetensors", lambda tmp: save_model(model, tmp))
 
 
 def _scalar_logs(logs: dict[str, Any] | None) -> dict[str, float]:
