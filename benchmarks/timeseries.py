@@ -25,11 +25,11 @@ import torch
 
 from jumbokit.timeseries.data import load_dataset
 from jumbokit.timeseries.models import PATCHTST_MODELS
+from jumbokit.training.rundir import atomic_write_text
 from jumbokit.timeseries.train import (
     SWEEP_DROPOUTS,
     SWEEP_LRS,
     SweepConfig,
-    _atomic_write_text,
     build_model,
     format_summary,
     run_sweep,
@@ -60,8 +60,11 @@ def step_time_ms(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps
     return statistics.median(times)
 
 
-def measure_speed(datasets, patches: int, batch_size: int, steps: int, warmup: int, rounds: int) -> dict:
-    """{dataset: {model: ms}} with rounds interleaved across models (fairer on a shared machine)."""
+def measure_speed(datasets, patches: int, batch_size: int, steps: int, warmup: int, rounds: int,
+                  compile: bool = False) -> dict:
+    """{dataset: {model: ms}} with rounds interleaved across models (fairer on a shared machine).
+
+    compile: time ``torch.compile``-d models (the warm-up steps absorb the compilation)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = {}
     for name in datasets:
@@ -73,6 +76,8 @@ def measure_speed(datasets, patches: int, batch_size: int, steps: int, warmup: i
         for m in PATCHTST_MODELS:
             torch.manual_seed(0)
             models[m] = build_model(m, data, patches, dropout=0.1).to(device)
+            if compile:
+                models[m] = torch.compile(models[m])
         samples = {m: [] for m in PATCHTST_MODELS}
         for _ in range(rounds):
             for m in PATCHTST_MODELS:
@@ -80,7 +85,7 @@ def measure_speed(datasets, patches: int, batch_size: int, steps: int, warmup: i
         out[name] = {m: min(v) for m, v in samples.items()}
         out[name]["tokens"] = {m: int(models[m].num_patches + models[m].num_global_tokens) for m in PATCHTST_MODELS}
     return {"device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(0),
-            "batch_size": batch_size, "per_dataset": out}
+            "batch_size": batch_size, "compile": compile, "per_dataset": out}
 
 
 def main(argv=None) -> int:
@@ -88,6 +93,10 @@ def main(argv=None) -> int:
     parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated (default: the five bundled)")
     parser.add_argument("--patches", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=None, help="default: the protocol's 100")
+    parser.add_argument("--normalize", choices=("train", "instance", "none"), default="train",
+                        help="series normalisation (default: train-split channel statistics)")
+    parser.add_argument("--min-steps", type=int, default=0,
+                        help="at least this many optimizer steps per run (default: 0, the protocol's epochs)")
     parser.add_argument("--lr", default=None, help="comma-separated learning rates (default: the sweep's)")
     parser.add_argument("--dropout", default=None, help="comma-separated dropouts (default: the sweep's)")
     parser.add_argument("--seed", type=int, default=0)
@@ -98,6 +107,7 @@ def main(argv=None) -> int:
     parser.add_argument("--speed-steps", type=int, default=20)
     parser.add_argument("--speed-rounds", type=int, default=3)
     parser.add_argument("--speed-warmup", type=int, default=5)
+    parser.add_argument("--compile", action="store_true", help="time torch.compile-d models in the speed part")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
@@ -112,7 +122,8 @@ def main(argv=None) -> int:
                     "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
     lines = []
     if not args.speed_only:
-        cfg = SweepConfig(patches=args.patches, epochs=args.epochs, seed=args.seed)
+        cfg = SweepConfig(patches=args.patches, epochs=args.epochs, seed=args.seed, min_steps=args.min_steps,
+                          normalize=args.normalize)
         lrs = tuple(float(v) for v in args.lr.split(",")) if args.lr else SWEEP_LRS
         dropouts = tuple(float(v) for v in args.dropout.split(",")) if args.dropout else SWEEP_DROPOUTS
         start = time.perf_counter()
@@ -146,9 +157,11 @@ def main(argv=None) -> int:
         lines += [f"Best mean rank (best run): {best_rank}; PatchTST+Jumbo {ranks['patchtst_jumbo']['best']:.2f} "
                   f"(avg-run rank {ranks['patchtst_jumbo']['avg']:.2f})", ""]
     if not args.skip_speed:
-        speed = measure_speed(datasets, args.patches, 256, args.speed_steps, args.speed_warmup, args.speed_rounds)
+        speed = measure_speed(datasets, args.patches, 256, args.speed_steps, args.speed_warmup, args.speed_rounds,
+                              compile=args.compile)
         report["speed"] = speed
-        lines += [f"## Training step time (ms, batch 256, {speed['device']})", "",
+        compiled = ", torch.compile" if args.compile else ""
+        lines += [f"## Training step time (ms, batch 256, {speed['device']}{compiled})", "",
                   "| dataset | tokens (cls/reg/jumbo) | patchtst | patchtst_registers | patchtst_jumbo "
                   "| jumbo speed vs patchtst |",
                   "|---|---|---|---|---|---|"]
@@ -164,8 +177,8 @@ def main(argv=None) -> int:
         lines += ["", f"PatchTST+Jumbo step speed relative to PatchTST: geometric mean {geo:.2f}x, "
                       f"worst {min(ratios):.2f}x (target >= 0.95x)", ""]
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(out / "benchmark.json", json.dumps(report, indent=2, default=float) + "\n")
-    _atomic_write_text(out / "benchmark.md", "# Time-series benchmark\n\n" + "\n".join(lines) + "\n")
+    atomic_write_text(out / "benchmark.json", json.dumps(report, indent=2, default=float) + "\n")
+    atomic_write_text(out / "benchmark.md", "# Time-series benchmark\n\n" + "\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"wrote {out / 'benchmark.json'}, {out / 'benchmark.md'}")
     return 0

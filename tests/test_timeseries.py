@@ -42,8 +42,13 @@ def test_load_bundled(name, channels, equal, tmp_path):
         n = d.train.lengths[i]
         assert not np.isnan(d.train.x[i, :, :n]).any()
         assert np.isnan(d.train.x[i, :, n:]).all()
-    # per-instance, per-channel normalisation of observed steps
-    obs = d.train.x[0, :, : d.train.lengths[0]]
+    # default: each channel standardised with training-split statistics (observed steps only)
+    np.testing.assert_allclose(np.nanmean(d.train.x, axis=(0, 2)), 0, atol=1e-4)
+    train_std = np.nanstd(d.train.x, axis=(0, 2))
+    assert np.all((np.abs(train_std - 1) < 1e-3) | (train_std < 1e-3))
+    # per-instance, per-channel normalisation on request
+    inst = tsdata.load_dataset(name, data_dir=tmp_path, normalize="instance")
+    obs = inst.train.x[0, :, : inst.train.lengths[0]]
     np.testing.assert_allclose(obs.mean(-1), 0, atol=1e-4)
     assert np.all((np.abs(obs.std(-1) - 1) < 1e-3) | (obs.std(-1) < 1e-3))
     # labels decode back to the original strings
@@ -266,3 +271,45 @@ def test_save_load_roundtrip(tmp_path):
     x = torch.randn(2, 2, 50)
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), model(x))
+
+
+def test_min_steps_raises_epochs_of_small_sets():
+    from jumbokit.timeseries.train import SweepConfig
+
+    assert SweepConfig().epochs_for("GunPoint", steps_per_epoch=1) == 100
+    assert SweepConfig().epochs_for("Sleep", steps_per_epoch=50) == 20
+    cfg = SweepConfig(min_steps=1000)
+    assert cfg.epochs_for("GunPoint", steps_per_epoch=1) == 1000
+    assert cfg.epochs_for("JapaneseVowels", steps_per_epoch=2) == 500
+    assert cfg.epochs_for("Big", steps_per_epoch=30) == 100  # 100 * 30 steps already exceed min_steps
+
+
+def test_sweep_written_before_a_new_key_still_resumes(tmp_path):
+    import json
+
+    from jumbokit.timeseries.train import SweepConfig, SweepMismatchError, _check_out_dir
+
+    old = SweepConfig().identity()
+    del old["min_steps"]
+    (tmp_path / "sweep.json").write_text(json.dumps(old))
+    _check_out_dir(tmp_path, SweepConfig().identity())
+    with pytest.raises(SweepMismatchError, match="min_steps"):
+        _check_out_dir(tmp_path, SweepConfig(min_steps=500).identity())
+
+
+def test_train_statistics_never_see_the_test_split():
+    rng = np.random.default_rng(0)
+    train = rng.normal(5.0, 2.0, size=(20, 3, 16))
+    test = rng.normal(50.0, 9.0, size=(10, 3, 16))
+    test[0, 1, 8:] = np.nan
+    norm_train, norm_test = tsdata.normalize_splits(train, test, how="train")
+    scaler = tsdata.ChannelScaler.fit(train)
+    np.testing.assert_allclose(norm_test, (test - scaler.mean) / scaler.std, rtol=1e-5)
+    assert np.isnan(norm_test[0, 1, 8:]).all() and not np.isnan(norm_test[0, 1, :8]).any()
+    assert np.nanmean(norm_test) > 10  # the test split's shifted level survives (not re-centred)
+    constant = np.ones((4, 2, 5))
+    np.testing.assert_array_equal(tsdata.ChannelScaler.fit(constant).transform(constant), 0)
+    with pytest.raises(ValueError, match="expected one of train, instance, none"):
+        tsdata.normalize_splits(train, how="global")
+    with pytest.raises(ValueError, match="3 channel"):
+        scaler.transform(np.zeros((1, 2, 16)))

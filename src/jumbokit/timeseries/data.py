@@ -30,7 +30,10 @@ __all__ = [
     "local_datasets",
     "load_raw",
     "pad_series",
+    "NORMALIZATIONS",
+    "ChannelScaler",
     "normalize_instances",
+    "normalize_splits",
     "check_series",
     "encode_labels",
     "stratified_half_split",
@@ -38,6 +41,7 @@ __all__ = [
 ]
 
 ARCHIVES = ("UCR", "UEA")
+NORMALIZATIONS = ("train", "instance", "none")
 
 
 class DatasetNotFoundError(ValueError):
@@ -233,14 +237,54 @@ def check_series(x: np.ndarray, what: str = "series") -> None:
 def normalize_instances(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
     """RevIN-style normalisation of each series and channel by its own observed mean and std.
 
-    x: (n, C, L) with NaN for missing/padded steps (kept NaN). Uses no statistics of other series,
-    so nothing leaks between splits.
+    x: (n, C, L) with NaN for missing/padded steps (kept NaN). Uses no statistics of other series, so
+    nothing leaks between splits, but each series' level and amplitude are lost to the model.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=RuntimeWarning)
         mean = np.nanmean(x, axis=-1, keepdims=True)
         std = np.nanstd(x, axis=-1, keepdims=True)
     return ((x - mean) / (std + eps)).astype(np.float32)
+
+
+@dataclass
+class ChannelScaler:
+    """Per-channel standardisation with statistics of the training split only.
+
+    Keeps differences in level and amplitude between series (which per-instance normalisation removes,
+    and which carry the class in sets such as JapaneseVowels and BasicMotions). mean, std: (1, C, 1).
+    """
+
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def fit(cls, x: np.ndarray, eps: float = 1e-5) -> "ChannelScaler":
+        """x: (n, C, L), NaN = missing/padded (ignored)."""
+        mean = np.nanmean(x, axis=(0, 2), keepdims=True)
+        std = np.nanstd(x, axis=(0, 2), keepdims=True)
+        std = np.where(std > eps, std, 1.0)  # constant channels are only centred
+        return cls(mean.astype(np.float64), std.astype(np.float64))
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        if x.shape[1] != self.mean.shape[1]:
+            raise ValueError(f"expected series with {self.mean.shape[1]} channel(s) (as in training), "
+                             f"got {x.shape[1]}")
+        return ((x - self.mean) / self.std).astype(np.float32)
+
+
+def normalize_splits(train: np.ndarray, *others: np.ndarray, how: str = "train") -> list[np.ndarray]:
+    """Normalise (n, C, L) arrays: ``"train"`` = per-channel statistics of ``train`` applied to every split;
+    ``"instance"`` = each series by its own statistics (:func:`normalize_instances`); ``"none"`` = as is."""
+    if how not in NORMALIZATIONS:
+        raise ValueError(f"unknown normalisation {how!r}; expected one of {', '.join(NORMALIZATIONS)}")
+    arrays = (train, *others)
+    if how == "instance":
+        return [normalize_instances(a) for a in arrays]
+    if how == "none":
+        return [a.astype(np.float32) for a in arrays]
+    scaler = ChannelScaler.fit(train)
+    return [scaler.transform(a) for a in arrays]
 
 
 def encode_labels(train_labels: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -333,14 +377,19 @@ def _lengths(series: np.ndarray | list[np.ndarray]) -> np.ndarray:
 
 
 def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_dir: str | Path | None = None,
-                 download: bool = True) -> ClassificationData:
-    """Load a UCR/UEA dataset, pad to its longest series, normalise per instance/channel, encode labels.
+                 download: bool = True, normalize: str = "train") -> ClassificationData:
+    """Load a UCR/UEA dataset, pad to its longest series, normalise, encode labels.
+
+    normalize: ``"train"`` (default) standardises each channel with statistics of the training split only;
+    ``"instance"`` normalises each series and channel by its own statistics (RevIN-style); ``"none"``.
 
     protocol: "seed" splits the official test set 50/50 (stratified, ``split_seed``) into validation and
     test halves; "official" uses the official test set for both (selection on it is optimistic).
     """
     if protocol not in ("seed", "official"):
         raise ValueError(f"expected protocol 'seed' or 'official', got {protocol!r}")
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"unknown normalisation {normalize!r}; expected one of {', '.join(NORMALIZATIONS)}")
     x_train_raw, y_train_raw = load_raw(name, "train", data_dir, download)
     x_test_raw, y_test_raw = load_raw(name, "test", data_dir, download)
     train_len, test_len = _lengths(x_train_raw), _lengths(x_test_raw)
@@ -356,7 +405,7 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     if len(classes) < 2:
         raise ValueError(f"{name}: expected at least 2 classes in the training split, got 1 "
                          f"({classes[0]!r}); classification needs two or more")
-    x_train, x_test = normalize_instances(x_train), normalize_instances(x_test)
+    x_train, x_test = normalize_splits(x_train, x_test, how=normalize)
     train = SeriesSplit(x_train, y_train, train_len)
     if protocol == "seed":
         val_idx, test_idx = stratified_half_split(y_test, split_seed)
@@ -367,5 +416,6 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
         val_idx = test_idx = None
     missing = bool(np.isnan(x_train).any() or np.isnan(x_test).any())
     meta = {"equal_length": bool(train_len.min() == test_len.min() == length), "missing_or_padded": missing,
-            "min_length": int(min(train_len.min(), test_len.min())), "max_length": length}
+            "min_length": int(min(train_len.min(), test_len.min())), "max_length": length,
+            "normalize": normalize}
     return ClassificationData(name, train, val, test, classes, protocol, meta, val_idx, test_idx)

@@ -5,7 +5,8 @@
     clf.predict(X_test); clf.predict_proba(X_test)
 
 Unequal-length collections (lists of (C, L_i) arrays) and missing values (NaN) are padded/masked,
-never truncated; each series is normalised by its own statistics (per channel) before the encoder.
+never truncated; channels are standardised with the training data's statistics (``normalize="train"``,
+kept in ``scaler_``) or each series by its own (``normalize="instance"``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from aeon.classification.base import BaseClassifier
 
-from .data import check_series, normalize_instances, pad_series
+from .data import NORMALIZATIONS, ChannelScaler, check_series, normalize_instances, pad_series
 from .models import PATCHTST_MODELS
 
 __all__ = ["PatchTSTClassifier"]
@@ -38,6 +39,9 @@ class PatchTSTClassifier(BaseClassifier):
     dropout : float, default=0.1
     batch_size : int, default=256
     weight_decay : float, default=0.02
+    normalize : str, default="train"
+        ``"train"``: per-channel mean/std of the training data, applied at prediction too; ``"instance"``:
+        each series and channel by its own statistics (RevIN-style; drops level and amplitude); ``"none"``.
     random_state : int or None, default=None
         Seed of initialisation and data order; None draws one.
     verbose : bool, default=False
@@ -55,7 +59,7 @@ class PatchTSTClassifier(BaseClassifier):
     }
 
     def __init__(self, model: str = "patchtst_jumbo", patches: int = 8, epochs: int = 100, lr: float = 1e-3,
-                 dropout: float = 0.1, batch_size: int = 256, weight_decay: float = 0.02,
+                 dropout: float = 0.1, batch_size: int = 256, weight_decay: float = 0.02, normalize: str = "train",
                  random_state: int | None = None, verbose: bool = False) -> None:
         self.model = model
         self.patches = patches
@@ -64,6 +68,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.dropout = dropout
         self.batch_size = batch_size
         self.weight_decay = weight_decay
+        self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
         super().__init__()
@@ -75,9 +80,12 @@ class PatchTSTClassifier(BaseClassifier):
 
         if self.model not in PATCHTST_MODELS:
             raise ValueError(f"expected model to be one of {PATCHTST_MODELS}, got {self.model!r}")
+        if self.normalize not in NORMALIZATIONS:
+            raise ValueError(f"expected normalize to be one of {NORMALIZATIONS}, got {self.normalize!r}")
         x = pad_series(X)
         check_series(x, "X")
-        x = normalize_instances(x)
+        self.scaler_ = ChannelScaler.fit(x) if self.normalize == "train" else None
+        x = self._normalized(x)
         codes = np.array([self._class_dictionary[v] for v in y], dtype=np.int64)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
         self.seq_len_ = int(x.shape[2])
@@ -107,8 +115,13 @@ class PatchTSTClassifier(BaseClassifier):
                           f"({self.seq_len_}); the model sees more patches than in training", stacklevel=2)
         x = pad_series(X, max(longest, self.seq_len_))
         check_series(x, "X")
-        x = normalize_instances(x)
+        x = self._normalized(x)
         return predict_proba(self.network_, x, batch_size=int(self.batch_size))
+
+    def _normalized(self, x: np.ndarray) -> np.ndarray:
+        if self.normalize == "train":
+            return self.scaler_.transform(x)
+        return normalize_instances(x) if self.normalize == "instance" else x.astype(np.float32)
 
     def _predict(self, X) -> np.ndarray:
         proba = self._predict_proba(X)

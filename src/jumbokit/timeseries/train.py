@@ -60,6 +60,9 @@ LARGE_DATASETS = frozenset({"Sleep", "Tiselac", "FaceDetection"})  # trained for
 BASELINES = ("minirocket",)
 
 
+LEGACY_SWEEP_KEYS = {"normalize": "instance", "min_steps": 0}
+
+
 class SweepMismatchError(ValueError):
     """The output directory holds results of a sweep defined differently."""
 
@@ -78,11 +81,13 @@ class SweepConfig:
     protocol: str = "seed"
     split_seed: int = 0
     mixed_precision: str = "no"
+    normalize: str = "train"  # see jumbokit.timeseries.data.load_dataset
+    min_steps: int = 0  # raise the epochs of small sets so every run takes at least this many optimizer steps
 
-    def epochs_for(self, dataset: str) -> int:
-        if self.epochs is not None:
-            return int(self.epochs)
-        return 20 if dataset in LARGE_DATASETS else 100
+    def epochs_for(self, dataset: str, steps_per_epoch: int = 1) -> int:
+        """The protocol's epochs (100; 20 for the largest sets), raised to reach ``min_steps`` steps."""
+        epochs = int(self.epochs) if self.epochs is not None else (20 if dataset in LARGE_DATASETS else 100)
+        return max(epochs, math.ceil(self.min_steps / max(1, steps_per_epoch)))
 
     def identity(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,8 +183,8 @@ def train_run(data: ClassificationData, model_name: str, lr: float, dropout: flo
     wall_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     model = build_model(model_name, data, cfg.patches, dropout)
-    epochs = cfg.epochs_for(data.name)
     loader = series_loader(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed)
+    epochs = cfg.epochs_for(data.name, len(loader))
     tcfg = train_config(cfg, lr, epochs, progress=progress, cpu=cpu)
     start = time.perf_counter()
     result = fit(model, loader, classification_loss(), tcfg, accelerator=accelerator)
@@ -415,10 +420,14 @@ def write_reports(out_dir: Path, rows: list[dict], ranks: dict[str, dict], model
                "datasets": data_summaries, "runs": [asdict(r) for r in runs]}
     atomic_write_text(paths["results.json"], json.dumps(payload, indent=2, default=float) + "\n")
     epochs = cfg.epochs if cfg.epochs is not None else "100 (20 for Sleep, Tiselac, FaceDetection)"
+    if cfg.min_steps:
+        epochs = f"{epochs}, raised to reach at least {cfg.min_steps} steps"
     if cfg.protocol == "seed":
         protocol = "official test set split 50/50 (stratified) into validation and test"
     else:
         protocol = "official train/test (selection on the test set: optimistic)"
+    protocol += {"train": "; channels standardised with training-split statistics",
+                 "instance": "; each series normalised by its own statistics", "none": ""}[cfg.normalize]
     md = [
         "# Time-series classification (PatchTST family)",
         "",
@@ -458,7 +467,10 @@ def _check_out_dir(out_dir: Path, identity: dict[str, Any]) -> None:
     sweep_file = out_dir / "sweep.json"
     if sweep_file.exists():
         stored = json.loads(sweep_file.read_text())
-        diff = {k: (stored.get(k), v) for k, v in identity.items() if stored.get(k) != v}
+        # keys added after a sweep was written: what those sweeps did (series were normalised per instance)
+        defaults = {**SweepConfig().identity(), **LEGACY_SWEEP_KEYS}
+        diff = {k: (stored.get(k, defaults.get(k)), v) for k, v in identity.items()
+                if stored.get(k, defaults.get(k)) != v}
         if diff:
             desc = ", ".join(f"{k}: {a!r} there vs {b!r} now" for k, (a, b) in diff.items())
             raise SweepMismatchError(f"{out_dir} holds results of a different sweep ({desc}); pass another --out "
@@ -502,7 +514,8 @@ def run_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, 
 
     loaded: dict[str, ClassificationData] = {}
     for name in datasets:
-        data = load_dataset(name, protocol=cfg.protocol, split_seed=cfg.split_seed, data_dir=data_dir)
+        data = load_dataset(name, protocol=cfg.protocol, split_seed=cfg.split_seed, data_dir=data_dir,
+                            normalize=cfg.normalize)
         try:
             check_patches(data, cfg.patches)
         except ValueError as err:
