@@ -42,8 +42,8 @@ from jumbokit.training import (
 )
 
 DEFAULT_MODEL = "vit_tiny_jumbo"
-DEFAULT_EPOCHS = 10
-SMALL_IMAGE_PATCH = 4  # patch size used for images up to 64 px (digits at 32 px -> 8x8 = 64 patches)
+DEFAULT_EPOCHS = 30
+SMALL_IMAGE_GRID = 4  # images up to 64 px are cut into a 4x4 grid (digits at 32 px -> patch 8, 16 patches)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
-    add_common_args(parser, model=None, epochs=DEFAULT_EPOCHS, batch_size=32, lr=5e-4, weight_decay=0.05,
+    add_common_args(parser, model=None, epochs=DEFAULT_EPOCHS, batch_size=32, lr=1e-3, weight_decay=0.05,
                     warmup_epochs=1.0, grad_clip=1.0)
     model = parser.add_argument_group("model")
     model.add_argument("--model", default=None,
@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start from saved weights (run dir or .safetensors); the head is replaced when the "
                             "number of classes differs")
     model.add_argument("--patch-size", type=int, default=None,
-                       help=f"patch size (default: {SMALL_IMAGE_PATCH} for images <= 64 px, else the model's)")
+                       help=f"patch size (default: img_size / {SMALL_IMAGE_GRID} for images <= 64 px, e.g. 8 at 32 "
+                            "px; else the model's)")
     model.add_argument("--drop-path", type=float, default=0.0, help="stochastic depth rate (default: %(default)s)")
     model.add_argument("--branches", type=int, default=1,
                        help="progressive-join branches per block (> 1 trains the multi-branch form)")
@@ -152,7 +153,7 @@ def _build_model(args, num_classes: int, img_size: int, in_chans: int) -> tuple[
             model.reset_classifier(num_classes)
         return model, f"init:{args.init}"
     name = args.model or DEFAULT_MODEL
-    patch = args.patch_size or (SMALL_IMAGE_PATCH if img_size <= 64 else None)
+    patch = args.patch_size or (max(1, img_size // SMALL_IMAGE_GRID) if img_size <= 64 else None)
     kwargs = dict(img_size=img_size, in_chans=in_chans, num_classes=num_classes, drop_path_rate=args.drop_path)
     if patch is not None:
         kwargs["patch_size"] = patch

@@ -134,7 +134,7 @@ def test_branch_flags_reach_create_model_only_when_branching(recipe, monkeypatch
                                              "--join-warmup-steps", "7"])
     recipe._build_model(args, num_classes=10, img_size=32, in_chans=1)
     assert seen["branches"] == 2 and seen["join_schedule"] == "cosine" and seen["join_warmup_steps"] == 7
-    assert seen["patch_size"] == 4 and seen["name"] == "vit_tiny_jumbo"
+    assert seen["patch_size"] == 8 and seen["name"] == "vit_tiny_jumbo"  # 32 px -> a 4x4 grid
     seen.clear()
     recipe._build_model(recipe.build_parser().parse_args([]), num_classes=10, img_size=224, in_chans=3)
     assert "branches" not in seen and "patch_size" not in seen

@@ -201,3 +201,24 @@ def test_tstrain_with_minirocket(tmp_path):
     assert cli.main(tiny(out, "--baseline", "minirocket", "--model", "patchtst_jumbo")) == 0
     report = json.loads((out / "results.json").read_text())
     assert "minirocket" in {r["model"] for r in report["summary"]}
+
+
+def test_estimator_keeps_level_information_with_train_statistics():
+    """Classes that differ only in level: train-split standardisation keeps it, per-instance drops it."""
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.array(["low", "high"]), 24)
+
+    def draw():
+        return rng.normal(size=(48, 1, 16)) + np.where(y == "high", 4.0, 0.0)[:, None, None]
+
+    X, X_new = draw(), draw()
+    scores = {}
+    for how in ("train", "instance"):
+        clf = PatchTSTClassifier(model="patchtst", patches=4, epochs=30, lr=3e-3, batch_size=16,
+                                 normalize=how, random_state=0).fit(X, y)
+        scores[how] = float((clf.predict(X_new) == y).mean())
+    assert scores["train"] == 1.0 and scores["instance"] < 0.75, scores
+    with pytest.raises(ValueError, match="normalize"):
+        PatchTSTClassifier(normalize="global", epochs=1).fit(X, y)

@@ -76,7 +76,9 @@ class PatchTSTClassifier(BaseClassifier):
     # ------------------------------------------------------------------ aeon hooks
     def _fit(self, X, y):
         from ..encoders import create_model
-        from ..training import TrainConfig, classification_loss, fit
+        from ..training import classification_loss, fit
+        from .data import SeriesSplit
+        from .train import SweepConfig, series_loader, train_config
 
         if self.model not in PATCHTST_MODELS:
             raise ValueError(f"expected model to be one of {PATCHTST_MODELS}, got {self.model!r}")
@@ -94,12 +96,10 @@ class PatchTSTClassifier(BaseClassifier):
             warnings.simplefilter("always" if self.verbose else "ignore")
             net = create_model(self.model, num_classes=self.n_classes_, in_chans=int(x.shape[1]),
                                seq_len=self.seq_len_, patches=int(self.patches), drop_rate=float(self.dropout))
-        dataset = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(codes))
-        loader = torch.utils.data.DataLoader(dataset, batch_size=int(self.batch_size), shuffle=True,
-                                             generator=torch.Generator().manual_seed(seed))
-        cfg = TrainConfig(epochs=int(self.epochs), lr=float(self.lr), weight_decay=float(self.weight_decay),
-                          warmup_fraction=0.1, min_lr=min(1e-8, float(self.lr)), schedule="cosine", seed=seed,
-                          checkpoint_every=0, progress=bool(self.verbose), save_model=False)
+        split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
+        loader = series_loader(split, int(self.batch_size), shuffle=True, seed=seed)
+        protocol = SweepConfig(batch_size=int(self.batch_size), weight_decay=float(self.weight_decay), seed=seed)
+        cfg = train_config(protocol, float(self.lr), int(self.epochs), progress=bool(self.verbose))
         result = fit(net, loader, classification_loss(), cfg)
         self.network_ = result.model.eval()
         self.history_ = result.history
