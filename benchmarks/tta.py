@@ -45,6 +45,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--recipe-args", default="", help="extra flags for recipes/sar_adapt.py, e.g. "
                                                      "'--sar-reset-constant 0.1' (one string)")
     p.add_argument("--collect-only", action="store_true", help="only aggregate existing summary.json files")
+    p.add_argument("--redo", action="store_true",
+                   help="rerun stages whose folder already holds a summary.json (default: skip them, so an "
+                        "interrupted benchmark resumes)")
     return p.parse_args(argv)
 
 
@@ -80,8 +83,13 @@ def main(argv=None) -> int:
     if not args.collect_only:
         from tqdm.auto import tqdm
 
+        done = [j for j in jobs if (j[3] / "summary.json").is_file() and not args.redo]
+        for *_, folder in done:
+            print(f"{folder}: done before, skipped (--redo reruns it)")
+        jobs_to_run = [j for j in jobs if j not in done]
+
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = [pool.submit(run_one, c, s, sev, args, o) for c, s, sev, o in jobs]
+            futures = [pool.submit(run_one, c, s, sev, args, o) for c, s, sev, o in jobs_to_run]
             for fut in tqdm(futures, desc="tta runs"):
                 folder, code, seconds = fut.result()
                 status = "ok" if code == 0 else f"FAILED (exit {code}, see {folder}/log.txt)"

@@ -67,33 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{'encoder': {'dim': 96}} -> {'encoder.dim': 96}."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def check_resume_config(out: Path, current: dict[str, Any]) -> None:
-    """Refuse to resume a run of ``out`` that was trained with another model config (names the differences)."""
+    """Refuse, before anything is written, to resume a run of ``out`` trained with another model config."""
+    from jumbokit.training import config_differences
+
     config_file = out / "config.json"
-    if not config_file.exists():
-        return
-    saved = json.loads(config_file.read_text()).get("model_config")
-    if not saved:
-        return
-    regularisation = {"encoder.drop_rate", "encoder.attn_drop_rate", "encoder.drop_path_rate"}
-    a, b = flatten(saved), flatten(json.loads(json.dumps(current)))
-    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in regularisation)
-    if diff:
-        shown = "; ".join(f"{k}: run {a.get(k)!r} vs now {b.get(k)!r}" for k in diff[:6])
-        more = f" (+{len(diff) - 6} more)" if len(diff) > 6 else ""
-        raise ValueError(f"cannot resume {out}: it was trained with a different model config ({shown}{more}); "
-                         f"pass the same model flags, or use a new --out")
+    saved = json.loads(config_file.read_text()).get("model_config") if config_file.exists() else None
+    differences = config_differences(saved, current) if saved else []
+    if differences:
+        raise ValueError(f"cannot resume {out}: it was trained with a different model config "
+                         f"({'; '.join(differences)}); pass the same model flags, or use a new --out")
 
 
 def build_mae(args: argparse.Namespace, in_chans: int, img_size: int):

@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--max-samples", type=int, default=None, help="seeded subset of the clean split (quick runs)")
     data.add_argument("--upsample-small", action="store_true",
                       help="corrupt images smaller than 32 px through a 32 px upsampling (else an error)")
+    data.add_argument("--passes", type=int, default=1,
+                      help="stream each generated corruption this many times over the clean split, with fresh "
+                           "corruption noise every pass (default: 1; small sets such as digits give only a few "
+                           "updates per corruption in one pass)")
     data.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
     run = p.add_argument_group("adaptation")
     run.add_argument("--methods", default="none,tent,eata,sar", help="comma-separated subset of none,tent,eata,sar")
@@ -228,6 +232,9 @@ def build_data(args: argparse.Namespace, info: dict[str, Any], severities: list[
                          f"{len(reference.classes)}")
     domains: dict[int, dict[str, Any]] = {}
     if args.imagenet_c is not None:
+        if args.passes != 1:
+            raise ValueError(f"--passes {args.passes} applies to generated corruptions; an ImageNet-C folder is "
+                             "streamed as it is (pass --passes 1)")
         if classes is None:
             raise ValueError("class names are unknown: pass --dataset with the clean dataset so labels line up")
         sets = load_imagenet_c(args.imagenet_c, classes, corruptions, severities, img_size=int(info["img_size"]),
@@ -242,9 +249,17 @@ def build_data(args: argparse.Namespace, info: dict[str, Any], severities: list[
     jobs = [(s, c) for s in severities for c in corruptions]
     for severity, corruption in tqdm(jobs, desc="corrupting", disable=not progress):
         data = CorruptedDataset(test, corruption, severity, to_tensor, geometry, seed=args.seed,
-                                small_images="upsample" if args.upsample_small else "error")
+                                small_images="upsample" if args.upsample_small else "error", passes=args.passes)
         domains.setdefault(severity, {})[corruption] = data.precompute()
     return domains, fisher, classes
+
+
+def data_description(args: argparse.Namespace, info: dict[str, Any]) -> str:
+    """One line for the report: where the corrupted images come from."""
+    if args.imagenet_c:
+        return f"ImageNet-C tree {args.imagenet_c}"
+    passes = f", {args.passes} passes with fresh corruption noise" if args.passes > 1 else ""
+    return f"corruptions generated from {args.dataset or info.get('dataset') or 'digits'} ({args.split} split{passes})"
 
 
 def plot_accuracy(rows: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -384,7 +399,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     plot_accuracy([r for r in rows], out / "accuracy.png", title)
     report = [f"# Test-time adaptation: {name}", "",
               f"- source: `{args.checkpoint or name}`; normalisation mean {info['mean']} std {info['std']}",
-              f"- data: {'ImageNet-C tree ' + args.imagenet_c if args.imagenet_c else 'corruptions generated from ' + str(args.dataset or info.get('dataset') or 'digits') + ' (' + args.split + ' split)'}",
+              f"- data: {data_description(args, info)}",
               f"- setting `{args.setting}`, batch size {batch_size}, seed {args.seed}"
               + (f", imbalance ratio {args.imbalance_ratio:g}" if args.setting == "label_shift" else ""), ""]
     for severity in severities:

@@ -179,3 +179,17 @@ def test_method_names_are_checked():
     with pytest.raises(ValueError, match="unknown method.*memo"):
         check_methods("tent,memo")
     assert set(ALL_CORRUPTIONS) >= set(COMMON_CORRUPTIONS)
+
+
+def test_passes_stream_the_set_again_with_fresh_noise():
+    from jumbokit.adaptation.corruptions import CorruptedDataset
+
+    rng = np.random.default_rng(0)
+    clean = [(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8), i % 3) for i in range(4)]
+    once = CorruptedDataset(clean, "gaussian_noise", 3, to_tensor=torch.from_numpy, seed=1)
+    twice = CorruptedDataset(clean, "gaussian_noise", 3, to_tensor=torch.from_numpy, seed=1, passes=2)
+    assert len(twice) == 8 and twice.targets == once.targets * 2
+    np.testing.assert_array_equal(twice.corrupted_array(1), once.corrupted_array(1))  # first pass unchanged
+    assert not np.array_equal(twice.corrupted_array(5), twice.corrupted_array(1))     # same image, new noise
+    with pytest.raises(ValueError, match="passes must be >= 1"):
+        CorruptedDataset(clean, "gaussian_noise", 3, to_tensor=torch.from_numpy, passes=0)

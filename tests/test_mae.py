@@ -229,9 +229,9 @@ def test_resume_refuses_a_different_model_config(tmp_path):
     recipe.check_resume_config(tmp_path, json.loads(json.dumps(saved)))  # same config: fine
     recipe.check_resume_config(tmp_path, {**saved, "encoder": {**saved["encoder"], "drop_path_rate": 0.1}})
     other = tiny_mae("cls").config
-    with pytest.raises(ValueError, match=r"different model config .*encoder\.global_tokens: run 'jumbo' vs now 'cls'"):
+    with pytest.raises(ValueError, match=r"different model config .*encoder\.global_tokens: saved 'jumbo' vs now 'cls'"):
         recipe.check_resume_config(tmp_path, other)
-    with pytest.raises(ValueError, match=r"decoder_dim: run 16 vs now 32"):
+    with pytest.raises(ValueError, match=r"decoder_dim: saved 16 vs now 32"):
         recipe.check_resume_config(tmp_path, {**saved, "decoder_dim": 32})
 
 

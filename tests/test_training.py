@@ -360,3 +360,14 @@ def test_multi_process_launch_without_gpu_uses_cpu_ddp(monkeypatch):
     assert use_cpu(False)
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert not use_cpu(False) and use_cpu(True)
+
+
+def test_config_differences_flattens_nested_configs_and_ignores_regularisation():
+    from jumbokit.training import config_differences
+
+    saved = {"encoder": {"dim": 96, "drop_path_rate": 0.0}, "decoder_dim": 16}
+    assert config_differences(saved, {"encoder": {"dim": 96, "drop_path_rate": 0.2}, "decoder_dim": 16}) == []
+    assert config_differences(saved, {"encoder": {"dim": 64, "drop_path_rate": 0.0}, "decoder_dim": 16}) == [
+        "encoder.dim: saved 96 vs now 64"]
+    many = config_differences({f"k{i}": i for i in range(9)}, {f"k{i}": -i - 1 for i in range(9)}, limit=2)
+    assert many[-1] == "+7 more" and len(many) == 3

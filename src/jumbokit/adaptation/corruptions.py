@@ -194,6 +194,8 @@ class CorruptedDataset(Dataset):
         to_tensor: PIL -> normalised tensor (the source model's normalisation).
         seed: base seed; sample ``i`` always gets the same corruption noise.
         cache: keep corrupted uint8 images in memory (several methods read the same set).
+        passes: length of the set in passes over ``clean``; every pass draws fresh corruption noise, so a
+            small clean set still gives a stream long enough for many adaptation steps.
     """
 
     def __init__(
@@ -206,9 +208,12 @@ class CorruptedDataset(Dataset):
         seed: int = 0,
         small_images: str = "error",
         cache: bool = True,
+        passes: int = 1,
     ) -> None:
         if corruption is not None:
             resolve_corruptions([corruption])
+        if passes < 1:
+            raise ValueError(f"passes must be >= 1, got {passes}")
         self.clean = clean
         self.corruption = corruption
         self.severity = _check_severity(severity)
@@ -218,13 +223,17 @@ class CorruptedDataset(Dataset):
         self.small_images = small_images
         self._cache: dict[int, np.ndarray] | None = {} if cache else None
         targets = getattr(clean, "targets", None)
-        self.targets = list(targets) if targets is not None else [int(clean[i][1]) for i in range(len(clean))]
+        targets = list(targets) if targets is not None else [int(clean[i][1]) for i in range(len(clean))]
+        self.num_clean = len(targets)
+        self.passes = int(passes)
+        self.targets = targets * self.passes
         self.classes = list(getattr(clean, "classes", []))
 
     def __len__(self) -> int:
         return len(self.targets)
 
     def _clean_image(self, i: int) -> Image.Image:
+        i %= self.num_clean
         image = self.clean.load_image(i) if hasattr(self.clean, "load_image") else self.clean[i][0]
         if not isinstance(image, Image.Image):
             image = Image.fromarray(_to_uint8(image))

@@ -27,9 +27,10 @@ from .tent import (
     configure_model,
     entropy_margin,
     default_lr,
-    norm_layers,
+    require_norm_layers,
     softmax_entropy,
 )
+from .tent import collect_params as collect_norm_params
 
 __all__ = ["SAR", "collect_params", "configure_model", "num_blocks", "block_index"]
 
@@ -73,30 +74,19 @@ def collect_params(
     if n_excluded < 0 or (depth and n_excluded > depth):
         raise ValueError(f"exclude_last_blocks must be in [0, {depth}], got {exclude_last_blocks}")
     first_excluded = depth - n_excluded
-    params: list[nn.Parameter] = []
-    names: list[str] = []
-    layers = norm_layers(model)
-    if not layers:
-        raise ValueError(
-            f"{type(model).__name__} has no adaptable normalization layers: expected LayerNorm, "
-            "GroupNorm or BatchNorm modules with affine parameters, found none"
-        )
-    for layer_name, module in layers:
+
+    def excluded(layer_name: str) -> bool:
         index = block_index(layer_name)
         if depth and index is not None and index >= first_excluded:
-            continue
+            return True
         if "layer4" in layer_name.split("."):
-            continue
-        if exclude_final_norm and (
+            return True
+        return exclude_final_norm and (
             layer_name in _FINAL_NORMS or layer_name.startswith(("head.", "norm.", "fc_norm."))
-        ):
-            continue
-        for attr in ("weight", "bias"):
-            param = getattr(module, attr, None)
-            if isinstance(param, nn.Parameter):
-                params.append(param)
-                names.append(f"{layer_name}.{attr}")
-    return params, names
+        )
+
+    layers = require_norm_layers(model)
+    return collect_norm_params(model, exclude=[name for name, _ in layers if excluded(name)])
 
 
 class SAR(AdaptationMethod):

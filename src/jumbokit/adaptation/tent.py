@@ -29,6 +29,7 @@ __all__ = [
     "configure_model",
     "default_lr",
     "norm_layers",
+    "require_norm_layers",
     "softmax_entropy",
 ]
 
@@ -68,7 +69,8 @@ def norm_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return found
 
 
-def _require_norms(model: nn.Module) -> list[tuple[str, nn.Module]]:
+def require_norm_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``norm_layers(model)``, or a ``ValueError`` saying the model has none to adapt."""
     layers = norm_layers(model)
     if not layers:
         raise ValueError(
@@ -86,7 +88,7 @@ def configure_model(model: nn.Module) -> nn.Module:
     train mode with their running statistics removed, so they normalise with the test batch's
     statistics as in Tent. Raises ``ValueError`` when the model has no adaptable norm layer.
     """
-    layers = _require_norms(model)
+    layers = require_norm_layers(model)
     model.eval()
     model.requires_grad_(False)
     for _, module in layers:
@@ -112,7 +114,7 @@ def collect_params(
     excluded = set(exclude or ())
     params: list[nn.Parameter] = []
     names: list[str] = []
-    for layer_name, module in _require_norms(model):
+    for layer_name, module in require_norm_layers(model):
         if layer_name in excluded:
             continue
         for attr in AFFINE_NAMES:

@@ -14,6 +14,7 @@ from .evaluate import evaluate_classifier
 from .loop import (
     FitResult,
     classification_loss,
+    config_differences,
     fit,
     launch_state,
     make_accelerator,
@@ -27,7 +28,7 @@ from .rundir import RunDir, atomic_save_figure, atomic_write_json, atomic_write_
 __all__ = [
     "TrainConfig", "fit", "launch_state", "FitResult", "build_optimizer", "lr_lambda", "make_accelerator", "RunDir",
     "classification_loss", "evaluate_classifier", "param_groups", "set_lr", "warmup_steps_for",
-    "model_fingerprint", "resolve_resume", "save_final_model", "add_common_args", "train_config_from_args",
+    "model_fingerprint", "config_differences", "resolve_resume", "save_final_model", "add_common_args", "train_config_from_args",
     "default_out_dir", "prepare_out_dir", "run_cli", "one_line", "atomic_save_figure", "atomic_write_json", "atomic_write_text",
     "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES",
 ]

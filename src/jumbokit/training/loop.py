@@ -114,13 +114,36 @@ def model_fingerprint(model: nn.Module) -> dict[str, Any]:
     return {"config": json.loads(json.dumps(config, default=str)) if config else None, "shapes": shapes}
 
 
+def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'encoder': {'dim': 96}} -> {'encoder.dim': 96}."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_differences(saved: dict[str, Any], current: dict[str, Any], limit: int = 6) -> list[str]:
+    """``"key: saved vs now"`` for each architecture key of two (nested) model configs that differs.
+
+    Regularisation rates (dropout, stochastic depth) may change between runs and are not compared; at most
+    ``limit`` differences are listed, then a count of the rest."""
+    a, b = flatten_config(json.loads(json.dumps(saved, default=str))), flatten_config(
+        json.loads(json.dumps(current, default=str)))
+    diff = sorted(k for k in set(a) | set(b)
+                  if k.rsplit(".", 1)[-1] not in _REGULARISATION_KEYS and a.get(k) != b.get(k))
+    shown = [f"{k}: saved {a.get(k)!r} vs now {b.get(k)!r}" for k in diff[:limit]]
+    return shown + ([f"+{len(diff) - limit} more"] if len(diff) > limit else [])
+
+
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], where: Path) -> None:
     """Raise ``ValueError`` naming the differences when a checkpoint was written for another model."""
     problems = []
     a, b = saved.get("config") or {}, current.get("config") or {}
-    diff = sorted(k for k in set(a) | set(b) if k not in _REGULARISATION_KEYS and a.get(k) != b.get(k))
-    if a and b and diff:
-        problems += [f"{k}: checkpoint {a.get(k)!r} vs now {b.get(k)!r}" for k in diff[:6]]
+    if a and b:
+        problems += config_differences(a, b)
     sa, sb = saved.get("shapes", {}), current.get("shapes", {})
     if sa and sb and sa != sb and not problems:
         missing = sorted(set(sa) - set(sb))[:3]
