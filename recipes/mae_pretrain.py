@@ -26,6 +26,12 @@ import torch
 
 RECIPE = "mae_pretrain"
 MAE_BASE_LR = 1.5e-4
+# MAE's ImageNet recipe, and what the 1,257 digits training images need instead (tiny, centred, not mirror-symmetric
+# images; 20 epochs of batch 64 are ~400 steps, where MAE's base lr leaves the encoder nearly untrained)
+RECIPE_DEFAULTS = {
+    "imagenet": {"blr": MAE_BASE_LR, "crop_scale": (0.2, 1.0), "hflip": 0.5},
+    "digits": {"blr": 1.5e-3, "crop_scale": (0.5, 1.0), "hflip": 0.0},
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                     weight_decay=0.05, warmup_epochs=1.0, optimizer="adamw", betas=(0.9, 0.95))
     parser.set_defaults(min_lr=0.0)
     mae = parser.add_argument_group("MAE")
-    mae.add_argument("--blr", type=float, default=MAE_BASE_LR,
-                     help="base learning rate: lr = blr * effective batch / 256 unless --lr is given")
+    mae.add_argument("--blr", type=float, default=argparse.SUPPRESS,
+                     help="base learning rate: lr = blr * effective batch / 256 unless --lr is given "
+                          f"(default: MAE's {MAE_BASE_LR:g}; {RECIPE_DEFAULTS['digits']['blr']:g} for digits)")
     mae.add_argument("--mask-ratio", type=float, default=0.75, help="fraction of patches hidden from the encoder")
     mae.add_argument("--norm-pix-loss", action=argparse.BooleanOptionalAction, default=True,
                      help="regress per-patch normalised pixels")
@@ -49,9 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     mae.add_argument("--decoder-depth", type=int, default=2, help="decoder blocks (ImageNet MAE: 8)")
     mae.add_argument("--decoder-heads", type=int, default=4, help="decoder attention heads (ImageNet MAE: 16)")
     mae.add_argument("--decoder-mlp-ratio", type=float, default=4.0, help="decoder MLP hidden / width")
-    mae.add_argument("--crop-scale", type=float, nargs=2, default=(0.2, 1.0),
-                     help="RandomResizedCrop area range of the pretraining augmentation")
-    mae.add_argument("--hflip", type=float, default=0.5, help="horizontal flip probability")
+    mae.add_argument("--crop-scale", type=float, nargs=2, default=argparse.SUPPRESS,
+                     help="RandomResizedCrop area range of the pretraining augmentation (default: MAE's 0.2 1.0; "
+                          "0.5 1.0 for digits)")
+    mae.add_argument("--hflip", type=float, default=argparse.SUPPRESS,
+                     help="horizontal flip probability (default: MAE's 0.5; 0 for digits)")
     mae.add_argument("--vis-every", type=int, default=5,
                      help="epochs between reconstruction PNGs (0 = only at the end)")
     mae.add_argument("--vis-images", type=int, default=8, help="images shown in reconstruction PNGs")
@@ -65,6 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--drop-path", type=float, default=0.0, help="encoder stochastic depth rate")
     parser.add_argument("--debug", action="store_true", help="print tracebacks of errors")
     return parser
+
+
+def resolve_recipe_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill ``--blr``, ``--crop-scale`` and ``--hflip`` left out with the dataset's recipe defaults."""
+    defaults = RECIPE_DEFAULTS["digits" if args.dataset == "digits" else "imagenet"]
+    for key, value in defaults.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    return args
 
 
 def check_resume_config(out: Path, current: dict[str, Any]) -> None:
@@ -163,6 +181,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     args = build_parser().parse_args(argv)
     lr_given = args.lr is not None
+    resolve_recipe_defaults(args)
     if args.blr <= 0:
         raise ValueError(f"--blr must be > 0, got {args.blr}")
     if args.vis_images < 1:

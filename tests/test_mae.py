@@ -246,7 +246,7 @@ def test_recipes_end_to_end(tmp_path, capsys):
     run = tmp_path / "mae"
     summary = mae_recipe.main([*TINY_RUN, "--out", str(run)])
     assert summary["epochs"] == 1 and summary["effective_batch"] == 32
-    assert summary["lr"] == pytest.approx(1.5e-4 * 32 / 256)
+    assert summary["lr"] == pytest.approx(1.5e-3 * 32 / 256)  # the digits base lr
     for name in ("model.safetensors", "model_config.json", "mae.safetensors", "reconstructions.png", "report.md",
                  "metrics.jsonl", "config.json"):
         assert (run / name).exists(), name
@@ -276,9 +276,14 @@ def test_recipe_help_and_bad_input(tmp_path, capsys):
             recipe.build_parser().parse_args(["--help"])
         assert exit_info.value.code == 0
     assert "--mask-ratio" in capsys.readouterr().out
-    args = mae_recipe.build_parser().parse_args([])  # every flag has a default
+    args = mae_recipe.resolve_recipe_defaults(mae_recipe.build_parser().parse_args([]))  # every flag has a default
     assert (args.dataset, args.blr, tuple(args.betas), args.weight_decay, args.mask_ratio, args.norm_pix_loss) == (
-        "digits", 1.5e-4, (0.9, 0.95), 0.05, 0.75, True)
+        "digits", 1.5e-3, (0.9, 0.95), 0.05, 0.75, True)
+    assert (args.hflip, tuple(args.crop_scale)) == (0.0, (0.5, 1.0))
+    folder = mae_recipe.resolve_recipe_defaults(mae_recipe.build_parser().parse_args(["--dataset", "folder:x"]))
+    assert (folder.blr, folder.hflip, tuple(folder.crop_scale)) == (1.5e-4, 0.5, (0.2, 1.0))  # MAE's recipe
+    given = mae_recipe.resolve_recipe_defaults(mae_recipe.build_parser().parse_args(["--blr", "1e-3"]))
+    assert given.blr == 1e-3
     with pytest.raises(FileNotFoundError, match="does not exist"):
         probe_recipe.main(["--checkpoint", str(tmp_path / "missing")])
     with pytest.raises(FileNotFoundError, match="no MAE run"):
