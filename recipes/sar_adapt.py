@@ -326,6 +326,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not severities or any(s not in (1, 2, 3, 4, 5) for s in severities):
         raise ValueError(f"--severity must be integers in 1-5, got {args.severity!r}")
     corruptions = resolve_corruptions(args.corruptions)
+    if args.passes < 1:
+        raise ValueError(f"--passes must be >= 1, got {args.passes}")
     if args.setting == "bs1" and args.batch_size not in (None, 1):
         raise ValueError(f"--setting bs1 adapts on single samples; drop --batch-size {args.batch_size}")
     batch_size = args.batch_size or DEFAULT_BATCH_SIZE[args.setting]

@@ -222,3 +222,21 @@ def test_estimator_keeps_level_information_with_train_statistics():
     assert scores["train"] == 1.0 and scores["instance"] < 0.75, scores
     with pytest.raises(ValueError, match="normalize"):
         PatchTSTClassifier(normalize="global", epochs=1).fit(X, y)
+
+
+def test_branched_run_collapses_to_the_plain_depth(tmp_path, monkeypatch):
+    from jumbokit.encoders import Encoder
+    from jumbokit.timeseries import train as ts_train
+    from jumbokit.timeseries.data import load_dataset
+
+    data = load_dataset("ItalyPowerDemand", data_dir=tmp_path)
+    branched = ts_train.build_model("patchtst_jumbo", data, 8, branches=2)
+    assert len(branched.blocks) == 3 and branched.branches == 2 and branched.layers == 6  # 3 blocks of 2
+    scored = []
+    original = ts_train.evaluate
+    monkeypatch.setattr(ts_train, "evaluate", lambda model, *a, **k: scored.append(model) or original(model, *a, **k))
+    run = ts_train.train_run(data, "patchtst_jumbo", 1e-3, 0.0, ts_train.SweepConfig(epochs=2, branches=2), cpu=True)
+    assert run.steps == 2 and 0.0 <= run.test_acc <= 1.0
+    assert all(type(m) is Encoder and len(m.blocks) == 3 for m in scored)  # the collapsed plain model is scored
+    with pytest.raises(ValueError, match="branches must be >= 1"):
+        ts_train.build_model("patchtst", data, 8, branches=0)

@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"one or several of {', '.join(PATCHTST_MODELS)}, comma-separated (default: all)")
     model.add_argument("--patches", type=_positive_int, default=8,
                        help="patches per series, 8 or 42 in the paper (default: 8)")
+    model.add_argument("--branches", type=_positive_int, default=1,
+                       help="train n times the layers as blocks of n parallel branches, joined progressively over "
+                            "the first half of the steps, then collapse exactly to the plain depth before scoring "
+                            "(default: 1, plain training)")
     model.add_argument("--baseline", choices=("minirocket",), default=None,
                        help="also run aeon's MiniRocket on the same splits, where it supports the data")
 
@@ -144,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"no {'/'.join(archives)} dataset is available locally; name one with --datasets "
                              "(it downloads into --data-dir when online)")
     cfg = SweepConfig(patches=args.patches, epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize,
-                      batch_size=args.batch_size, seed=args.seed,
+                      branches=args.branches, batch_size=args.batch_size, seed=args.seed,
                       protocol=args.protocol, split_seed=args.split_seed, mixed_precision=args.mixed_precision)
     out_dir = Path(args.out) if args.out else _default_out(args)
     lrs = tuple(args.lr) if args.lr else SWEEP_LRS

@@ -82,6 +82,7 @@ class SweepConfig:
     split_seed: int = 0
     mixed_precision: str = "no"
     normalize: str = "train"  # see jumbokit.timeseries.data.load_dataset
+    branches: int = 1  # > 1: train progressive-join branches, collapse before scoring
     min_steps: int = 0  # raise the epochs of small sets so every run takes at least this many optimizer steps
 
     def epochs_for(self, dataset: str, steps_per_epoch: int = 1) -> int:
@@ -124,14 +125,22 @@ def run_id(lr: float, dropout: float) -> str:
 
 # ---------------------------------------------------------------- building blocks
 def build_model(name: str, data: ClassificationData, patches: int, dropout: float = 0.0,
-                strict: bool = True) -> nn.Module:
-    """The zoo model for a dataset: channels, length and classes from ``data``; ``dropout`` -> drop_rate."""
-    from ..encoders import create_model
+                strict: bool = True, branches: int = 1) -> nn.Module:
+    """The zoo model for a dataset: channels, length and classes from ``data``; ``dropout`` -> drop_rate.
+
+    ``branches=n > 1``: the progressive-join training form with n times the layers in blocks of n parallel
+    branches, which collapses exactly into the plain model's depth (``model.reparameterize()``)."""
+    from ..encoders import create_model, model_config
 
     if name not in PATCHTST_MODELS:
         raise ValueError(f"expected a model among {', '.join(PATCHTST_MODELS)}, got {name!r}")
+    if branches < 1:
+        raise ValueError(f"branches must be >= 1, got {branches}")
+    extra: dict[str, Any] = {}
+    if branches > 1:
+        extra = dict(branches=branches, depth=int(model_config(name)["depth"]) * branches)
     return create_model(name, num_classes=data.num_classes, in_chans=data.channels, seq_len=data.seq_len,
-                        patches=patches, strict_patches=strict, drop_rate=float(dropout))
+                        patches=patches, strict_patches=strict, drop_rate=float(dropout), **extra)
 
 
 def series_loader(split: SeriesSplit, batch_size: int, shuffle: bool, seed: int = 0) -> torch.utils.data.DataLoader:
@@ -182,15 +191,19 @@ def train_run(data: ClassificationData, model_name: str, lr: float, dropout: flo
 
     wall_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
-    model = build_model(model_name, data, cfg.patches, dropout)
+    model = build_model(model_name, data, cfg.patches, dropout, branches=cfg.branches)
     loader = series_loader(data.train, cfg.batch_size, shuffle=True, seed=cfg.seed)
     epochs = cfg.epochs_for(data.name, len(loader))
+    steps = epochs * len(loader)
+    if cfg.branches > 1:
+        model.join_warmup_steps = max(1, steps // 2)  # joined by mid-training, then trained joined
     tcfg = train_config(cfg, lr, epochs, progress=progress, cpu=cpu)
     start = time.perf_counter()
     result = fit(model, loader, classification_loss(), tcfg, accelerator=accelerator)
     seconds = time.perf_counter() - start
     model = result.model
-    steps = epochs * len(loader)
+    if cfg.branches > 1:
+        model = model.reparameterize()  # the plain model that is scored (and would be deployed)
     val_acc, val_loss = evaluate(model, data.val, cfg.batch_size)
     test_acc, _ = (val_acc, val_loss) if data.test is data.val else evaluate(model, data.test, cfg.batch_size)
     train_loss = float(result.final.get("train_loss", float("nan")))
@@ -419,9 +432,12 @@ def write_reports(out_dir: Path, rows: list[dict], ranks: dict[str, dict], model
                "summary": rows, "ranks": ranks, "baselines": baselines, "dataset_seconds": dataset_seconds,
                "datasets": data_summaries, "runs": [asdict(r) for r in runs]}
     atomic_write_text(paths["results.json"], json.dumps(payload, indent=2, default=float) + "\n")
-    epochs = cfg.epochs if cfg.epochs is not None else "100 (20 for Sleep, Tiselac, FaceDetection)"
+    epochs = f"{cfg.epochs} epochs" if cfg.epochs is not None else "100 epochs (20 for Sleep, Tiselac, FaceDetection)"
     if cfg.min_steps:
-        epochs = f"{epochs}, raised to reach at least {cfg.min_steps} steps"
+        epochs += f", raised to reach at least {cfg.min_steps} optimizer steps"
+    branches = (f"Each model was trained with {cfg.branches} parallel branches per block (joined progressively "
+                "over the first half of the steps) and collapsed exactly to the plain depth before scoring."
+                if cfg.branches > 1 else "")
     if cfg.protocol == "seed":
         protocol = "official test set split 50/50 (stratified) into validation and test"
     else:
@@ -432,8 +448,8 @@ def write_reports(out_dir: Path, rows: list[dict], ranks: dict[str, dict], model
         "# Time-series classification (PatchTST family)",
         "",
         f"Protocol: {protocol}; "
-        f"{cfg.patches} patches; {epochs} epochs; batch {cfg.batch_size}; AdamW, weight decay {cfg.weight_decay}; "
-        f"warm-up {int(100 * cfg.warmup_fraction)}% then cosine to {cfg.min_lr:g}; seed {cfg.seed}.",
+        f"{cfg.patches} patches; {epochs}; batch {cfg.batch_size}; AdamW, weight decay {cfg.weight_decay}; "
+        f"warm-up {int(100 * cfg.warmup_fraction)}% then cosine to {cfg.min_lr:g}; seed {cfg.seed}. {branches}".rstrip(),
         f"Sweep: lr {', '.join(f'{v:g}' for v in lrs)} x dropout {', '.join(f'{v:g}' for v in dropouts)} "
         f"({len(lrs) * len(dropouts)} run(s) per dataset and model).",
         "",
