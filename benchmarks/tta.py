@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     for model in models:
         for s, v in columns:
             if s == "normal" and (model, s, v, "sar") in avg and (model, s, v, "none") in avg:
-                gain = avg[(model, s, v, "sar")] - avg[(model, s, v, "none")]
+                gain = round(avg[(model, s, v, "sar")] - avg[(model, s, v, "none")], 1) + 0.0  # no "-0.0"
                 checks.append(f"{model} normal sev{v}: SAR - none = {gain:+.1f} points "
                               f"({'met' if gain >= 5 else 'missed'}, target >= +5)")
     for t in throughput:
