@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from jumbokit.timeseries.data import load_dataset
+from jumbokit.timeseries.data import NORMALIZATIONS, load_dataset
 from jumbokit.timeseries.models import PATCHTST_MODELS
 from jumbokit.training.rundir import atomic_write_text
 from jumbokit.timeseries.train import (
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated (default: the five bundled)")
     parser.add_argument("--patches", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=None, help="default: the protocol's 100")
-    parser.add_argument("--normalize", choices=("train", "instance", "none"), default="train",
+    parser.add_argument("--normalize", choices=NORMALIZATIONS, default="train",
                         help="series normalisation (default: train-split channel statistics)")
     parser.add_argument("--min-steps", type=int, default=0,
                         help="at least this many optimizer steps per run (default: 0, the protocol's epochs)")

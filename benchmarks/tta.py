@@ -80,6 +80,7 @@ def main(argv=None) -> int:
         for setting in settings:
             sev = args.bs1_severities if (setting == "bs1" and args.bs1_severities) else args.severities
             jobs.append((checkpoint, setting, sev, out / f"{name}__{setting}"))
+    failed = []
     if not args.collect_only:
         from tqdm.auto import tqdm
 
@@ -94,6 +95,8 @@ def main(argv=None) -> int:
                 folder, code, seconds = fut.result()
                 status = "ok" if code == 0 else f"FAILED (exit {code}, see {folder}/log.txt)"
                 tqdm.write(f"{folder}: {status} in {seconds:.0f} s")
+                if code != 0:
+                    failed.append(folder)
 
     summaries = []
     for checkpoint, setting, _, folder in jobs:
@@ -102,6 +105,11 @@ def main(argv=None) -> int:
             summaries.append(json.loads(path.read_text()))
         else:
             print(f"missing {path}", file=sys.stderr)
+    if not summaries:
+        print(f"error: no stage has results under {out} (expected <source>__<setting>/summary.json); "
+              + (f"see the logs of the failed stages: {', '.join(failed)}" if failed else "run without --collect-only"),
+              file=sys.stderr)
+        return 1
     rows = [r for s in summaries for r in s["rows"]]
     throughput = [dict(t, model=s["model"], setting=s["setting"]) for s in summaries for t in s["throughput"]]
     avg = {(r["model"], r["setting"], r["severity"], r["method"]): r["accuracy"] for r in rows if r["corruption"] == "avg"}
@@ -155,8 +163,10 @@ def main(argv=None) -> int:
           overview, "## Targets", "", *[f"- {c}" for c in checks], "", "## Throughput and counters", "",
           "\n".join(tput_lines), "", "## Per-corruption tables", "", *detail]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "tta.md").write_text("\n".join(md))
-    (out / "tta.json").write_text(json.dumps({"rows": rows, "throughput": throughput, "checks": checks},
+    from jumbokit.training import atomic_write_text
+
+    atomic_write_text(out / "tta.md", "\n".join(md))
+    atomic_write_text(out / "tta.json", json.dumps({"rows": rows, "throughput": throughput, "checks": checks},
                                              indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else o))
     print(overview)
     print("\n".join(checks))

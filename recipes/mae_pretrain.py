@@ -26,12 +26,8 @@ import torch
 
 RECIPE = "mae_pretrain"
 MAE_BASE_LR = 1.5e-4
-# MAE's ImageNet recipe, and what the 1,257 digits training images need instead (tiny, centred, not mirror-symmetric
-# images; 20 epochs of batch 64 are ~400 steps, where MAE's base lr leaves the encoder nearly untrained)
-RECIPE_DEFAULTS = {
-    "imagenet": {"blr": MAE_BASE_LR, "crop_scale": (0.2, 1.0), "hflip": 0.5},
-    "digits": {"blr": 1.5e-3, "crop_scale": (0.5, 1.0), "hflip": 0.0},
-}
+# digits: 20 epochs of batch 64 are ~380 steps, where MAE's base lr leaves the encoder nearly untrained
+DIGITS_BASE_LR = 1.5e-3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     mae = parser.add_argument_group("MAE")
     mae.add_argument("--blr", type=float, default=argparse.SUPPRESS,
                      help="base learning rate: lr = blr * effective batch / 256 unless --lr is given "
-                          f"(default: MAE's {MAE_BASE_LR:g}; {RECIPE_DEFAULTS['digits']['blr']:g} for digits)")
+                          f"(default: MAE's {MAE_BASE_LR:g}; {DIGITS_BASE_LR:g} for digits)")
     mae.add_argument("--mask-ratio", type=float, default=0.75, help="fraction of patches hidden from the encoder")
     mae.add_argument("--norm-pix-loss", action=argparse.BooleanOptionalAction, default=True,
                      help="regress per-patch normalised pixels")
@@ -77,8 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_recipe_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill ``--blr``, ``--crop-scale`` and ``--hflip`` left out with the dataset's recipe defaults."""
-    defaults = RECIPE_DEFAULTS["digits" if args.dataset == "digits" else "imagenet"]
+    """Fill ``--blr``, ``--crop-scale`` and ``--hflip`` left out: the base lr per dataset, the augmentation
+    from the dataset's defaults (``jumbokit.data.dataset_defaults``)."""
+    from jumbokit.data import dataset_defaults
+
+    data = dataset_defaults(args.dataset)
+    defaults = {"blr": DIGITS_BASE_LR if args.dataset == "digits" else MAE_BASE_LR,
+                "crop_scale": data.crop_scale_for("mae"), "hflip": data.hflip}
     for key, value in defaults.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)

@@ -114,19 +114,7 @@ def test_unknown_dataset_offline_lists_local_sets(tmp_path, monkeypatch):
         tsdata.load_raw("GunPiont", "train", tmp_path)
 
 
-def write_ts(folder, name: str, split: str, series: np.ndarray, labels: list[str]) -> None:
-    """A tiny univariate .ts file (aeon's text format)."""
-    folder = folder / name
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = [f"@problemName {name}", "@timestamps false", "@missing true", "@univariate true",
-             "@equalLength true", f"@seriesLength {series.shape[-1]}",
-             f"@classLabel true {' '.join(sorted(set(labels)))}", "@data"]
-    for row, label in zip(series, labels):
-        lines.append(",".join("NaN" if np.isnan(v) else f"{v:.4f}" for v in row) + f":{label}")
-    (folder / f"{name}_{split.upper()}.ts").write_text("\n".join(lines) + "\n")
-
-
-def test_one_class_dataset_is_refused(tmp_path):
+def test_one_class_dataset_is_refused(tmp_path, write_ts):
     rng = np.random.default_rng(0)
     for split in ("train", "test"):
         write_ts(tmp_path, "OneClassSet", split, rng.normal(size=(6, 20)), ["a"] * 6)

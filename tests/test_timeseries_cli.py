@@ -98,7 +98,7 @@ def test_tstrain_bad_input(tmp_path, capsys, monkeypatch):
     assert exc.value.code == 2
 
 
-def test_tstrain_nan_only_channel_and_one_class(tmp_path, capsys):
+def test_tstrain_nan_only_channel_and_one_class(tmp_path, capsys, write_ts):
     rng = np.random.default_rng(0)
     series = rng.normal(size=(6, 20))
     series[3] = np.nan
@@ -121,18 +121,6 @@ def test_tstrain_help_and_list(capsys):
     assert cli.main(["--list"]) == 0
     listing = capsys.readouterr().out
     assert "UEA" in listing and "BasicMotions" in listing and "GunPoint" in listing
-
-
-def write_ts(folder, name: str, split: str, series: np.ndarray, labels: list[str]) -> None:
-    """A tiny univariate .ts file (aeon's text format)."""
-    folder = folder / name
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = [f"@problemName {name}", "@timestamps false", "@missing true", "@univariate true",
-             "@equalLength true", f"@seriesLength {series.shape[-1]}",
-             f"@classLabel true {' '.join(sorted(set(labels)))}", "@data"]
-    for row, label in zip(series, labels):
-        lines.append(",".join("NaN" if np.isnan(v) else f"{v:.4f}" for v in row) + f":{label}")
-    (folder / f"{name}_{split.upper()}.ts").write_text("\n".join(lines) + "\n")
 
 
 def test_summary_selection_and_ranks():
@@ -240,3 +228,16 @@ def test_branched_run_collapses_to_the_plain_depth(tmp_path, monkeypatch):
     assert all(type(m) is Encoder and len(m.blocks) == 3 for m in scored)  # the collapsed plain model is scored
     with pytest.raises(ValueError, match="branches must be >= 1"):
         ts_train.build_model("patchtst", data, 8, branches=0)
+
+
+@pytest.mark.parametrize("how", ["train", "instance", "none"])
+def test_fitted_estimator_pickles_with_its_normalizer(how):
+    import pickle
+
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    X = np.random.default_rng(0).normal(size=(12, 2, 16))
+    y = np.array(["a", "b"] * 6)
+    clf = PatchTSTClassifier(model="patchtst", patches=4, epochs=1, batch_size=8, normalize=how,
+                             random_state=0).fit(X, y)
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(clf)).predict_proba(X), clf.predict_proba(X))

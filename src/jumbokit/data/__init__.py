@@ -19,6 +19,7 @@ from .dataset import (
     ImageDataset,
     build_dataset,
     make_loader,
+    dataset_defaults,
     normalization,
     parse_dataset_spec,
     read_data_info,
@@ -30,7 +31,8 @@ from .transforms import TASKS, build_transform, denormalize, make_mixup
 
 __all__ = [
     "DEFAULTS", "DIGITS_MEAN", "DIGITS_STD", "IMAGENET_MEAN", "IMAGENET_STD", "DatasetDefaults", "DatasetSpec",
-    "EpochSampler", "ImageDataset", "build_dataset", "make_loader", "normalization", "parse_dataset_spec",
+    "EpochSampler", "ImageDataset", "build_dataset", "dataset_defaults", "make_loader", "normalization",
+    "parse_dataset_spec",
     "read_data_info", "steps_per_epoch", "CorruptImageError", "DataError", "SplitNotFoundError",
     "DIGITS_SPLIT_SIZES", "IMG_EXTENSIONS", "SPLITS", "digits_split_indices", "TASKS", "build_transform",
     "denormalize", "make_mixup",

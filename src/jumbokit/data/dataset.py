@@ -59,15 +59,20 @@ class DatasetDefaults:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     crop_pct: float  # eval: resize to img_size / crop_pct, center crop img_size
-    hflip: float  # supervised training flip probability
+    hflip: float  # training flip probability (supervised and MAE)
     crop_scale: tuple[float, float]  # supervised RandomResizedCrop area range
+    mae_crop_scale: tuple[float, float]  # MAE RandomResizedCrop area range (MAE's ImageNet recipe: 0.2-1)
+
+    def crop_scale_for(self, task: str) -> tuple[float, float] | None:
+        """Training crop range of ``task`` ("supervised" | "mae"); None for evaluation."""
+        return {"supervised": self.crop_scale, "mae": self.mae_crop_scale}.get(task)
 
 
 DEFAULTS = {
     # digits are tiny, centred and not mirror-symmetric: full-frame eval crop, no flip, mild crops
-    "digits": DatasetDefaults(32, 1, DIGITS_MEAN, DIGITS_STD, 1.0, 0.0, (0.7, 1.0)),
-    "folder": DatasetDefaults(224, 3, IMAGENET_MEAN, IMAGENET_STD, 0.875, 0.5, (0.08, 1.0)),
-    "hf": DatasetDefaults(224, 3, IMAGENET_MEAN, IMAGENET_STD, 0.875, 0.5, (0.08, 1.0)),
+    "digits": DatasetDefaults(32, 1, DIGITS_MEAN, DIGITS_STD, 1.0, 0.0, (0.7, 1.0), (0.5, 1.0)),
+    "folder": DatasetDefaults(224, 3, IMAGENET_MEAN, IMAGENET_STD, 0.875, 0.5, (0.08, 1.0), (0.2, 1.0)),
+    "hf": DatasetDefaults(224, 3, IMAGENET_MEAN, IMAGENET_STD, 0.875, 0.5, (0.08, 1.0), (0.2, 1.0)),
 }
 
 _SPEC_HELP = "expected 'digits', 'folder:PATH' or 'hf:NAME[:split]'"
@@ -97,10 +102,15 @@ def parse_dataset_spec(spec: str | DatasetSpec) -> DatasetSpec:
     raise DataError(f"unknown dataset {spec!r}: {_SPEC_HELP}")
 
 
+def dataset_defaults(spec: str | DatasetSpec) -> DatasetDefaults:
+    """The per-dataset-kind defaults (size, channels, normalisation, augmentation) of a ``--dataset`` string."""
+    return DEFAULTS[parse_dataset_spec(spec).kind]
+
+
 def normalization(spec: str | DatasetSpec, in_chans: int | None = None) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Default (mean, std) for a dataset at ``in_chans`` channels (3-channel constants averaged for 1 channel;
     1-channel constants repeated for 3)."""
-    d = DEFAULTS[parse_dataset_spec(spec).kind]
+    d = dataset_defaults(spec)
     return _fit_channels(d.mean, in_chans or d.in_chans), _fit_channels(d.std, in_chans or d.in_chans)
 
 
@@ -326,8 +336,8 @@ def build_dataset(
         img_size,
         mean,
         std,
-        crop_scale=crop_scale if crop_scale is not None else (d.crop_scale if task == "supervised" else None),
-        hflip=hflip if hflip is not None else (0.5 if task == "mae" else d.hflip),
+        crop_scale=crop_scale if crop_scale is not None else d.crop_scale_for(task),
+        hflip=hflip if hflip is not None else d.hflip,
         randaugment=randaugment,
         crop_pct=crop_pct,
         interpolation=interpolation,

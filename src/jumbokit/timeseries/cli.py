@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .data import NORMALIZATIONS
 from .models import PATCHTST_MODELS
 
 DESCRIPTION = """\
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seed: official test set split 50/50 into validation/test (default); "
                            "official: plain train/test (selection on test, optimistic)")
     data.add_argument("--split-seed", type=int, default=0, help="seed of the validation/test split (default: 0)")
-    data.add_argument("--normalize", choices=("train", "instance", "none"), default="train",
+    data.add_argument("--normalize", choices=NORMALIZATIONS, default="train",
                       help="train: standardise each channel with training-split statistics (default; keeps "
                            "level and amplitude); instance: each series by its own mean/std (RevIN-style); none")
     data.add_argument("--list", action="store_true", help="list the datasets available locally and exit")

@@ -17,6 +17,7 @@ import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -34,6 +35,7 @@ __all__ = [
     "ChannelScaler",
     "normalize_instances",
     "normalize_splits",
+    "fit_normalizer",
     "check_series",
     "encode_labels",
     "stratified_half_split",
@@ -273,18 +275,30 @@ class ChannelScaler:
         return ((x - self.mean) / self.std).astype(np.float32)
 
 
-def normalize_splits(train: np.ndarray, *others: np.ndarray, how: str = "train") -> list[np.ndarray]:
-    """Normalise (n, C, L) arrays: ``"train"`` = per-channel statistics of ``train`` applied to every split;
-    ``"instance"`` = each series by its own statistics (:func:`normalize_instances`); ``"none"`` = as is."""
+def check_normalization(how: str) -> str:
     if how not in NORMALIZATIONS:
-        raise ValueError(f"unknown normalisation {how!r}; expected one of {', '.join(NORMALIZATIONS)}")
-    arrays = (train, *others)
-    if how == "instance":
-        return [normalize_instances(a) for a in arrays]
-    if how == "none":
-        return [a.astype(np.float32) for a in arrays]
-    scaler = ChannelScaler.fit(train)
-    return [scaler.transform(a) for a in arrays]
+        raise ValueError(f"unknown normalisation normalize={how!r}; expected one of {', '.join(NORMALIZATIONS)}")
+    return how
+
+
+def _as_float32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32)
+
+
+def fit_normalizer(train: np.ndarray, how: str = "train") -> Callable[[np.ndarray], np.ndarray]:
+    """The normalisation ``how`` fitted on ``train`` (n, C, L), as a picklable (n', C, L') -> float32 transform:
+    ``"train"`` = per-channel statistics of ``train`` (:class:`ChannelScaler`); ``"instance"`` = each series by
+    its own statistics (:func:`normalize_instances`); ``"none"`` = as is."""
+    check_normalization(how)
+    if how == "train":
+        return ChannelScaler.fit(train).transform
+    return normalize_instances if how == "instance" else _as_float32
+
+
+def normalize_splits(train: np.ndarray, *others: np.ndarray, how: str = "train") -> list[np.ndarray]:
+    """Normalise ``train`` and every other (n, C, L) split with :func:`fit_normalizer` fitted on ``train``."""
+    transform = fit_normalizer(train, how)
+    return [transform(a) for a in (train, *others)]
 
 
 def encode_labels(train_labels: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -388,8 +402,7 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     """
     if protocol not in ("seed", "official"):
         raise ValueError(f"expected protocol 'seed' or 'official', got {protocol!r}")
-    if normalize not in NORMALIZATIONS:
-        raise ValueError(f"unknown normalisation {normalize!r}; expected one of {', '.join(NORMALIZATIONS)}")
+    check_normalization(normalize)  # before any loading
     x_train_raw, y_train_raw = load_raw(name, "train", data_dir, download)
     x_test_raw, y_test_raw = load_raw(name, "test", data_dir, download)
     train_len, test_len = _lengths(x_train_raw), _lengths(x_test_raw)

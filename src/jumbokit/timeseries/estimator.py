@@ -6,7 +6,7 @@
 
 Unequal-length collections (lists of (C, L_i) arrays) and missing values (NaN) are padded/masked,
 never truncated; channels are standardised with the training data's statistics (``normalize="train"``,
-kept in ``scaler_``) or each series by its own (``normalize="instance"``).
+kept in ``normalizer_``) or each series by its own (``normalize="instance"``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from aeon.classification.base import BaseClassifier
 
-from .data import NORMALIZATIONS, ChannelScaler, check_series, normalize_instances, pad_series
+from .data import check_series, fit_normalizer, pad_series
 from .models import PATCHTST_MODELS
 
 __all__ = ["PatchTSTClassifier"]
@@ -82,12 +82,10 @@ class PatchTSTClassifier(BaseClassifier):
 
         if self.model not in PATCHTST_MODELS:
             raise ValueError(f"expected model to be one of {PATCHTST_MODELS}, got {self.model!r}")
-        if self.normalize not in NORMALIZATIONS:
-            raise ValueError(f"expected normalize to be one of {NORMALIZATIONS}, got {self.normalize!r}")
         x = pad_series(X)
         check_series(x, "X")
-        self.scaler_ = ChannelScaler.fit(x) if self.normalize == "train" else None
-        x = self._normalized(x)
+        self.normalizer_ = fit_normalizer(x, self.normalize)
+        x = self.normalizer_(x)
         codes = np.array([self._class_dictionary[v] for v in y], dtype=np.int64)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
         self.seq_len_ = int(x.shape[2])
@@ -115,13 +113,8 @@ class PatchTSTClassifier(BaseClassifier):
                           f"({self.seq_len_}); the model sees more patches than in training", stacklevel=2)
         x = pad_series(X, max(longest, self.seq_len_))
         check_series(x, "X")
-        x = self._normalized(x)
+        x = self.normalizer_(x)
         return predict_proba(self.network_, x, batch_size=int(self.batch_size))
-
-    def _normalized(self, x: np.ndarray) -> np.ndarray:
-        if self.normalize == "train":
-            return self.scaler_.transform(x)
-        return normalize_instances(x) if self.normalize == "instance" else x.astype(np.float32)
 
     def _predict(self, X) -> np.ndarray:
         proba = self._predict_proba(X)

@@ -1,0 +1,24 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def _write_ts(folder, name: str, split: str, series: np.ndarray, labels: list[str]) -> None:
+    """A tiny univariate .ts file (aeon's text format) at ``folder/name/name_SPLIT.ts``."""
+    folder = folder / name
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [f"@problemName {name}", "@timestamps false", "@missing true", "@univariate true",
+             "@equalLength true", f"@seriesLength {series.shape[-1]}",
+             f"@classLabel true {' '.join(sorted(set(labels)))}", "@data"]
+    for row, label in zip(series, labels):
+        lines.append(",".join("NaN" if np.isnan(v) else f"{v:.4f}" for v in row) + f":{label}")
+    (folder / f"{name}_{split.upper()}.ts").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def write_ts():
+    """``write_ts(folder, name, split, series (n, L), labels)`` writes a local UCR-style dataset file."""
+    return _write_ts
