@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="base lr, lr = blr * batch / 256 (default: 0.1 for LARS as in MAE, 3e-2 for AdamW)")
     opt.add_argument("--lr", type=float, default=None, help="absolute learning rate (overrides --blr)")
     opt.add_argument("--epochs", type=int, default=90, help="(MAE: 90)")
+    opt.add_argument("--min-steps", type=int, default=1000,
+                     help="raise --epochs so the head takes at least this many optimizer steps: 90 epochs of "
+                          "digits at batch 256 are only 360 steps (ImageNet-sized sets are unaffected; 0 = off)")
     opt.add_argument("--warmup-epochs", type=float, default=10.0, help="(MAE: 10)")
     opt.add_argument("--batch-size", type=int, default=256, help="per-process batch (MAE: 16384 in total)")
     opt.add_argument("--weight-decay", type=float, default=0.0, help="(MAE: 0)")
@@ -103,6 +106,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         RunDir,
         TrainConfig,
         classification_loss,
+        epochs_for_min_steps,
         evaluate_classifier,
         fit,
         make_accelerator,
@@ -147,18 +151,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.batch_size > len(train):
         raise ValueError(f"--batch-size {args.batch_size} is larger than the {len(train)} training samples of "
                          f"{dataset}; pass --batch-size <= {len(train)}")
+    epochs = epochs_for_min_steps(args.epochs, args.min_steps, len(train) // (args.batch_size * world))
     probe = LinearProbe(encoder, num_classes=train.num_classes, feature=args.feature)
     device = state.device
     probe.to(device)
     run = RunDir(out, enabled=main_process)
     run_config = {
         "recipe": RECIPE, "checkpoint": str(checkpoint), "args": vars(args), "lr": lr, "data": train.info(),
-        "encoder_config": encoder.config, "feature_dim": probe.head.bn.num_features,
+        "encoder_config": encoder.config, "feature_dim": probe.head.bn.num_features, "epochs": epochs,
     }
     if main_process:
         print(f"linear probe of {checkpoint} ({encoder.config.get('global_tokens')} tokens, feature "
               f"{args.feature!r}, {probe.head.bn.num_features} dims) on {dataset}: {len(train)} train images, "
-              f"{args.optimizer} lr {lr:.3g}, {args.epochs} epochs, "
+              f"{args.optimizer} lr {lr:.3g}, {epochs} epochs"
+              f"{f' (raised from {args.epochs} by --min-steps {args.min_steps})' if epochs > args.epochs else ''}, "
               f"{'cached features' if args.cache_features else 'augmented images'}")
 
     started = time.time()
@@ -177,9 +183,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             run.write_config(run_config)
             run.write_text(RunDir.METRICS, "")
         train_head_on_features(
-            probe.head, train_feats, train_labels, optimizer, epochs=args.epochs, batch_size=args.batch_size,
+            probe.head, train_feats, train_labels, optimizer, epochs=epochs, batch_size=args.batch_size,
             warmup_epochs=args.warmup_epochs, seed=args.seed, eval_sets=cached,
-            eval_every=max(1, args.epochs // 10), progress=progress,
+            eval_every=max(1, epochs // 10), progress=progress,
             on_epoch=lambda record: run.append_metrics({"kind": "epoch", **record}),
         )
         for split, (feats, labels) in cached.items():
@@ -187,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results[args.train_split + " (fit)"] = evaluate_head(probe.head, train_feats, train_labels)
         timing = {"feature_time_s": round(feature_time, 2), "head_time_s": round(time.time() - started - feature_time, 2)}
     else:
-        cfg = TrainConfig(epochs=args.epochs, lr=lr, min_lr=0.0, weight_decay=args.weight_decay, optimizer=args.optimizer,
+        cfg = TrainConfig(epochs=epochs, lr=lr, min_lr=0.0, weight_decay=args.weight_decay, optimizer=args.optimizer,
                           momentum=args.momentum, warmup_epochs=args.warmup_epochs, seed=args.seed,
                           mixed_precision=args.mixed_precision, cpu=args.cpu, progress=not args.no_progress,
                           checkpoint_every=0, save_model=False)
@@ -231,13 +237,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run.write_results_csv(rows)
         summary = {"checkpoint": str(checkpoint), "dataset": dataset, "feature": args.feature,
                    "global_tokens": encoder.config.get("global_tokens"), "optimizer": args.optimizer, "lr": lr,
-                   "epochs": args.epochs, **timing,
+                   "epochs": epochs, **timing,
                    **{f"{split}_top1": m["top1"] for split, m in results.items() if " " not in split}}
         run.update_config(summary=summary)
         report = [f"# Linear probe of `{checkpoint}` on {dataset}", "",
                   f"Frozen encoder ({encoder.config.get('global_tokens')} global tokens), feature `{args.feature}` "
                   f"({probe.head.bn.num_features} dims), head BatchNorm1d(affine=False) + Linear, "
-                  f"{args.optimizer} lr {lr:.3g}, {args.epochs} epochs"
+                  f"{args.optimizer} lr {lr:.3g}, {epochs} epochs"
                   f"{', cached features' if args.cache_features else ''}.", "",
                   "## Accuracy (%)", "", markdown_table(rows, digits=4), ""]
         run.write_report("\n".join(report))

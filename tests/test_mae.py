@@ -256,14 +256,15 @@ def test_recipes_end_to_end(tmp_path, capsys):
         mae_recipe.main([*TINY_RUN, "--out", str(run)])
     with pytest.raises(ValueError, match="different model config"):
         mae_recipe.main([*TINY_RUN, "--out", str(run), "--resume", "--decoder-dim", "64"])
-    result = probe_recipe.main(["--checkpoint", str(run), "--epochs", "2", "--batch-size", "64",
+    result = probe_recipe.main(["--checkpoint", str(run), "--epochs", "2", "--batch-size", "64", "--min-steps", "20",
                                 "--max-train-samples", "128", "--no-progress", "--cpu"])
     assert 0.0 <= result["test_top1"] <= 100.0
+    assert result["epochs"] == 10  # 2 steps per epoch, raised to reach 20 steps
     assert (run / "linear_probe" / "results.csv").exists()
     before = jumbokit.load(run).state_dict()
     result = probe_recipe.main(["--checkpoint", str(run), "--epochs", "1", "--batch-size", "64", "--optimizer",
                                 "lars", "--max-train-samples", "128", "--no-cache-features", "--no-progress", "--cpu",
-                                "--out", str(tmp_path / "probe_images")])
+                                "--min-steps", "0", "--out", str(tmp_path / "probe_images")])
     assert 0.0 <= result["test_top1"] <= 100.0
     after = jumbokit.load(run).state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)

@@ -270,6 +270,8 @@ def test_min_steps_raises_epochs_of_small_sets():
     assert cfg.epochs_for("GunPoint", steps_per_epoch=1) == 1000
     assert cfg.epochs_for("JapaneseVowels", steps_per_epoch=2) == 500
     assert cfg.epochs_for("Big", steps_per_epoch=30) == 100  # 100 * 30 steps already exceed min_steps
+    with pytest.raises(ValueError, match="min_steps >= 0"):
+        SweepConfig(min_steps=-1).epochs_for("GunPoint")
 
 
 def test_sweep_written_before_a_new_key_still_resumes(tmp_path):

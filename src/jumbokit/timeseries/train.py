@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from jumbokit.training.optim import epochs_for_min_steps
 from jumbokit.training.rundir import atomic_save_figure, atomic_write_text
 
 from .data import ClassificationData, SeriesSplit, load_dataset, load_raw
@@ -88,7 +89,7 @@ class SweepConfig:
     def epochs_for(self, dataset: str, steps_per_epoch: int = 1) -> int:
         """The protocol's epochs (100; 20 for the largest sets), raised to reach ``min_steps`` steps."""
         epochs = int(self.epochs) if self.epochs is not None else (20 if dataset in LARGE_DATASETS else 100)
-        return max(epochs, math.ceil(self.min_steps / max(1, steps_per_epoch)))
+        return epochs_for_min_steps(epochs, self.min_steps, steps_per_epoch)
 
     def identity(self) -> dict[str, Any]:
         return asdict(self)

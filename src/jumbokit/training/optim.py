@@ -101,6 +101,13 @@ def lr_lambda(
     return floor + (1.0 - floor) * shape
 
 
+def epochs_for_min_steps(epochs: int, min_steps: int, steps_per_epoch: int) -> int:
+    """``epochs``, raised so that training takes at least ``min_steps`` optimizer steps (small datasets)."""
+    if epochs < 1 or min_steps < 0:
+        raise ValueError(f"expected epochs >= 1 and min_steps >= 0; got epochs={epochs}, min_steps={min_steps}")
+    return max(int(epochs), math.ceil(min_steps / max(1, steps_per_epoch)))
+
+
 def warmup_steps_for(cfg: TrainConfig, steps_per_epoch: int) -> int:
     """Warm-up length in optimizer steps (``warmup_fraction`` of all steps wins over ``warmup_epochs``)."""
     total = cfg.epochs * steps_per_epoch
