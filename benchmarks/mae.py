@@ -180,6 +180,16 @@ def logistic_regression_baselines() -> list[dict[str, Any]]:
     return rows
 
 
+def select_on_validation(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per method, the probe variant with the best validation accuracy (ties: the first) and its test accuracy."""
+    best: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row.get("val_top1") is not None and (row["method"] not in best
+                                                or row["val_top1"] > best[row["method"]]["val_top1"]):
+            best[row["method"]] = row
+    return [{k: row[k] for k in ("method", "probe", "val_top1", "test_top1")} for row in best.values()]
+
+
 def run_probe(args: argparse.Namespace) -> dict[str, Any]:
     import jumbokit
 
@@ -188,20 +198,27 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     python = sys.executable
     rows: list[dict[str, Any]] = []
-    for name in models:
-        run = work / f"mae_{name}"
-        cmd = [python, "recipes/mae_pretrain.py", "--model", name, "--out", str(run), "--overwrite",
-               "--no-progress", "--epochs", str(args.epochs), *args.mae_args]
-        pretrain_s = run_cmd(cmd, work / f"mae_{name}.log")
-        summary = json.loads((run / "config.json").read_text())["summary"]
+    # either pretrain each model here, or probe finished MAE runs (--checkpoints) with every variant
+    runs = [(Path(c), None) for c in args.checkpoints] if args.checkpoints else [(work / f"mae_{n}", n) for n in models]
+    for run, name in runs:
+        if name is None:
+            config = json.loads((run / "config.json").read_text())
+            name, wall = config["args"]["model"], None
+        else:
+            cmd = [python, "recipes/mae_pretrain.py", "--model", name, "--out", str(run), "--overwrite",
+                   "--no-progress", "--epochs", str(args.epochs), *args.mae_args]
+            wall = round(run_cmd(cmd, work / f"mae_{name}.log"), 1)
+            config = json.loads((run / "config.json").read_text())
+        summary = config["summary"]
         for index, variant in enumerate(args.probe_variants):
-            probe_dir = run / f"probe{index}"
+            probe_dir = work / f"probe_{run.name}_{index}"
             run_cmd([python, "recipes/linear_probe.py", "--checkpoint", str(run), "--out", str(probe_dir),
-                     "--no-progress", *args.probe_args, *variant.split()], work / f"probe{index}_{name}.log")
+                     "--no-progress", *args.probe_args, *variant.split()], work / f"probe{index}_{run.name}.log")
             probe = json.loads((probe_dir / "config.json").read_text())["summary"]
-            rows.append({"method": f"MAE {name}", "probe": variant or "(defaults)", "epochs": args.epochs,
+            rows.append({"method": f"MAE {name}", "probe": variant or "(defaults)",
+                         "epochs": config["args"]["epochs"], "probe_epochs": probe.get("epochs"),
                          "val_top1": probe.get("val_top1"), "test_top1": probe.get("test_top1"),
-                         "pretrain_s": round(summary["train_time_s"], 1), "wall_s": round(pretrain_s, 1),
+                         "pretrain_s": round(summary["train_time_s"], 1), "wall_s": wall,
                          "final_mae_loss": summary.get("final_train_loss")})
             print(json.dumps(rows[-1]))
         if args.random_init:
@@ -221,12 +238,18 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
                          "val_top1": probe.get("val_top1"), "test_top1": probe.get("test_top1")})
             print(json.dumps(rows[-1]))
     baselines = logistic_regression_baselines()
+    selected = select_on_validation(rows)
     payload = {"part": "probe", "env": environment(), "mae_args": args.mae_args, "probe_args": args.probe_args,
-               "epochs": args.epochs, "rows": rows, "baselines": baselines, "work": str(work)}
+               "epochs": args.epochs, "rows": rows, "selected_on_val": selected, "baselines": baselines,
+               "work": str(work)}
+    sources = (f"MAE runs: {', '.join(args.checkpoints)}" if args.checkpoints
+               else f"MAE flags: `--epochs {args.epochs} {' '.join(args.mae_args)}`")
     markdown = ("## Digits linear probe (test split: 360 images; val: 180)\n\n"
-                f"MAE flags: `--epochs {args.epochs} {' '.join(args.mae_args)}`; probe flags: "
-                f"`{' '.join(args.probe_args) or '(defaults)'}`; device: {environment().get('gpu', 'CPU')}\n\n"
-                + table(rows) + "\n" + table(baselines))
+                f"{sources}; probe flags: `{' '.join(args.probe_args) or '(defaults)'}`; "
+                f"device: {environment().get('gpu', 'CPU')}\n\n" + table(rows) + "\n"
+                + ("Probe flags chosen on validation, per encoder:\n\n" + table(selected) + "\n"
+                   if len(args.probe_variants) > 1 else "")
+                + table(baselines))
     write(args.out, "probe", payload, markdown)
     return payload
 
@@ -297,6 +320,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--probe-args", default="", help="extra flags for recipes/linear_probe.py (quoted)")
     parser.add_argument("--probe-variants", default="",
                         help="';'-separated linear-probe flag sets, one result row each (default: the recipe's defaults)")
+    parser.add_argument("--checkpoints", type=lambda s: [c for c in s.split(",") if c], default=None,
+                        help="probe: comma-separated finished MAE run directories to probe instead of pretraining")
     parser.add_argument("--random-init", action=argparse.BooleanOptionalAction, default=True,
                         help="also probe a randomly initialised encoder of each model")
     parser.add_argument("--work", default=None, help="folder for the runs (default: a temp folder)")

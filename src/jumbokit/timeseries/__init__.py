@@ -1,7 +1,8 @@
 """Time-series classification (UCR/UEA) with PatchTST, PatchTST+registers and PatchTST+Jumbo.
 
 - ``models``: the zoo entries ``patchtst``, ``patchtst_registers``, ``patchtst_jumbo`` and the patching rule.
-- ``data``: aeon/sktime loading, padding/masks, per-instance normalisation, the 50/50 validation/test split.
+- ``data``: aeon/sktime loading, padding/masks, normalisation (training-split channel statistics by default),
+  the 50/50 validation/test split.
 - ``train``: the paper's protocol (runs, 12-run sweep, selection, ranks, reports); ``cli``: ``tstrain``.
 - ``estimator``: ``PatchTSTClassifier``, an aeon classifier.
 
