@@ -181,13 +181,14 @@ def logistic_regression_baselines() -> list[dict[str, Any]]:
 
 
 def select_on_validation(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per method, the probe variant with the best validation accuracy (ties: the first) and its test accuracy."""
-    best: dict[str, dict[str, Any]] = {}
+    """Per encoder (method and MAE epochs), the probe variant with the best validation accuracy (ties: the first)
+    and its test accuracy."""
+    best: dict[tuple[str, Any], dict[str, Any]] = {}
     for row in rows:
-        if row.get("val_top1") is not None and (row["method"] not in best
-                                                or row["val_top1"] > best[row["method"]]["val_top1"]):
-            best[row["method"]] = row
-    return [{k: row[k] for k in ("method", "probe", "val_top1", "test_top1")} for row in best.values()]
+        key = (row["method"], row.get("epochs"))
+        if row.get("val_top1") is not None and (key not in best or row["val_top1"] > best[key]["val_top1"]):
+            best[key] = row
+    return [{k: row.get(k) for k in ("method", "epochs", "probe", "val_top1", "test_top1")} for row in best.values()]
 
 
 def run_probe(args: argparse.Namespace) -> dict[str, Any]:

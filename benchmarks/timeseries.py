@@ -25,7 +25,6 @@ import torch
 
 from jumbokit.timeseries.data import NORMALIZATIONS, load_dataset
 from jumbokit.timeseries.models import PATCHTST_MODELS
-from jumbokit.training.rundir import atomic_write_text
 from jumbokit.timeseries.train import (
     SWEEP_DROPOUTS,
     SWEEP_LRS,
@@ -34,6 +33,7 @@ from jumbokit.timeseries.train import (
     format_summary,
     run_sweep,
 )
+from jumbokit.training.rundir import atomic_write_text
 
 DATASETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "BasicMotions", "JapaneseVowels")
 MINIROCKET_REFERENCE = {"ArrowHead": 0.863, "GunPoint": 0.993, "ItalyPowerDemand": 0.963, "BasicMotions": 1.000}
