@@ -195,13 +195,17 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
     import jumbokit
 
     models = args.models or ["vit_pico_jumbo", "vit_pico_cls"]
+    for run in map(Path, args.checkpoints or ()):  # before anything is written
+        if not (run / "config.json").is_file() or "summary" not in json.loads((run / "config.json").read_text()):
+            raise SystemExit(f"error: --checkpoints {run} is not a finished recipes/mae_pretrain.py run directory "
+                             "(expected config.json with a summary)")
     work = Path(args.work or tempfile.mkdtemp(prefix="mae_bench_"))
     work.mkdir(parents=True, exist_ok=True)
     python = sys.executable
     rows: list[dict[str, Any]] = []
     # either pretrain each model here, or probe finished MAE runs (--checkpoints) with every variant
     runs = [(Path(c), None) for c in args.checkpoints] if args.checkpoints else [(work / f"mae_{n}", n) for n in models]
-    for run, name in runs:
+    for position, (run, name) in enumerate(runs):
         if name is None:
             config = json.loads((run / "config.json").read_text())
             name, wall = config["args"]["model"], None
@@ -212,9 +216,9 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
             config = json.loads((run / "config.json").read_text())
         summary = config["summary"]
         for index, variant in enumerate(args.probe_variants):
-            probe_dir = work / f"probe_{run.name}_{index}"
+            probe_dir = work / f"probe{position}_{run.name}_{index}"  # position: two runs may share a name
             run_cmd([python, "recipes/linear_probe.py", "--checkpoint", str(run), "--out", str(probe_dir),
-                     "--no-progress", *args.probe_args, *variant.split()], work / f"probe{index}_{run.name}.log")
+                     "--no-progress", *args.probe_args, *variant.split()], work / f"{probe_dir.name}.log")
             probe = json.loads((probe_dir / "config.json").read_text())["summary"]
             rows.append({"method": f"MAE {name}", "probe": variant or "(defaults)",
                          "epochs": config["args"]["epochs"], "probe_epochs": probe.get("epochs"),

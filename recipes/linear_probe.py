@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from accelerate import PartialState
 
     import jumbokit
-    from jumbokit.data import build_dataset, make_loader
+    from jumbokit.data import build_dataset, make_loader, steps_per_epoch
     from jumbokit.ssl import (
         LinearProbe,
         build_probe_optimizer,
@@ -151,7 +151,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.batch_size > len(train):
         raise ValueError(f"--batch-size {args.batch_size} is larger than the {len(train)} training samples of "
                          f"{dataset}; pass --batch-size <= {len(train)}")
-    epochs = epochs_for_min_steps(args.epochs, args.min_steps, len(train) // (args.batch_size * world))
+    # cached: every process trains the head on all features; images: the processes share each epoch
+    per_step = args.batch_size if args.cache_features else args.batch_size * world
+    epochs = epochs_for_min_steps(args.epochs, args.min_steps, steps_per_epoch(len(train), per_step))
     probe = LinearProbe(encoder, num_classes=train.num_classes, feature=args.feature)
     device = state.device
     probe.to(device)
