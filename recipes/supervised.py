@@ -132,6 +132,15 @@ def _num_patches(model: nn.Module, x: torch.Tensor) -> int:
     return grid_h * grid_w
 
 
+def small_image_patch(name: str, img_size: int) -> int:
+    """Patch size for images up to 64 px: a 4x4 grid for plain encoders; multi-stage encoders start from an
+    8x8 grid (an even patch, for the conv stem) so that their last stage still has a 2x2 grid."""
+    config = jumbokit.encoders.model_config(name)
+    if config.get("encoder") != "multistage":
+        return max(1, img_size // SMALL_IMAGE_GRID)
+    return max(2, img_size // (2 * SMALL_IMAGE_GRID) // 2 * 2)
+
+
 def _build_splits(args, img_size: int | None, in_chans: int | None, progress: bool):
     common = dict(img_size=img_size, in_chans=in_chans, skip_corrupt=args.skip_corrupt, progress=progress)
     train = build_dataset(args.dataset, "train", "supervised", randaugment=args.randaugment,
@@ -153,7 +162,7 @@ def _build_model(args, num_classes: int, img_size: int, in_chans: int) -> tuple[
             model.reset_classifier(num_classes)
         return model, f"init:{args.init}"
     name = args.model or DEFAULT_MODEL
-    patch = args.patch_size or (max(1, img_size // SMALL_IMAGE_GRID) if img_size <= 64 else None)
+    patch = args.patch_size or (small_image_patch(name, img_size) if img_size <= 64 else None)
     kwargs = dict(img_size=img_size, in_chans=in_chans, num_classes=num_classes, drop_path_rate=args.drop_path)
     if patch is not None:
         kwargs["patch_size"] = patch

@@ -14,7 +14,8 @@ class Attention(nn.Module):
 
     ``qkv`` is Linear(D, 2 * qk_dim + v_dim) laid out [q heads | k heads | v heads] (timm's layout when
     qk_dim = v_dim = D); ``proj`` is Linear(v_dim, D). The softmax scale is 1/sqrt(qk_dim / num_heads).
-    Wider q/k heads than value heads come from collapsing progressive-join branches.
+    An inner width other than D (qk_dim = v_dim = heads * head_dim) gives the multi-stage encoders their
+    fixed head width; wider q/k heads than value heads come from collapsing progressive-join branches.
     ``attn_mask`` is a bool tensor broadcastable to (B, heads, T, T), True = may attend.
     """
 
@@ -29,14 +30,17 @@ class Attention(nn.Module):
         v_dim: int | None = None,
     ) -> None:
         super().__init__()
+        qk_name = "qk_dim" if qk_dim else "width"
         qk_dim, v_dim = int(qk_dim or dim), int(v_dim or dim)
-        for name, width in (("width", dim), ("qk_dim", qk_dim), ("v_dim", v_dim)):
+        if num_heads < 1:
+            raise ValueError(f"attention needs num_heads >= 1, got {num_heads}")
+        for name, width in ((qk_name, qk_dim), ("v_dim", v_dim)):
             if width % num_heads:
                 raise ValueError(f"{name} {width} is not divisible by the number of heads {num_heads}")
         self.num_heads = num_heads
-        self.head_dim = dim // num_heads
+        self.head_dim = qk_dim // num_heads
         self.qk_dim, self.v_dim = qk_dim, v_dim
-        self.uniform = qk_dim == v_dim == dim
+        self.uniform = qk_dim == v_dim
         self.qkv = nn.Linear(dim, 2 * qk_dim + v_dim, bias=qkv_bias)
         self.attn_drop = attn_drop
         self.proj = nn.Linear(v_dim, dim)
@@ -49,7 +53,7 @@ class Attention(nn.Module):
             qkv = self.qkv(x).reshape(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
             q, k, v = qkv.unbind(0)
             x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
-            return self.proj_drop(self.proj(x.transpose(1, 2).reshape(batch, length, dim)))
+            return self.proj_drop(self.proj(x.transpose(1, 2).reshape(batch, length, self.v_dim)))
         q, k, v = self.qkv(x).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
         q, k, v = (t.reshape(batch, length, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))
         qk_head, v_head = q.shape[-1], v.shape[-1]
@@ -62,4 +66,4 @@ class Attention(nn.Module):
         return self.proj_drop(self.proj(x))
 
     def extra_repr(self) -> str:
-        return "" if self.uniform else f"heads={self.num_heads}, qk_dim={self.qk_dim}, v_dim={self.v_dim}"
+        return f"heads={self.num_heads}, qk_dim={self.qk_dim}, v_dim={self.v_dim}"

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["LayerFlops", "layer_flops", "encoder_flops", "matching_registers", "count_params",
+__all__ = ["LayerFlops", "layer_flops", "encoder_flops", "multistage_flops", "matching_registers", "count_params",
            "prop1_layer_macs"]
 
 
@@ -68,9 +68,12 @@ def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int 
                   channels: int | None = None) -> int:
     """Forward FLOPs of the encoder blocks plus patch embedding and head, per input sample.
 
-    For series models the count covers all ``channels`` (each channel is a sequence).
+    For series models the count covers all ``channels`` (each channel is a sequence). Multi-stage configs
+    go to :func:`multistage_flops` (``num_patches`` and ``channels`` do not apply to them).
     """
     config = model_or_config.config if isinstance(model_or_config, nn.Module) else model_or_config
+    if config.get("encoder") == "multistage":
+        return multistage_flops(config)
     dim, depth = config["dim"], config["depth"]
     hidden = config.get("mlp_hidden") or int(round(config.get("mlp_ratio", 4.0) * dim))
     if num_patches is None:
@@ -89,6 +92,47 @@ def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int 
         embed = 2 * num_patches * dim * config["patch_len"]
         seqs = channels if channels is not None else config.get("in_chans", 1)
     return seqs * (depth * per_layer + embed)
+
+
+def multistage_flops(model_or_config: nn.Module | dict[str, Any], img_size: int | tuple[int, int] | None = None,
+                     head: bool = True) -> int:
+    """Forward FLOPs of a multi-stage ViT-Res encoder per image (stem, blocks, reductions, head).
+
+    Counts what ``FlopCounterMode`` counts: convolutions and matrix multiplies at 2 FLOPs per multiply-add
+    (BatchNorm, LayerNorm, pooling, softmax and GELU are left out). ``img_size`` defaults to the config's;
+    ``head`` adds the classifier when ``num_classes > 0``. MACs as the seed reports them are half of this.
+    """
+    config = model_or_config.config if isinstance(model_or_config, nn.Module) else model_or_config
+    from .stages import multistage_config_check, stage_grids
+
+    cfg = multistage_config_check(config)
+    dims, in_chans = cfg["dims"], cfg["in_chans"]
+    grids = stage_grids(img_size or cfg["img_size"], cfg["patch_size"], len(dims), cfg["stem"])
+    ph, pw = (cfg["patch_size"], cfg["patch_size"]) if isinstance(cfg["patch_size"], int) else cfg["patch_size"]
+    n0 = grids[0][0] * grids[0][1]
+    if cfg["stem"] == "conv":
+        c = cfg["stem_chans"]
+        half = (grids[0][0] * ph // 2) * (grids[0][1] * pw // 2)  # the stride-2 conv's output pixels
+        flops = 2 * half * c * 9 * (in_chans + 2 * c) + 2 * n0 * dims[0] * c * (ph // 2) * (pw // 2)
+    else:
+        flops = 2 * n0 * dims[0] * in_chans * ph * pw
+    kind = cfg["global_tokens"]
+    g = {"none": 0, "cls": 1, "registers": cfg["num_registers"] + int(cfg["class_token"]),
+         "jumbo": cfg["jumbo_multiplier"]}[kind]
+    for s, dim in enumerate(dims):
+        patches = grids[s][0] * grids[s][1]
+        if s:
+            flops += 2 * patches * dim * 9 * dims[s - 1] + 2 * g * dims[s - 1] * dim  # RSR conv + token linear
+        for heads, hidden in zip(cfg["heads"][s], cfg["mlp_hidden"][s]):
+            inner = int(heads) * int(cfg["head_dims"][s])
+            flops += layer_flops(dim, patches, kind, cfg["num_registers"], cfg["class_token"],
+                                 cfg["jumbo_multiplier"], int(hidden), cfg["jumbo_mlp_ratio"], inner, inner).total
+    if head and cfg["num_classes"] > 0:
+        width = dims[-1] if cfg["global_pool"] == "avg" else {
+            "jumbo": cfg["jumbo_multiplier"] * dims[-1], "jumbo+mean": (cfg["jumbo_multiplier"] + 1) * dims[-1],
+            "segments": dims[-1]}.get(cfg["jumbo_pool"] if kind == "jumbo" else "", dims[-1])
+        flops += 2 * width * cfg["num_classes"]
+    return flops
 
 
 def _num_patches(config: dict[str, Any]) -> int:

@@ -86,15 +86,20 @@ class NoGlobalTokens(GlobalTokens):
 
 
 class ClsToken(GlobalTokens):
-    """One CLS token (timm ``cls_token``); the feature is its output."""
+    """One CLS token (timm ``cls_token``); the feature is its output.
+
+    learn_tokens=False builds the plug-in without its token (a later stage of a multi-stage encoder,
+    whose global tokens arrive from the stage before).
+    """
 
     kind = "cls"
     num_tokens = 1
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, learn_tokens: bool = True) -> None:
         super().__init__(dim)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        nn.init.normal_(self.cls_token, std=1e-6)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if learn_tokens else None
+        if learn_tokens:
+            nn.init.normal_(self.cls_token, std=1e-6)
 
     def tokens(self) -> torch.Tensor:
         return self.cls_token
@@ -111,18 +116,19 @@ class Registers(GlobalTokens):
 
     kind = "registers"
 
-    def __init__(self, dim: int, num_registers: int, class_token: bool = True) -> None:
+    def __init__(self, dim: int, num_registers: int, class_token: bool = True, learn_tokens: bool = True) -> None:
         super().__init__(dim)
         if num_registers < 1:
             raise ValueError(f"registers need num_registers >= 1, got {num_registers}")
         self.num_registers = num_registers
         self.class_token = class_token
         self.num_tokens = num_registers + int(class_token)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
-        self.reg_token = nn.Parameter(torch.zeros(1, num_registers, dim))
-        if class_token:
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token and learn_tokens else None
+        self.reg_token = nn.Parameter(torch.zeros(1, num_registers, dim)) if learn_tokens else None
+        if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)
-        nn.init.normal_(self.reg_token, std=1e-6)
+        if self.reg_token is not None:
+            nn.init.normal_(self.reg_token, std=1e-6)
 
     def tokens(self) -> torch.Tensor:
         if self.cls_token is None:
@@ -186,6 +192,7 @@ class Jumbo(GlobalTokens):
         lora_rank: int = 0,
         pool: str = "jumbo",
         drop: float = 0.0,
+        learn_tokens: bool = True,
     ) -> None:
         super().__init__(dim)
         if multiplier < 1:
@@ -202,8 +209,9 @@ class Jumbo(GlobalTokens):
         self.lora_rank = lora_rank
         self.pool_mode = pool
         self.feature_dim = {"jumbo": self.width, "jumbo+mean": self.width + dim, "segments": dim}[pool]
-        self.jumbo_token = nn.Parameter(torch.zeros(1, multiplier, dim))
-        nn.init.trunc_normal_(self.jumbo_token, std=0.02)
+        self.jumbo_token = nn.Parameter(torch.zeros(1, multiplier, dim)) if learn_tokens else None
+        if learn_tokens:
+            nn.init.trunc_normal_(self.jumbo_token, std=0.02)
         self.jumbo_norms = nn.ModuleList(nn.LayerNorm(self.width, eps=1e-6) for _ in range(depth))
         if share:
             self.jumbo_mlp = Mlp(self.width, self.hidden, drop=drop)
@@ -255,15 +263,19 @@ def make_global_tokens(
     jumbo_lora_rank: int = 0,
     jumbo_pool: str = "jumbo",
     drop: float = 0.0,
+    learn_tokens: bool = True,
 ) -> GlobalTokens:
-    """Build a plug-in by name: ``none`` | ``cls`` | ``registers`` | ``jumbo``."""
+    """Build a plug-in by name: ``none`` | ``cls`` | ``registers`` | ``jumbo``.
+
+    learn_tokens=False: no learned token parameters (the tokens come from an earlier stage).
+    """
     if kind == "none":
         return NoGlobalTokens(dim)
     if kind == "cls":
-        return ClsToken(dim)
+        return ClsToken(dim, learn_tokens=learn_tokens)
     if kind == "registers":
-        return Registers(dim, num_registers, class_token=class_token)
+        return Registers(dim, num_registers, class_token=class_token, learn_tokens=learn_tokens)
     if kind == "jumbo":
         return Jumbo(dim, jumbo_multiplier, depth, mlp_ratio=jumbo_mlp_ratio, share=jumbo_share,
-                     lora_rank=jumbo_lora_rank, pool=jumbo_pool, drop=drop)
+                     lora_rank=jumbo_lora_rank, pool=jumbo_pool, drop=drop, learn_tokens=learn_tokens)
     raise ValueError(f"unknown global_tokens {kind!r}; expected one of {GLOBAL_TOKEN_KINDS}")

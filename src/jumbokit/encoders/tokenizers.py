@@ -152,9 +152,13 @@ class ImagePatchTokenizer(nn.Module):
                 raise ValueError(f"image size {(height, width)} is not divisible by patch size {self.patch_size}; "
                                  "resize the images or build the model with dynamic_img_pad=True")
             x = F.pad(x, (0, (-width) % pw, 0, (-height) % ph))
-        tokens = self.proj(x)  # (B, D, Hp, Wp)
+        tokens = self.project(x)  # (B, D, Hp, Wp)
         grid = (tokens.shape[2], tokens.shape[3])
         return Tokens(tokens.flatten(2).transpose(1, 2), grid)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (B, C, H, W) whose size the patch divides -> (B, D, H/Ph, W/Pw)."""
+        return self.proj(x)
 
     def init_pos_embed(self, kind: str) -> torch.Tensor:
         """Initial (1, N, D) position table for 'learn' (to be filled by init) or 'sincos'."""

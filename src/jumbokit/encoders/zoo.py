@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from .encoder import DEFAULT_CONFIG, Encoder
+from .stages import MULTISTAGE_CONFIG, MultiStageEncoder
 
 __all__ = ["atomic_write", "load_config", "load_state_dict_checked", "register_model", "create_model", "list_models", "model_config", "build_model", "save", "load",
            "MODEL_FILE", "CONFIG_FILE"]
@@ -81,10 +82,11 @@ def model_config(name: str, **overrides: Any) -> dict[str, Any]:
     overrides = {k: v for k, v in overrides.items() if k not in _BRANCH_KEYS}
     if entry.builder is not None:
         return entry.builder(dict(entry.config), dict(overrides))
-    unknown = set(overrides) - set(DEFAULT_CONFIG)
+    defaults = MULTISTAGE_CONFIG if entry.config.get("encoder") == "multistage" else DEFAULT_CONFIG
+    unknown = set(overrides) - set(defaults)
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)} for model {name!r}; "
-                         f"encoder options are: {', '.join(sorted(DEFAULT_CONFIG))}")
+                         f"encoder options are: {', '.join(sorted(defaults))}")
     return {**entry.config, **overrides}
 
 
@@ -114,13 +116,15 @@ def build_model(config: dict[str, Any]) -> nn.Module:
         from .branches import build_branched_encoder
 
         return build_branched_encoder(config, **branched)
+    if config.get("encoder") == "multistage":
+        return MultiStageEncoder(**config)
     return Encoder(**config)
 
 
 def _config_of(model: nn.Module) -> dict[str, Any]:
     if hasattr(model, "saved_config"):
         return model.saved_config()
-    if isinstance(model, Encoder):
+    if isinstance(model, (Encoder, MultiStageEncoder)):
         return model.plain_config()
     raise TypeError(f"expected a jumbokit encoder (with a .config), got {type(model).__name__}")
 
@@ -247,3 +251,50 @@ def _register_vits() -> None:
 
 
 _register_vits()
+
+
+# ------------------------------------------------------- multi-stage ViT-Res / ViT-ResNAS (seed 002)
+def _stage_lists(heads: list[list[int]], ffn: list[list[int]]) -> dict[str, Any]:
+    return {"heads": [list(h) for h in heads], "mlp_hidden": [list(f) for f in ffn]}
+
+
+VIT_RES_ARCHS: dict[str, dict[str, Any]] = {
+    # ViT-Res-Tiny (seed Table 4): DeiT-Tiny split into 3 stages of 4 blocks, head width 64, FFN ratio 4
+    "vit_res_tiny": dict(dims=[192, 384, 768], head_dims=[64, 64, 64],
+                         **_stage_lists([[3] * 4, [6] * 4, [12] * 4], [[768] * 4, [1536] * 4, [3072] * 4])),
+    # the searched networks (seed Tables 6-8): head widths 32 / 48 / 64, per-block heads and FFN sizes
+    "vit_resnas_tiny": dict(dims=[176, 352, 704], head_dims=[32, 48, 64], **_stage_lists(
+        [[3, 3, 3, 4, 4], [10, 8, 8, 8, 10, 10], [10, 10, 10, 8, 8]],
+        [[704, 576, 640, 576, 704], [1408, 1408, 1280, 1408, 1280, 1024], [2560, 1792, 2816, 2816, 2560]])),
+    "vit_resnas_small": dict(dims=[220, 440, 880], head_dims=[32, 48, 64], **_stage_lists(
+        [[5, 5, 7, 5, 5, 5], [10, 10, 10, 10, 12, 12], [16, 12, 16, 12, 14]],
+        [[880, 880, 800, 720, 720, 720], [1760, 1440, 1920, 1600, 1600, 1440], [3200, 3200, 2880, 2240, 2560]])),
+    "vit_resnas_medium": dict(dims=[240, 640, 880], head_dims=[32, 48, 64], **_stage_lists(
+        [[7, 6, 7, 8, 7, 8, 6], [10, 14, 14, 16, 14, 16, 16], [16, 10, 16, 12, 16, 14]],
+        [[960, 960, 800, 960, 880, 880, 800], [1120, 1760, 1920, 1760, 1440, 1760, 1920],
+         [3200, 3840, 3840, 3200, 3520, 3520]])),
+    # scaled down to the plain vit_pico / vit_nano FLOPs range for small images (32 px, patch 4)
+    # (8x8 -> 4x4 -> 2x2 grids), depths 4/3/3: ~ the FLOPs of vit_pico / vit_nano at patch 8 (a 4x4 grid)
+    "vit_res_pico": dict(dims=[48, 96, 192], head_dims=[16, 32, 64], img_size=32, patch_size=4, stem_chans=12,
+                         **_stage_lists([[3] * 4, [3] * 3, [3] * 3], [[192] * 4, [384] * 3, [768] * 3])),
+    "vit_res_nano": dict(dims=[64, 128, 256], head_dims=[16, 32, 64], img_size=32, patch_size=4, stem_chans=16,
+                         **_stage_lists([[4] * 4, [4] * 3, [4] * 3], [[256] * 4, [512] * 3, [1024] * 3])),
+}
+
+VIT_RES_JUMBO_J = 2  # J * d_stage wide: J = 6 as in the plain ViTs would make a 4.6K-wide FFN at 768
+
+
+def _register_vit_res() -> None:
+    for name, arch in VIT_RES_ARCHS.items():
+        base = {**dict(encoder="multistage", img_size=224, patch_size=14, in_chans=3, num_classes=1000), **arch}
+        depths = "/".join(str(len(h)) for h in arch["heads"])
+        dims = "/".join(str(d) for d in arch["dims"])
+        label = f"{name} (dims {dims}, depths {depths}; conv stem + residual spatial reduction)"
+        register_model(name, description=label + " with a CLS token", global_tokens="cls", **base)
+        register_model(f"{name}_reg4", description=label + " + CLS + 4 registers", global_tokens="registers",
+                       num_registers=4, **base)
+        register_model(f"{name}_jumbo", description=label + f" + Jumbo (J={VIT_RES_JUMBO_J}, one FFN per stage)",
+                       global_tokens="jumbo", jumbo_multiplier=VIT_RES_JUMBO_J, **base)
+
+
+_register_vit_res()
