@@ -4,6 +4,7 @@ from . import flops
 from .attention import Attention
 from .blocks import Block, DropPath, LayerScale, Mlp
 from .encoder import DEFAULT_CONFIG, Encoder, EncoderOutput, gather_tokens, random_keep
+from .stages import MultiStageEncoder
 from .global_tokens import (
     GLOBAL_TOKEN_KINDS,
     ClsToken,
@@ -34,5 +35,5 @@ __all__ = [
     "gather_tokens", "random_keep", "GLOBAL_TOKEN_KINDS", "ClsToken", "GlobalTokens", "Jumbo", "NoGlobalTokens",
     "Registers", "make_global_tokens", "masked_mean", "from_timm", "to_timm_state_dict", "ImagePatchTokenizer",
     "SeriesPatchTokenizer", "Tokens", "sincos_pos_embed_1d", "sincos_pos_embed_2d", "build_model", "create_model", "list_models", "load", "load_config",
-    "load_state_dict_checked", "model_config", "atomic_write", "register_model", "save", "flops",
+    "load_state_dict_checked", "model_config", "atomic_write", "register_model", "save", "flops", "MultiStageEncoder",
 ]

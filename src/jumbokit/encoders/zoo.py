@@ -85,9 +85,17 @@ def model_config(name: str, **overrides: Any) -> dict[str, Any]:
     defaults = MULTISTAGE_CONFIG if entry.config.get("encoder") == "multistage" else DEFAULT_CONFIG
     unknown = set(overrides) - set(defaults)
     if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)} for model {name!r}; "
-                         f"encoder options are: {', '.join(sorted(defaults))}")
+        raise ValueError(f"unknown option(s) {unknown_options(unknown, defaults)} for model {name!r}")
     return {**entry.config, **overrides}
+
+
+def unknown_options(unknown: Any, known: Any) -> str:
+    """``'dpeth' (did you mean 'depth'?), 'foo'``: each unknown key with its closest known key, if any."""
+    hints = []
+    for key in sorted(map(str, unknown)):
+        close = difflib.get_close_matches(key, [str(k) for k in known], n=1)
+        hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    return ", ".join(hints)
 
 
 def create_model(name: str, **overrides: Any) -> nn.Module:
@@ -166,7 +174,8 @@ def atomic_write(target: str | os.PathLike, write: Callable[[str], None]) -> Pat
         raise
 
 
-def _resolve(path: Path) -> Path:
+def resolve_model_file(path: Path) -> Path:
+    """The .safetensors file of a run directory or a file path; raises a clear error when there is none."""
     if path.is_dir():
         target = path / MODEL_FILE
         if not target.exists():
@@ -179,13 +188,32 @@ def _resolve(path: Path) -> Path:
     return path
 
 
+def _unreadable(target: Path, err: Exception) -> ValueError:
+    return ValueError(f"{target} is not a readable .safetensors file ({err}); it may be truncated or damaged, "
+                      "write it again")
+
+
+def read_safetensors(path: str | os.PathLike, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """``safetensors.torch.load_file`` whose errors (truncated or damaged files) name the file."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path), device=str(device))
+    except SafetensorError as err:
+        raise _unreadable(Path(path), err) from None
+
+
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
     """The model config stored with a saved model (directory or .safetensors file)."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    target = _resolve(Path(path))
-    with safe_open(str(target), framework="pt") as f:
-        meta = f.metadata() or {}
+    target = resolve_model_file(Path(path))
+    try:
+        with safe_open(str(target), framework="pt") as f:
+            meta = f.metadata() or {}
+    except SafetensorError as err:
+        raise _unreadable(target, err) from None
     if _METADATA_KEY in meta:
         return json.loads(meta[_METADATA_KEY])
     for side in (target.with_name(CONFIG_FILE), target.with_suffix(".json")):
@@ -197,12 +225,10 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
 
 def load(path: str | os.PathLike, map_location: str | torch.device = "cpu", **overrides: Any) -> nn.Module:
     """Rebuild a saved model in one call: a run directory (``model.safetensors`` + config) or a file."""
-    from safetensors.torch import load_file
-
-    target = _resolve(Path(path))
+    target = resolve_model_file(Path(path))
     config = {**load_config(target), **overrides}
     model = build_model(config)
-    state = load_file(str(target), device=str(map_location))
+    state = read_safetensors(target, device=str(map_location))
     load_state_dict_checked(model, state, source=str(target))
     return model.to(map_location)
 

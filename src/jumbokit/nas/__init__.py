@@ -1,0 +1,16 @@
+"""Architecture search for multi-stage ViT-Res encoders (seed 002): search spaces, the weight-sharing
+supernet with multi-architecture batches, and evolutionary search under a FLOPs budget.
+
+    from jumbokit import nas
+    space = nas.search_space("digits")
+    arch = space.sample(random.Random(0))
+    supernet = nas.Supernet(space, num_classes=10, img_size=32, in_chans=1)
+    logits = supernet(x, arch); model = supernet.extract(arch)
+    result = nas.evolutionary_search(space, fitness, flops_budget, seed=0)
+"""
+
+from .space import SPACES, SearchSpace, arch_key, search_space, token_gene_config
+from .supernet import MultiArchSampler, Supernet, load_supernet, masked_layer_norm
+
+__all__ = ["SPACES", "SearchSpace", "arch_key", "search_space", "token_gene_config", "MultiArchSampler",
+           "Supernet", "load_supernet", "masked_layer_norm"]
