@@ -70,10 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--methods", default="none,tent,eata,sar", help="comma-separated subset of none,tent,eata,sar")
     run.add_argument("--setting", default="normal", choices=SETTINGS, help="test stream")
     run.add_argument("--batch-size", type=int, default=None, help="default: 64 (1 for bs1)")
-    run.add_argument("--lr", type=float, default=None, help="SGD lr (default: 0.001*batch/64, x2 below batch 32)")
+    run.add_argument("--lr", type=float, default=None,
+                     help="SGD lr (default: 0.001*batch/64, doubled for SAR at batch size 1, as in the SAR reference)")
     run.add_argument("--e0-factor", type=float, default=0.4, help="entropy margin E0 = factor * ln(classes)")
     run.add_argument("--sar-rho", type=float, default=0.05, help="SAM neighbourhood size")
-    run.add_argument("--sar-reset-constant", type=float, default=0.2, help="SAR recovery threshold on the loss EMA")
+    run.add_argument("--sar-reset-constant", type=float, default=None,
+                     help="SAR recovery threshold on the loss EMA (default: 0.2*ln(classes)/ln(1000), the "
+                          "reference's 0.2 at 1000 classes)")
     run.add_argument("--sar-exclude-last-blocks", type=int, default=None,
                      help="blocks at the top left frozen by SAR (default: a quarter of the depth)")
     run.add_argument("--fisher-size", type=int, default=2000, help="clean samples for EATA's Fisher")
@@ -114,6 +117,32 @@ def find_latest_run(root: str | os.PathLike = "runs", dataset: str = "digits") -
     return None if best is None else best[1]
 
 
+def read_weights(weights: str) -> dict[str, torch.Tensor]:
+    """The state dict in ``--weights``: a .safetensors file, or a .pth/.pt file loaded with
+    ``torch.load(weights_only=True)`` (never unpickling arbitrary objects); a checkpoint dict with a
+    ``state_dict`` / ``model`` entry gives that entry. Unreadable files raise a one-line ``ValueError``."""
+    import pickle
+
+    if weights.endswith(".safetensors"):
+        from jumbokit.encoders.zoo import read_safetensors
+
+        return read_safetensors(weights)
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as err:
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise ValueError(
+            f"--weights {weights}: not a tensor state dict that loads without unpickling code objects "
+            f"({first[:160]}); save the weights as model.state_dict() or .safetensors"
+        ) from None
+    if isinstance(state, dict):
+        state = state.get("state_dict", state.get("model", state))
+    if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"--weights {weights}: expected a dict of tensors (a state dict), got "
+                         f"{type(state).__name__}" + (" with non-tensor values" if isinstance(state, dict) else ""))
+    return state
+
+
 def _timm_source(name: str, weights: str | None) -> tuple[nn.Module, dict[str, Any]]:
     import timm
 
@@ -121,13 +150,7 @@ def _timm_source(name: str, weights: str | None) -> tuple[nn.Module, dict[str, A
         raise ValueError(f"timm model {name!r} needs --weights FILE (.safetensors or .pth state dict)")
     if not Path(weights).is_file():
         raise FileNotFoundError(f"weights file {weights} does not exist")
-    if weights.endswith(".safetensors"):
-        from safetensors.torch import load_file
-
-        state = load_file(weights)
-    else:
-        state = torch.load(weights, map_location="cpu", weights_only=True)
-        state = state.get("state_dict", state.get("model", state)) if isinstance(state, dict) else state
+    state = read_weights(weights)
     head = next((v for k, v in state.items() if k.endswith("head.weight") or k.endswith("fc.weight")), None)
     kwargs = {"num_classes": int(head.shape[0])} if head is not None else {}
     model = timm.create_model(name, pretrained=False, **kwargs)

@@ -93,10 +93,24 @@ def test_model_without_norm_layers_is_a_clear_error():
 
 
 def test_default_lr_follows_the_reference():
+    # the SAR reference (ViT): lr = 0.001 * B / 64 for every method; doubled only for SAR at batch size 1
     assert default_lr(64) == pytest.approx(1e-3)
-    assert default_lr(1) == pytest.approx(2e-3 / 64)
+    assert default_lr(16) == pytest.approx(0.001 * 16 / 64)  # Tent / EATA: no doubling below batch 32
+    assert default_lr(1) == pytest.approx(0.001 / 64)
+    assert default_lr(1, method="sar") == pytest.approx(2 * 0.001 / 64)
+    assert default_lr(16, method="sar") == pytest.approx(0.001 * 16 / 64)
     with pytest.raises(ValueError):
         default_lr(0)
+
+
+def test_methods_build_sgd_with_the_reference_lr():
+    from jumbokit.adaptation import build_method
+
+    lrs = {name: build_method(name, TinyNet(), batch_size=b, num_classes=3).optimizer.param_groups[0]["lr"]
+           for name, b in (("tent", 16), ("eata", 1))}
+    assert lrs == {"tent": pytest.approx(0.001 * 16 / 64), "eata": pytest.approx(0.001 / 64)}
+    assert build_method("sar", TinyNet(), 1, 3).optimizer.param_groups[0]["lr"] == pytest.approx(2 * 0.001 / 64)
+    assert build_method("sar", TinyNet(), 16, 3).optimizer.param_groups[0]["lr"] == pytest.approx(0.001 * 16 / 64)
 
 
 # ------------------------------------------------------------------------------------------ SAM and SAR updates
@@ -296,3 +310,285 @@ def test_eata_reliability_weight_matches_definition():
 def test_entropy_of_uniform_logits_is_log_classes():
     assert float(softmax_entropy(torch.zeros(1, 7))) == pytest.approx(math.log(7))
     assert F.softmax(torch.zeros(1, 3), 1).sum() == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------------ blocks wherever they sit
+
+class Normalize(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - 0.5) / 0.25
+
+
+@pytest.mark.parametrize("kind", ["cls", "jumbo"])
+def test_sar_selection_on_a_wrapped_encoder(kind):
+    wrapped = nn.Sequential(Normalize(), tiny_encoder(kind))
+    _, names = sar_collect_params(wrapped)
+    expected = [f"1.blocks.{i}.{n}.{a}" for i in range(9) for n in ("norm1", "norm2") for a in ("weight", "bias")]
+    if kind == "jumbo":
+        expected += [f"1.global_tokens.jumbo_norms.{i}.{a}" for i in range(9) for a in ("weight", "bias")]
+    assert sorted(names) == sorted(expected)  # neither blocks 9-11 nor the final norm
+
+
+def test_sar_selection_on_a_wrapped_timm_vit():
+    timm = pytest.importorskip("timm")
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, num_classes=10)
+    _, names = sar_collect_params(nn.Sequential(Normalize(), vit))
+    assert len(names) == 36 and names[0] == "1.blocks.0.norm1.weight" and names[-1] == "1.blocks.8.norm2.bias"
+
+
+class StageBlock(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm1, self.fc1, self.norm2, self.fc2 = nn.LayerNorm(dim), nn.Linear(dim, dim), nn.LayerNorm(dim), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.fc1(self.norm1(x))
+        return x + self.fc2(F.gelu(self.norm2(x)))
+
+
+class Stage(nn.Module):
+    def __init__(self, dim: int, depth: int, downsample: bool) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(StageBlock(dim) for _ in range(depth))
+        self.downsample = nn.Sequential() if not downsample else nn.Sequential()
+        if downsample:
+            self.downsample.add_module("norm", nn.LayerNorm(dim))
+            self.downsample.add_module("proj", nn.Linear(dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.downsample(x)
+
+
+class MultiStage(nn.Module):
+    """A ViT-ResNAS-like layout: BatchNorm2d conv stem at ``patch_embed``, blocks at ``stages.{s}.blocks.{i}``."""
+
+    def __init__(self, dim: int = 8, classes: int = 5) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.patch_embed = nn.Sequential(nn.Conv2d(1, dim, 3, stride=2, padding=1), nn.BatchNorm2d(dim), nn.ReLU())
+        self.stages = nn.ModuleList([Stage(dim, 4, downsample=True), Stage(dim, 4, downsample=False)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+        self.patch_embed(torch.randn(16, 1, 8, 8) * 2 + 1)  # source running statistics away from (0, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        for stage in self.stages:
+            x = stage(x)
+        return self.head(self.norm(x).mean(dim=1))
+
+
+def test_blocks_are_counted_across_stages_and_the_stem_batchnorm_is_left_out():
+    from jumbokit.adaptation import norm_layers, transformer_blocks
+
+    model = MultiStage()
+    blocks = [name for name, _ in transformer_blocks(model)]
+    assert blocks == [f"stages.{s}.blocks.{i}" for s in range(2) for i in range(4)]
+    assert "patch_embed.1" not in {n for n, _ in norm_layers(model)}
+    assert "patch_embed.1" in {n for n, _ in norm_layers(model, adapt_batchnorm=True)}
+
+    stem = model.patch_embed[1]
+    mean, var = stem.running_mean.clone(), stem.running_var.clone()
+    with pytest.warns(UserWarning, match=r"LayerNorm-only.*patch_embed\.1"):
+        sar = SAR(model, lr=0.1, margin_e0=10.0)
+    _, names = sar_collect_params(model)
+    layers = sorted({n.rsplit(".", 1)[0] for n in names})
+    expected = sorted([f"stages.0.blocks.{i}.norm{k}" for i in range(4) for k in (1, 2)]
+                      + [f"stages.1.blocks.{i}.norm{k}" for i in range(2) for k in (1, 2)]
+                      + ["stages.0.downsample.norm"])  # the last quarter (2 of 8 blocks) and the final norm stay
+    assert layers == expected
+    assert {id(p) for g in sar.optimizer.param_groups for p in g["params"]} == {
+        id(p) for p in sar_collect_params(model)[0]}
+    x = torch.randn(6, 1, 8, 8)
+    sar(x)
+    sar(x)
+    assert not stem.training and not stem.weight.requires_grad
+    assert torch.equal(stem.running_mean, mean) and torch.equal(stem.running_var, var)
+    # the stem normalises with source statistics: single samples are scored as in the batch
+    with torch.no_grad():
+        assert torch.allclose(model(x[:1]), model(x)[:1], atol=1e-6)
+
+    tent_model = MultiStage()
+    with pytest.warns(UserWarning, match="BatchNorm"):
+        tent = Tent(tent_model, lr=0.1)
+    adapted = {n for n, p in tent_model.named_parameters() if p.requires_grad}
+    assert "patch_embed.1.weight" not in adapted and "norm.weight" in adapted and "stages.1.blocks.3.norm2.bias" in adapted
+    forced = MultiStage()
+    Tent(forced, lr=0.1, adapt_batchnorm=True)
+    assert forced.patch_embed[1].training and forced.patch_embed[1].weight.requires_grad
+
+
+def test_sar_and_tent_on_the_multi_stage_zoo_encoder():
+    torch.manual_seed(0)
+    model = jumbokit.create_model("vit_res_pico_jumbo", num_classes=5)
+    blocks = [name for name, _ in jumbokit.adaptation.transformer_blocks(model)]
+    assert blocks == [f"stages.{s}.blocks.{i}" for s, n in enumerate((4, 3, 3)) for i in range(n)]
+    _, names = sar_collect_params(model)
+    layers = {n.rsplit(".", 1)[0] for n in names}
+    # 10 blocks: the last two (stages.2.blocks.1-2) and their Jumbo norms stay, as do the final norm and the stem
+    assert not any(n.startswith(("stages.2.blocks.1.", "stages.2.blocks.2.", "norm.", "patch_embed.")) for n in names)
+    assert {"stages.2.blocks.0.norm1", "stages.2.global_tokens.jumbo_norms.0", "stages.1.downsample.norm"} <= layers
+    assert not layers & {"stages.2.global_tokens.jumbo_norms.1", "stages.2.global_tokens.jumbo_norms.2"}
+    stem_bn = [m for n, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)]
+    stats = [m.running_mean.clone() for m in stem_bn]
+    with pytest.warns(UserWarning, match="3 BatchNorm layer"):
+        tent = Tent(model, lr=0.1, batch_size=1)
+    x = torch.randn(1, 3, 32, 32)
+    out = tent(x)
+    assert torch.isfinite(out).all() and tent.stats["updates"] == 1
+    assert all(not m.training and torch.equal(m.running_mean, s) for m, s in zip(stem_bn, stats))
+
+
+def test_branched_training_form_asks_to_reparameterize_first():
+    from jumbokit.encoders.branches import build_branched_encoder
+    from jumbokit.encoders import model_config
+
+    config = model_config("vit_pico_jumbo", img_size=16, patch_size=8, in_chans=1, num_classes=5, dim=16,
+                          num_heads=2, depth=4)
+    branched = build_branched_encoder(config, branches=2)
+    for method in (Tent, SAR, EATA):
+        with pytest.raises(ValueError, match="reparameterize first"):
+            method(branched)
+    branched.set_join(1.0)
+    plain = jumbokit.reparameterize(branched)
+    assert torch.isfinite(Tent(plain, lr=0.1)(torch.randn(2, 1, 16, 16))).all()
+
+
+# ------------------------------------------------------------------------------------------ recovery
+
+class ConfidentNet(nn.Module):
+    """x (B, C) -> LayerNorm(C) -> scale * identity: predicts argmax(x); ``scale`` sets the confidence."""
+
+    def __init__(self, classes: int = 10, scale: float = 2.0) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(classes)
+        self.head = nn.Linear(classes, classes)
+        with torch.no_grad():
+            self.head.weight.copy_(scale * torch.eye(classes))
+            self.head.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.ln(x))
+
+
+def confident_batch(labels: list[int], classes: int = 10, seed: int = 0) -> torch.Tensor:
+    noise = 0.05 * torch.randn(len(labels), classes, generator=torch.Generator().manual_seed(seed))
+    return F.one_hot(torch.tensor(labels), classes).float() + noise
+
+
+def test_recovery_threshold_scales_with_log_classes():
+    from jumbokit.adaptation import recovery_threshold
+
+    assert recovery_threshold(1000) == pytest.approx(0.2)
+    assert recovery_threshold(10) == pytest.approx(0.2 * math.log(10) / math.log(1000))
+    assert recovery_threshold(100, 0.3) == pytest.approx(0.3 * 2 / 3)
+
+
+def test_sar_adapts_a_confident_ten_class_model_instead_of_recovering_every_update():
+    x = [confident_batch(list(range(10)), seed=s) for s in range(4)]
+    probe = ConfidentNet()
+    entropy = float(softmax_entropy(probe(x[0])).mean().detach())
+    assert 0.2 * math.log(10) / math.log(1000) < entropy < 0.2  # between the scaled and the reference threshold
+
+    model = ConfidentNet()
+    source = snapshot(model)
+    sar = SAR(model, lr=0.1, exclude_last_blocks=0)
+    for batch in x:
+        sar(batch)
+    assert sar.reset_constant == pytest.approx(0.2 * math.log(10) / math.log(1000))
+    assert sar.stats["updates"] == 4 and sar.stats["recoveries"] == 0
+    assert not same_state(source, snapshot(model))
+
+    # the unscaled reference constant undoes every update: counted, and warned about once
+    model = ConfidentNet()
+    sar = SAR(model, lr=0.1, reset_constant=0.2, exclude_last_blocks=0)
+    with pytest.warns(RuntimeWarning, match="consecutive updates") as record:
+        for batch in x:
+            sar(batch)
+    assert len([w for w in record if issubclass(w.category, RuntimeWarning)]) == 1
+    assert sar.stats["recoveries"] == 4 and sar.stats["consecutive_recoveries"] == 3
+    assert same_state(source, snapshot(model))
+    sar.reset()  # an episode boundary ends the streak
+    sar.reset_constant = 0.0
+    sar(x[0])
+    assert sar.stats["consecutive_recoveries"] == 3
+
+
+def test_recoveries_reach_the_stream_results():
+    from jumbokit.adaptation import build_method
+    from jumbokit.adaptation.wild import MethodSettings, build_episodes, run_episodes
+
+    data = torch.utils.data.TensorDataset(torch.cat([confident_batch(list(range(10)), seed=s) for s in range(3)]),
+                                          torch.arange(30) % 10)
+    episodes = build_episodes("normal", {"shift": data}, batch_size=10)
+    adapter = build_method("sar", ConfidentNet(), 10, 10, MethodSettings(lr=0.1, sar_reset_constant=0.2,
+                                                                         sar_exclude_last_blocks=0))
+    with pytest.warns(RuntimeWarning):
+        result = run_episodes(adapter, episodes)
+    assert result.stats["recoveries"] == 3 and result.stats["consecutive_recoveries"] == 2
+
+
+# ------------------------------------------------------------------------------------------ end to end
+
+def _source_and_stream(batches: int = 3):
+    torch.manual_seed(0)
+    model = tiny_encoder("jumbo", depth=4)
+    with torch.no_grad():
+        model.head.weight.mul_(15.0)  # a confident source classifier (entropy ~0.25 nats of ln 5)
+    gen = torch.Generator().manual_seed(7)
+    clean = [torch.randn(8, 1, 16, 16, generator=gen) for _ in range(2)]
+    shifted = [0.6 * torch.randn(8, 1, 16, 16, generator=gen) + 0.8 for _ in range(batches)]  # contrast/brightness
+    return model.eval(), clean, shifted
+
+
+def test_adaptation_changes_predictions_end_to_end_and_reset_restores_bit_for_bit():
+    from jumbokit.adaptation import build_method
+    from jumbokit.adaptation.wild import MethodSettings
+
+    source, clean, stream = _source_and_stream()
+    with torch.no_grad():
+        source_logits = [source(x) for x in stream]
+    margin = 0.4 * math.log(5)
+    kept = (softmax_entropy(source_logits[0]) < margin).float().mean()
+    assert 0 < kept  # confident samples: SAR and EATA have something to learn from
+    source_state = snapshot(source)
+    settings = MethodSettings(lr=0.05)
+    for name in ("none", "tent", "sar", "eata"):
+        adapter = build_method(name, source, 8, 5, settings, clean_batches=clean if name == "eata" else None)
+        first = adapter(stream[0])
+        outputs = [first] + [adapter(x) for x in stream[1:]]
+        adapted = snapshot(adapter.model)
+        if name == "none":
+            assert same_state(adapted, source_state)
+            assert all(torch.equal(o, s) for o, s in zip(outputs, source_logits))
+        else:
+            assert adapter.stats["updates"] >= 1, name
+            changed = [k for k in adapted if not torch.equal(adapted[k], source_state[k])]
+            assert changed and all(k.endswith(("weight", "bias")) and "norm" in k for k in changed), (name, changed)
+            assert (outputs[-1] - source_logits[-1]).abs().max() > 1e-4, name  # predictions moved
+        adapter.reset()
+        assert same_state(snapshot(adapter.model), source_state), name  # bit for bit
+        if adapter.optimizer is not None:
+            assert adapter.optimizer.state_dict()["state"] == {}, name
+        assert torch.equal(adapter(stream[0]), first), name  # the same first step again
+    assert same_state(snapshot(source), source_state)  # build_method adapted copies
+
+
+def test_eata_diversity_filter_with_a_real_moving_average():
+    model = ConfidentNet(classes=10, scale=3.0)
+    eata = EATA(model, e_margin=0.4 * math.log(10), d_margin=0.05, lr=0.01)
+    eata(confident_batch([0, 1, 2, 3, 4] * 2, seed=1))  # history: classes 0-4
+    history = eata.moving_probs.clone()
+    assert eata.stats["selected"] == 10
+
+    x = confident_batch([0, 1, 2, 5, 6, 7, 8, 9], seed=2)
+    with torch.no_grad():
+        probs = model(x).softmax(dim=1)
+    cosine = F.cosine_similarity(history.unsqueeze(0), probs, dim=1)
+    novel = cosine.abs() < 0.05
+    assert novel.tolist() == [False] * 3 + [True] * 5  # seen classes are redundant, new ones are kept
+    eata(x)
+    assert eata.stats["reliable"] == 18 and eata.stats["selected"] == 10 + 5 and eata.stats["updates"] == 2
+    assert torch.allclose(eata.moving_probs, 0.9 * history + 0.1 * probs[novel].mean(dim=0), atol=1e-6)

@@ -77,7 +77,8 @@ class EATA(AdaptationMethod):
     ``fishers`` from :func:`compute_fishers` (None: plain ETA, no regulariser).
     ``e_margin=None`` means 0.4 ln(num_classes) (the value the paper uses), resolved on the first
     batch. With ``optimizer=None`` the model is configured and SGD (momentum 0.9) is built on the
-    affines of all norm layers.
+    affines of the norm layers Tent adapts (LayerNorm-only for models with transformer blocks, see
+    :func:`~jumbokit.adaptation.tent.norm_layers`).
     """
 
     def __init__(
@@ -94,8 +95,9 @@ class EATA(AdaptationMethod):
         batch_size: int = 64,
         steps: int = 1,
         episodic: bool = False,
+        adapt_batchnorm: bool | None = None,
     ) -> None:
-        optimizer = _tent_style_optimizer(model, optimizer, lr, batch_size)
+        optimizer = _tent_style_optimizer(model, optimizer, lr, batch_size, adapt_batchnorm)
         super().__init__(model, optimizer, steps=steps, episodic=episodic)
         self.fishers = fishers
         self.fisher_alpha = fisher_alpha

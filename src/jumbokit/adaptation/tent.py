@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Iterable
 
 import torch
@@ -31,6 +32,7 @@ __all__ = [
     "norm_layers",
     "require_norm_layers",
     "softmax_entropy",
+    "transformer_blocks",
 ]
 
 # Layers whose affine (scale, shift) parameters test-time adaptation updates.
@@ -46,32 +48,86 @@ def softmax_entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(logits.softmax(dim=1) * logits.log_softmax(dim=1)).sum(dim=1)
 
 
-def default_lr(batch_size: int, base_lr: float = 1e-3, base_batch: int = 64) -> float:
+def default_lr(batch_size: int, base_lr: float = 1e-3, base_batch: int = 64, *, method: str = "tent") -> float:
     """SGD learning rate of the SAR reference for ViTs: ``base_lr * batch_size / base_batch``.
 
-    For small batches (below 32, so batch size 1 in the ``bs1`` setting) the rate is doubled,
-    as the reference's later revision does.
+    As in the reference, the rate is doubled for SAR alone at batch size 1 (its ``bs1`` setting);
+    Tent and EATA use the plain rule at every batch size.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     lr = base_lr * batch_size / base_batch
-    return lr * 2 if batch_size < 32 else lr
+    return 2 * lr if method == "sar" and batch_size == 1 else lr
 
 
-def norm_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Norm layers of ``model`` that carry affine parameters, as (qualified name, module)."""
+def transformer_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Transformer blocks of ``model`` in forward order, as (qualified name, block).
+
+    Blocks are the children of every ``ModuleList`` / ``Sequential`` named ``blocks``, wherever it sits:
+    ``blocks.7`` in a ViT, ``1.blocks.7`` in ``nn.Sequential(normalize, vit)``, ``stages.2.blocks.1`` in a
+    multi-stage encoder (stages in module order, so the count runs across stages). A ``blocks`` list
+    inside a block found earlier is part of that block, not a new one.
+    """
+    found: list[tuple[str, nn.Module]] = []
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] != "blocks" or not isinstance(module, (nn.ModuleList, nn.Sequential)):
+            continue
+        if any(name.startswith(block + ".") for block, _ in found):
+            continue
+        found.extend((f"{name}.{child}", block) for child, block in module.named_children())
+    return found
+
+
+def _is_branched(model: nn.Module) -> bool:
+    """True for a progressive-join model in its branched training form (norm affines folded away)."""
+    try:
+        from jumbokit.encoders.branches import BranchedBlock
+    except ImportError:  # pragma: no cover - the encoders package is part of jumbokit
+        return False
+    return any(isinstance(m, BranchedBlock) for m in model.modules())
+
+
+def norm_layers(model: nn.Module, adapt_batchnorm: bool | None = None) -> list[tuple[str, nn.Module]]:
+    """Norm layers of ``model`` whose affine parameters adaptation updates, as (qualified name, module).
+
+    ``adapt_batchnorm=None`` (default): a model with transformer blocks (see :func:`transformer_blocks`:
+    a ViT, or a multi-stage encoder whose conv stem at ``patch_embed`` carries BatchNorm2d) is adapted
+    LayerNorm-only: its BatchNorm layers are left out and keep their source running statistics (test
+    batch statistics in a stem would tie every prediction to its batch and break at batch size 1); a
+    model without transformer blocks (a ResNet) adapts its BatchNorm layers as Tent does. ``True`` /
+    ``False`` force BatchNorm in or out.
+    """
+    if adapt_batchnorm is None:
+        adapt_batchnorm = not transformer_blocks(model)
     found = []
     for name, module in model.named_modules():
-        if isinstance(module, NORM_LAYERS) and any(
-            getattr(module, attr, None) is not None for attr in AFFINE_NAMES
-        ):
+        if not isinstance(module, NORM_LAYERS):
+            continue
+        if isinstance(module, _BatchNorm) and not adapt_batchnorm:
+            continue
+        if any(getattr(module, attr, None) is not None for attr in AFFINE_NAMES):
             found.append((name, module))
     return found
 
 
-def require_norm_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """``norm_layers(model)``, or a ``ValueError`` saying the model has none to adapt."""
-    layers = norm_layers(model)
+def skipped_batchnorm(model: nn.Module, adapt_batchnorm: bool | None = None) -> list[str]:
+    """Names of the BatchNorm layers :func:`norm_layers` leaves out (LayerNorm-only adaptation of ViTs)."""
+    kept = {name for name, _ in norm_layers(model, adapt_batchnorm)}
+    return [name for name, m in model.named_modules() if isinstance(m, _BatchNorm) and name not in kept]
+
+
+def require_norm_layers(model: nn.Module, adapt_batchnorm: bool | None = None) -> list[tuple[str, nn.Module]]:
+    """``norm_layers(model)``, or a ``ValueError`` saying the model has none to adapt.
+
+    A progressive-join model in its branched training form is refused: its per-branch norms carry no
+    affine parameters (they are folded into the projections); reparameterize it first.
+    """
+    if _is_branched(model):
+        raise ValueError(
+            f"{type(model).__name__} is a progressive-join model in its branched training form, whose block "
+            "norms have no affine parameters to adapt; reparameterize first: model = jumbokit.reparameterize(model)"
+        )
+    layers = norm_layers(model, adapt_batchnorm)
     if not layers:
         raise ValueError(
             f"{type(model).__name__} has no adaptable normalization layers: expected LayerNorm, "
@@ -80,15 +136,25 @@ def require_norm_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return layers
 
 
-def configure_model(model: nn.Module) -> nn.Module:
+def configure_model(model: nn.Module, adapt_batchnorm: bool | None = None) -> nn.Module:
     """Prepare ``model`` in place for adaptation and return it.
 
-    All parameters are frozen except the norm layers' affine ones. The model is put in eval mode
-    (dropout and drop-path off, so adaptation is deterministic); BatchNorm layers are switched to
-    train mode with their running statistics removed, so they normalise with the test batch's
-    statistics as in Tent. Raises ``ValueError`` when the model has no adaptable norm layer.
+    All parameters are frozen except the affine ones of the norm layers :func:`norm_layers` selects.
+    The model is put in eval mode (dropout and drop-path off, so adaptation is deterministic); the
+    adapted BatchNorm layers are switched to train mode with their running statistics removed, so they
+    normalise with the test batch's statistics as in Tent. BatchNorm layers left out (the conv stem of
+    a ViT, by default) stay in eval mode with their source statistics; a warning names them. Raises
+    ``ValueError`` when the model has no adaptable norm layer.
     """
-    layers = require_norm_layers(model)
+    layers = require_norm_layers(model, adapt_batchnorm)
+    skipped = skipped_batchnorm(model, adapt_batchnorm)
+    if skipped:
+        shown = ", ".join(skipped[:4]) + (f" and {len(skipped) - 4} more" if len(skipped) > 4 else "")
+        warnings.warn(
+            f"LayerNorm-only adaptation of a model with transformer blocks: {len(skipped)} BatchNorm layer(s) "
+            f"({shown}) stay frozen with their source running statistics; pass adapt_batchnorm=True to adapt "
+            "them", stacklevel=2,
+        )
     model.eval()
     model.requires_grad_(False)
     for _, module in layers:
@@ -105,16 +171,16 @@ def configure_model(model: nn.Module) -> nn.Module:
 
 
 def collect_params(
-    model: nn.Module, exclude: Iterable[str] | None = None
+    model: nn.Module, exclude: Iterable[str] | None = None, adapt_batchnorm: bool | None = None
 ) -> tuple[list[nn.Parameter], list[str]]:
-    """Affine parameters of every norm layer, minus the layers named in ``exclude``.
+    """Affine parameters of the norm layers :func:`norm_layers` selects, minus the layers in ``exclude``.
 
     Returns ``(params, names)`` with names qualified like ``blocks.0.norm1.weight``.
     """
     excluded = set(exclude or ())
     params: list[nn.Parameter] = []
     names: list[str] = []
-    for layer_name, module in require_norm_layers(model):
+    for layer_name, module in require_norm_layers(model, adapt_batchnorm):
         if layer_name in excluded:
             continue
         for attr in AFFINE_NAMES:
@@ -203,13 +269,14 @@ def _default_optimizer(
 
 
 def _tent_style_optimizer(
-    model: nn.Module, optimizer: torch.optim.Optimizer | None, lr: float | None, batch_size: int
+    model: nn.Module, optimizer: torch.optim.Optimizer | None, lr: float | None, batch_size: int,
+    adapt_batchnorm: bool | None = None,
 ) -> torch.optim.Optimizer:
-    """The given optimizer, or: configure the model as Tent does and build SGD over all norm affines."""
+    """The given optimizer, or: configure the model as Tent does and build SGD over the selected norm affines."""
     if optimizer is not None:
         return optimizer
-    configure_model(model)
-    params, _ = collect_params(model)
+    configure_model(model, adapt_batchnorm)
+    params, _ = collect_params(model, adapt_batchnorm=adapt_batchnorm)
     return _default_optimizer(model, params, lr, batch_size)
 
 
@@ -225,11 +292,13 @@ class NoAdapt(AdaptationMethod):
 
 
 class Tent(AdaptationMethod):
-    """Tent: one entropy-minimisation step per batch on the affines of all norm layers.
+    """Tent: one entropy-minimisation step per batch on the affines of the norm layers.
 
     With ``optimizer=None`` the model is configured here and SGD (momentum 0.9, lr from
     :func:`default_lr` for ``batch_size`` unless ``lr`` is given) is built over
-    :func:`collect_params`. With an explicit optimizer the caller configures the model.
+    :func:`collect_params`: every norm layer, except BatchNorm in models with transformer blocks
+    (LayerNorm-only adaptation of ViTs; ``adapt_batchnorm`` overrides, see :func:`norm_layers`).
+    With an explicit optimizer the caller configures the model.
     """
 
     def __init__(
@@ -241,8 +310,9 @@ class Tent(AdaptationMethod):
         batch_size: int = 64,
         steps: int = 1,
         episodic: bool = False,
+        adapt_batchnorm: bool | None = None,
     ) -> None:
-        optimizer = _tent_style_optimizer(model, optimizer, lr, batch_size)
+        optimizer = _tent_style_optimizer(model, optimizer, lr, batch_size, adapt_batchnorm)
         super().__init__(model, optimizer, steps=steps, episodic=episodic)
 
     def forward_and_adapt(self, x: torch.Tensor) -> torch.Tensor:

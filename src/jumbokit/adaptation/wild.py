@@ -232,14 +232,16 @@ def run_episodes(
 class MethodSettings:
     """Hyper-parameters of the methods (defaults: the papers' values for ViTs).
 
-    ``lr=None``: 0.001 * batch / 64, doubled below batch 32 (SGD, momentum 0.9) for every method;
-    ``e0_factor``: entropy margin E0 = e0_factor * ln(num_classes) of SAR and EATA.
+    ``lr=None``: the SAR reference's rule for ViTs, 0.001 * batch / 64 (SGD, momentum 0.9) for every
+    method, doubled for SAR alone at batch size 1; ``e0_factor``: entropy margin
+    E0 = e0_factor * ln(num_classes) of SAR and EATA; ``sar_reset_constant=None``: SAR's recovery
+    threshold 0.2 * ln(num_classes) / ln(1000) (the reference's 0.2 at 1000 classes).
     """
 
     lr: float | None = None
     e0_factor: float = 0.4
     sar_rho: float = 0.05
-    sar_reset_constant: float = 0.2
+    sar_reset_constant: float | None = None
     sar_exclude_last_blocks: int | None = None
     eata_fisher_alpha: float = 2000.0
     eata_d_margin: float = 0.05
