@@ -198,10 +198,9 @@ def test_patchtst_family_configs():
     assert jumbo.multiplier == 4 and jumbo.hidden == 2 * 4 * 128 and jumbo.pool_mode == "segments"
     assert models["patchtst"].num_global_tokens == 1
     assert set(PATCHTST_MODELS) <= set(jumbokit.list_models("patchtst*"))
-    default = jumbokit.create_model("patchtst_jumbo", num_classes=2)  # seq_len defaults to 128
-    assert default.config["seq_len"] == 128 and default.num_patches == 8
-    with pytest.raises(ValueError, match="seq_len"):
-        jumbokit.create_model("patchtst_jumbo", num_classes=2, seq_len=None)
+    for missing in ({}, {"seq_len": None}):  # no silent default length: the patching depends on it
+        with pytest.raises(ValueError, match="patchtst_jumbo needs seq_len, the longest series length"):
+            jumbokit.create_model("patchtst_jumbo", num_classes=2, **missing)
     with pytest.raises(ValueError, match="both patch_len and stride"):
         jumbokit.create_model("patchtst", num_classes=2, seq_len=50, patch_len=10)
     explicit = jumbokit.create_model("patchtst", num_classes=2, seq_len=50, patch_len=10, stride=5)

@@ -667,6 +667,9 @@ def collapsed_config(config: dict, branches: int, join_values: bool = True, qk_f
     form = _qk_form(qk_form, branches, head_dim, dim)
     qk_head = branches * head_dim if form == "concat" else dim
     out = dict(cfg)
+    if cfg["global_tokens"] == "jumbo" and out.get("jumbo_init_values") is None:  # the Jumbo FFN's LayerScale
+        # stays: per-layer scales cannot fold into an FFN shared by all layers
+        out["jumbo_init_values"] = cfg["init_values"]
     out.update(depth=depth // branches, qkv_bias=True, init_values=None,
                mlp_hidden=int(cfg["mlp_hidden"] or round(cfg["mlp_ratio"] * dim)))
     out["qk_dim"] = heads * qk_head

@@ -57,6 +57,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "jumbo_share": True,
     "jumbo_lora_rank": 0,
     "jumbo_pool": "jumbo",
+    "jumbo_init_values": None,  # LayerScale of the Jumbo FFN (width J*D); None = init_values
     # pooling and head
     "global_pool": "token",
     "fc_norm": None,
@@ -124,8 +125,11 @@ class Encoder(nn.Module):
         super().__init__()
         unknown = set(config) - set(DEFAULT_CONFIG)
         if unknown:
-            raise ValueError(f"unknown encoder option(s) {sorted(unknown)}; expected keys of DEFAULT_CONFIG: "
-                             f"{sorted(DEFAULT_CONFIG)}")
+            import difflib
+
+            hints = [f"{key!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(key, DEFAULT_CONFIG, 1))
+                     else repr(key) for key in sorted(unknown)]
+            raise ValueError(f"unknown encoder option(s) {', '.join(hints)} (the keys of DEFAULT_CONFIG)")
         cfg = {**DEFAULT_CONFIG, **config}
         self.config = cfg
         dim, depth = int(cfg["dim"]), int(cfg["depth"])
@@ -164,6 +168,7 @@ class Encoder(nn.Module):
             jumbo_multiplier=cfg["jumbo_multiplier"], jumbo_mlp_ratio=cfg["jumbo_mlp_ratio"],
             jumbo_share=cfg["jumbo_share"], jumbo_lora_rank=cfg["jumbo_lora_rank"], jumbo_pool=cfg["jumbo_pool"],
             drop=cfg["drop_rate"],
+            init_values=cfg["init_values"] if cfg["jumbo_init_values"] is None else cfg["jumbo_init_values"],
         )
         self.num_global_tokens = self.global_tokens.num_tokens
 

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from .blocks import Mlp
+from .blocks import LayerScale, Mlp
 
 __all__ = [
     "GlobalTokens",
@@ -171,7 +171,9 @@ class Jumbo(GlobalTokens):
     After attention the J tokens are concatenated into one (B, J*D) vector, normalised by a per-layer
     LayerNorm(J*D) and passed through ONE FFN shared by all layers (hidden = mlp_ratio * J*D), then split
     back. ``share=False`` gives every layer its own FFN; ``lora_rank > 0`` adds a zero-initialised LoRA per
-    layer to the shared FFN (so it starts identical to ``lora_rank=0``).
+    layer to the shared FFN (so it starts identical to ``lora_rank=0``). ``init_values`` adds a per-layer
+    LayerScale of width J*D to the Jumbo FFN's residual branch, as the blocks' ``ls2`` scales the patch
+    FFN (the Jumbo reference code's ``ls3``): ``g + drop_path(ls(ffn(norm(g))))``.
 
     Pooling: ``"jumbo"`` -> the (B, J*D) vector; ``"jumbo+mean"`` -> that plus the mean patch token
     (the reference code's head input, J*D + D); ``"segments"`` -> the mean of the J segments (B, D), used
@@ -193,10 +195,13 @@ class Jumbo(GlobalTokens):
         pool: str = "jumbo",
         drop: float = 0.0,
         learn_tokens: bool = True,
+        init_values: float | None = None,
     ) -> None:
         super().__init__(dim)
-        if multiplier < 1:
-            raise ValueError(f"jumbo needs a multiplier J >= 1, got {multiplier}")
+        if isinstance(multiplier, bool) or int(multiplier) != multiplier or multiplier < 1:
+            raise ValueError(f"jumbo_multiplier must be an integer >= 1 (the Jumbo token is J*D wide, J tokens of "
+                             f"width D), got jumbo_multiplier={multiplier!r}")
+        multiplier = int(multiplier)
         if pool not in self.POOLS:
             raise ValueError(f"unknown jumbo pool {pool!r}; expected one of {self.POOLS}")
         if lora_rank and not share:
@@ -220,6 +225,9 @@ class Jumbo(GlobalTokens):
         self.jumbo_lora = (
             nn.ModuleList(JumboLoRA(self.width, self.hidden, lora_rank) for _ in range(depth)) if lora_rank else None
         )
+        self.jumbo_ls = (
+            nn.ModuleList(LayerScale(self.width, init_values) for _ in range(depth)) if init_values else None
+        )
 
     def tokens(self) -> torch.Tensor:
         return self.jumbo_token
@@ -238,7 +246,10 @@ class Jumbo(GlobalTokens):
         """(B, J, D) -> (B, J, D): concatenate, residual Jumbo FFN on the J*D vector, split back."""
         batch = g.shape[0]
         wide = g.reshape(batch, self.width)
-        wide = wide + drop_path(self._mlp(self.jumbo_norms[layer_idx](wide), layer_idx))
+        out = self._mlp(self.jumbo_norms[layer_idx](wide), layer_idx)
+        if self.jumbo_ls is not None:
+            out = self.jumbo_ls[layer_idx](out)
+        wide = wide + drop_path(out)
         return wide.reshape(batch, self.multiplier, self.dim)
 
     def pool(self, global_tokens, patches, pad_mask):
@@ -264,10 +275,12 @@ def make_global_tokens(
     jumbo_pool: str = "jumbo",
     drop: float = 0.0,
     learn_tokens: bool = True,
+    init_values: float | None = None,
 ) -> GlobalTokens:
     """Build a plug-in by name: ``none`` | ``cls`` | ``registers`` | ``jumbo``.
 
     learn_tokens=False: no learned token parameters (the tokens come from an earlier stage).
+    init_values: LayerScale of the Jumbo FFN (pass the blocks' ``init_values`` so both FFNs are scaled).
     """
     if kind == "none":
         return NoGlobalTokens(dim)
@@ -277,5 +290,6 @@ def make_global_tokens(
         return Registers(dim, num_registers, class_token=class_token, learn_tokens=learn_tokens)
     if kind == "jumbo":
         return Jumbo(dim, jumbo_multiplier, depth, mlp_ratio=jumbo_mlp_ratio, share=jumbo_share,
-                     lora_rank=jumbo_lora_rank, pool=jumbo_pool, drop=drop, learn_tokens=learn_tokens)
+                     lora_rank=jumbo_lora_rank, pool=jumbo_pool, drop=drop, learn_tokens=learn_tokens,
+                     init_values=init_values)
     raise ValueError(f"unknown global_tokens {kind!r}; expected one of {GLOBAL_TOKEN_KINDS}")

@@ -13,8 +13,9 @@ GELU): every channel is patched and encoded separately by the same transformer, 
 
 Patching (seed, App. A.3.2): N equally sized patches (8 or 42) of the largest possible length, stride
 half the patch length, end padding. ``create_model("patchtst_jumbo", num_classes=5, in_chans=3,
-seq_len=140, patches=8)`` derives ``patch_len``/``stride`` (and R) from ``seq_len`` and ``patches``
-(``seq_len`` defaults to 128; inputs of other lengths still run, with resampled position embeddings).
+seq_len=140, patches=8)`` derives ``patch_len``/``stride`` (and R) from ``seq_len`` and ``patches``.
+``seq_len`` is required: it sets the patching and the position table (pass the dataset's longest series
+length; inputs of other lengths still run, with resampled position embeddings).
 
 This module only imports the encoder core (no aeon), so importing ``jumbokit`` stays cheap.
 """
@@ -24,16 +25,16 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..encoders import flops, register_model
+from ..encoders import DEFAULT_CONFIG, flops, register_model
+from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
-__all__ = ["PATCHTST_MODELS", "PATCHTST_BASE", "DEFAULT_SEQ_LEN", "JUMBO_MULTIPLIER", "patch_geometry", "max_patches",
+__all__ = ["PATCHTST_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER", "patch_geometry", "max_patches",
            "patchtst_config"]
 
 JUMBO_MULTIPLIER = 4
-DEFAULT_SEQ_LEN = 128  # used when seq_len is not given; pass the dataset's longest series length
 PATCHTST_BASE: dict[str, Any] = dict(
-    tokenizer="series", seq_len=DEFAULT_SEQ_LEN, pad_end=True, in_chans=1, dim=128, depth=3, num_heads=16,
+    tokenizer="series", seq_len=None, pad_end=True, in_chans=1, dim=128, depth=3, num_heads=16,
     mlp_hidden=256, pos_embed="learn",
 )
 PATCHTST_MODELS = ("patchtst", "patchtst_registers", "patchtst_jumbo")
@@ -95,10 +96,14 @@ def _builder(kind: str):
         overrides = dict(overrides)
         patches = overrides.pop("patches", 8)
         strict = bool(overrides.pop("strict_patches", False))
+        unknown = set(overrides) - set(DEFAULT_CONFIG)
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown_options(unknown, [*DEFAULT_CONFIG, 'patches'])} for model "
+                             f"{kind!r} (encoder options or patches=N)")
         cfg = {**config, **overrides}
         if cfg.get("seq_len") is None:
-            raise ValueError(f"{kind} needs seq_len (the longest series length), e.g. "
-                             f"create_model({kind!r}, num_classes=..., in_chans=..., seq_len=...), got None")
+            raise ValueError(f"{kind} needs seq_len, the longest series length (it sets the patching and the "
+                             f"position table): create_model({kind!r}, num_classes=..., in_chans=..., seq_len=...)")
         explicit = [k for k in ("patch_len", "stride") if overrides.get(k) is not None]
         if len(explicit) == 1:
             raise ValueError(f"pass both patch_len and stride, or neither (and patches=N), got only {explicit[0]}")
@@ -109,12 +114,6 @@ def _builder(kind: str):
             mult = cfg.pop("_match_jumbo_multiplier", JUMBO_MULTIPLIER)
             cfg["num_registers"] = max(1, round(flops.matching_registers(cfg["dim"], num_patches, mult)))
         cfg.pop("_match_jumbo_multiplier", None)
-        from ..encoders import DEFAULT_CONFIG
-
-        unknown = set(cfg) - set(DEFAULT_CONFIG)
-        if unknown:
-            raise ValueError(f"unknown option(s) {sorted(unknown)} for model {kind!r}; expected encoder options "
-                             "or patches=N")
         return cfg
 
     return build
