@@ -10,7 +10,9 @@ supernet with multi-architecture batches, and evolutionary search under a FLOPs 
 """
 
 from .space import SPACES, SearchSpace, arch_key, search_space, token_gene_config
+from .search import InfeasibleWindowError, SearchResult, evolutionary_search, random_search
 from .supernet import MultiArchSampler, Supernet, load_supernet, masked_layer_norm
 
 __all__ = ["SPACES", "SearchSpace", "arch_key", "search_space", "token_gene_config", "MultiArchSampler",
-           "Supernet", "load_supernet", "masked_layer_norm"]
+           "Supernet", "load_supernet", "masked_layer_norm", "InfeasibleWindowError", "SearchResult",
+           "evolutionary_search", "random_search"]

@@ -1,0 +1,217 @@
+"""Evolutionary search under a FLOPs budget (seed 002, Sec. 2.3), and random search for comparison.
+
+Every candidate lies in the window [window * C, C] of the budget C and is evaluated once. The population
+starts with ``population`` random architectures; each iteration takes the ``parents`` best of everything
+evaluated so far and adds ``mutations`` mutants (each gene re-drawn with probability ``p_mutate``) and
+``crossovers`` children (each gene from one of two parents). Seed: P0 = 500, 20 iterations, 75 parents,
+75 + 75 children, p = 0.3.
+
+Runs are seeded and resumable: iteration t draws from ``Random((seed, t))`` and only from what iterations
+before t evaluated, so a run that reloads its ``history.jsonl`` regenerates the same candidates and only
+evaluates the missing ones.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .space import SearchSpace, arch_key
+
+__all__ = ["SearchResult", "evolutionary_search", "random_search", "InfeasibleWindowError"]
+
+
+class InfeasibleWindowError(ValueError):
+    """No architecture of the space could be drawn inside the FLOPs window."""
+
+
+@dataclass
+class SearchResult:
+    """history: one record per evaluated candidate ({iteration, origin, arch, flops, fitness}), in order."""
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    budget: int = 0
+    window: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def best(self) -> dict[str, Any]:
+        return max(self.history, key=lambda r: r["fitness"])
+
+    def best_after(self, evaluations: int) -> float:
+        """Best fitness among the first ``evaluations`` candidates."""
+        return max(r["fitness"] for r in self.history[:evaluations])
+
+
+def _rng(seed: int, iteration: int) -> random.Random:
+    return random.Random(seed * 1_000_003 + iteration)
+
+
+def _mutate(space: SearchSpace, arch: dict, rng: random.Random, p: float) -> dict:
+    child = json.loads(json.dumps(arch))
+    if rng.random() < p:
+        child["global_tokens"] = rng.choice(space.global_tokens)
+    for s in range(space.num_stages):
+        if rng.random() < p:
+            child["dims"][s] = rng.choice(space.dims[s])
+        for i, skippable in enumerate(space.skippable[s]):
+            present = child["heads"][s][i] > 0
+            if skippable and rng.random() < p:
+                present = not present
+                child["heads"][s][i] = rng.choice(space.heads[s]) if present else 0
+                child["mlp_hidden"][s][i] = rng.choice(space.mlp_hidden[s]) if present else 0
+                continue
+            if present and rng.random() < p:
+                child["heads"][s][i] = rng.choice(space.heads[s])
+            if present and rng.random() < p:
+                child["mlp_hidden"][s][i] = rng.choice(space.mlp_hidden[s])
+    return child
+
+
+def _crossover(space: SearchSpace, a: dict, b: dict, rng: random.Random) -> dict:
+    child: dict[str, Any] = {"global_tokens": rng.choice([a, b])["global_tokens"], "dims": [], "heads": [],
+                             "mlp_hidden": []}
+    for s in range(space.num_stages):
+        child["dims"].append(rng.choice([a, b])["dims"][s])
+        heads, hidden = [], []
+        for i in range(space.depths[s]):
+            src = rng.choice([a, b])  # a block's heads and FFN size travel together (so do removals)
+            heads.append(src["heads"][s][i])
+            hidden.append(src["mlp_hidden"][s][i])
+        child["heads"].append(heads)
+        child["mlp_hidden"].append(hidden)
+    return child
+
+
+def _flops_range(space: SearchSpace, flops: Callable[[dict], int]) -> tuple[int, int]:
+    low = min(flops(space.smallest(g)) for g in space.global_tokens)
+    high = max(flops(space.largest(g)) for g in space.global_tokens)
+    return low, high
+
+
+def _draw(make: Callable[[], dict], accept: Callable[[dict], bool], tries: int) -> dict | None:
+    for _ in range(tries):
+        arch = make()
+        if accept(arch):
+            return arch
+    return None
+
+
+def evolutionary_search(
+    space: SearchSpace,
+    fitness: Callable[[dict[str, Any]], float],
+    flops_budget: float,
+    seed: int = 0,
+    population: int = 500,
+    iterations: int = 20,
+    parents: int = 75,
+    mutations: int = 75,
+    crossovers: int = 75,
+    p_mutate: float = 0.3,
+    window: float = 0.975,
+    flops: Callable[[dict[str, Any]], int] | None = None,
+    max_tries: int = 20_000,
+    history_path: str | Path | None = None,
+    progress: bool = False,
+) -> SearchResult:
+    """Search ``space`` for the architecture of highest ``fitness(arch)`` with FLOPs in [window*C, C].
+
+    flops: FLOPs of an architecture (default: ``space.flops(arch)`` at the space's image size).
+    history_path: a ``history.jsonl`` to append every evaluated candidate to, and to resume from.
+    Raises InfeasibleWindowError when no architecture is found in the window after ``max_tries`` draws.
+    """
+    for name, value in (("population", population), ("parents", parents)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if iterations < 0 or mutations < 0 or crossovers < 0:
+        raise ValueError("iterations, mutations and crossovers must be >= 0")
+    if not 0.0 < window <= 1.0:
+        raise ValueError(f"window must be in (0, 1], got {window}")
+    flops = flops or space.flops
+    high = float(flops_budget)
+    low = window * high
+    cached = _load_history(history_path)
+    result = SearchResult(budget=int(high), window=(low, high))
+    seen: set[str] = set()
+    flops_of: dict[str, int] = {}
+
+    def accept(arch: dict) -> bool:
+        key = arch_key(arch)
+        if key in seen:
+            return False
+        if key not in flops_of:
+            flops_of[key] = flops(arch)
+        return low <= flops_of[key] <= high
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=population + iterations * (mutations + crossovers), desc="evolution", unit="arch")
+    out = open(history_path, "a") if history_path else None
+    try:
+        for iteration in range(iterations + 1):
+            rng = _rng(seed, iteration)
+            jobs: list[tuple[str, Callable[[], dict]]] = []
+            if iteration == 0:
+                jobs = [("random", lambda: space.sample(rng))] * population
+            else:
+                top = sorted(result.history, key=lambda r: r["fitness"], reverse=True)[:parents]
+                pool = [r["arch"] for r in top]
+                jobs = [("mutation", lambda: _mutate(space, rng.choice(pool), rng, p_mutate))] * mutations
+                jobs += [("crossover", lambda: _crossover(space, rng.choice(pool), rng.choice(pool), rng))] * crossovers
+            for origin, make in jobs:
+                arch = _draw(make, accept, max_tries)
+                if arch is None:
+                    if iteration == 0 and not result.history:
+                        lo_all, hi_all = _flops_range(space, flops)
+                        raise InfeasibleWindowError(
+                            f"no architecture of space {space.name!r} has FLOPs in [{low:.4g}, {high:.4g}] after "
+                            f"{max_tries} draws; the space spans about [{lo_all:.4g}, {hi_all:.4g}] FLOPs: choose a "
+                            "budget inside it or widen the window")
+                    break  # the window (or the parents' neighbourhood) is exhausted
+                key = arch_key(arch)
+                seen.add(key)
+                if key in cached:
+                    record = cached[key]
+                else:
+                    record = {"iteration": iteration, "origin": origin, "arch": arch, "flops": flops_of[key],
+                              "fitness": float(fitness(arch))}
+                    if out is not None:
+                        out.write(json.dumps(record) + "\n")
+                        out.flush()
+                result.history.append(record)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(best=f"{result.best['fitness']:.4g}")
+    finally:
+        if out is not None:
+            out.close()
+        if bar is not None:
+            bar.close()
+    return result
+
+
+def random_search(space: SearchSpace, fitness: Callable[[dict[str, Any]], float], flops_budget: float,
+                  evaluations: int, seed: int = 0, window: float = 0.975,
+                  flops: Callable[[dict[str, Any]], int] | None = None, max_tries: int = 20_000) -> SearchResult:
+    """``evaluations`` distinct random architectures from the FLOPs window (the baseline of evolution)."""
+    return evolutionary_search(space, fitness, flops_budget, seed=seed, population=evaluations, iterations=0,
+                               window=window, flops=flops, max_tries=max_tries)
+
+
+def _load_history(path: str | Path | None) -> dict[str, dict[str, Any]]:
+    if path is None or not Path(path).exists():
+        return {}
+    records = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number} is not a JSON line ({err}); delete the broken line to resume") from err
+        records[arch_key(record["arch"])] = record
+    return records
