@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit.training import (
         RunDir,
         TrainConfig,
+        check_count_flags,
         classification_loss,
         epochs_for_min_steps,
         evaluate_classifier,
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
 
     args = build_parser().parse_args(argv)
+    check_count_flags(args)
     checkpoint = Path(args.checkpoint) if args.checkpoint else newest_mae_run()
     if not checkpoint.exists():
         raise FileNotFoundError(f"--checkpoint {checkpoint} does not exist (expected a run directory of "
@@ -202,10 +204,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         accelerator = make_accelerator(cfg, out)
         matrices = [p for p in probe.head.parameters() if p.ndim > 1]
         vectors = [p for p in probe.head.parameters() if p.ndim <= 1]
-        groups = [{"params": matrices, "weight_decay": args.weight_decay, "always_adapt": True},
-                  {"params": vectors, "weight_decay": 0.0, "always_adapt": False}]
-        if args.optimizer == "adamw":
-            groups = [{k: v for k, v in g.items() if k != "always_adapt"} for g in groups]
+        # weight decay on the matrix only; LARS (build_lars) adapts the matrix and steps the bias plainly
+        groups = [{"params": matrices, "weight_decay": args.weight_decay}, {"params": vectors, "weight_decay": 0.0}]
         train_loader = make_loader(train, args.batch_size, seed=args.seed, num_workers=args.num_workers,
                                    world_size=world)
         eval_loaders = {split: make_loader(ds, args.batch_size, train=False, num_workers=args.num_workers)

@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit.data import build_dataset, make_loader
     from jumbokit.training import (
         RunDir,
+        check_count_flags,
         default_out_dir,
         fit,
         make_accelerator,
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
 
     args = build_parser().parse_args(argv)
+    check_count_flags(args)
     lr_given = args.lr is not None
     resolve_recipe_defaults(args)
     if args.blr <= 0:

@@ -341,8 +341,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit.adaptation.wild import (
         DEFAULT_BATCH_SIZE, MethodSettings, build_episodes, build_method, check_methods, run_episodes,
     )
+    from jumbokit.training.cli import check_count_flags
     from jumbokit.training.rundir import atomic_write_json, atomic_write_text, csv_text
 
+    check_count_flags(args)
     methods = check_methods(args.methods)
     args.methods = methods
     severities = [int(s) for s in str(args.severity).split(",") if s.strip()]

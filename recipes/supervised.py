@@ -30,6 +30,7 @@ from jumbokit.training import (
     RunDir,
     atomic_save_figure,
     add_common_args,
+    check_count_flags,
     classification_loss,
     default_out_dir,
     evaluate_classifier,
@@ -206,6 +207,7 @@ def _plot_curves(history: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
+    check_count_flags(args)
     state = launch_state(args.cpu)
     progress = not args.no_progress and state.is_main_process
     if args.init is not None and args.model is not None:

@@ -57,7 +57,13 @@ def test_end_to_end_writes_table_csv_report_and_plot(recipe, tmp_path, capsys):
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert {r["method"] for r in rows} == {"none", "tent", "eata", "sar"}
     assert {r["corruption"] for r in rows} == {"fog", "gaussian_noise", "avg"}
-    assert all(0.0 <= float(r["accuracy"]) <= 100.0 for r in rows)
+    for method in ("none", "tent", "eata", "sar"):  # each accuracy is a whole number of its samples
+        mine = {r["corruption"]: r for r in summary["rows"] if r["method"] == method}
+        for corruption in ("fog", "gaussian_noise"):
+            hits = float(mine[corruption]["accuracy"]) * int(mine[corruption]["samples"]) / 100
+            assert int(mine[corruption]["samples"]) > 0 and abs(hits - round(hits)) < 1e-9
+        average = (float(mine["fog"]["accuracy"]) + float(mine["gaussian_noise"]["accuracy"])) / 2
+        assert float(mine["avg"]["accuracy"]) == pytest.approx(average)
     assert (out / "accuracy.png").stat().st_size > 0 and "| Method |" in (out / "report.md").read_text()
     assert summary["normalisation"] == {"mean": [0.309], "std": [0.349]}
 
@@ -65,6 +71,21 @@ def test_end_to_end_writes_table_csv_report_and_plot(recipe, tmp_path, capsys):
 def test_unknown_method_is_one_line_and_exit_2(recipe, tmp_path, capsys):
     code, err = run_cli(recipe, ["--checkpoint", str(make_run(tmp_path / "r")), "--methods", "tent,memo"], capsys)
     assert code == 2 and "unknown method" in err and "memo" in err and "\n" not in err
+
+
+def test_weights_that_are_not_a_tensor_state_dict_are_one_line(recipe, tmp_path, capsys):
+    import argparse
+
+    pytest.importorskip("timm")
+    weights = tmp_path / "checkpoint.pth"
+    torch.save({"state_dict": {"w": torch.zeros(1)}, "args": argparse.Namespace(lr=0.1)}, weights)
+    code, err = run_cli(recipe, ["--checkpoint", "vit_tiny_patch16_224", "--weights", str(weights), "--methods",
+                                 "none", "--no-progress", "--cpu"], capsys)
+    assert code == 2 and "\n" not in err and f"--weights {weights}" in err and "state dict" in err
+    assert "Traceback" not in err and len(err) < 400
+    torch.save([torch.zeros(1)], weights)
+    code, err = run_cli(recipe, ["--checkpoint", "vit_tiny_patch16_224", "--weights", str(weights)], capsys)
+    assert code == 2 and "expected a dict of tensors" in err
 
 
 def test_class_count_mismatch(recipe, tmp_path, capsys):

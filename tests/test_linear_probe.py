@@ -14,7 +14,6 @@ from jumbokit.ssl import (
     extract_features,
     make_probe_head,
     probe_feature_dim,
-    topk_accuracy,
     train_head_on_features,
 )
 
@@ -100,13 +99,19 @@ def test_head_learns_separable_features(optimizer, lr):
     assert evaluate_head(head, feats[300:], labels[300:])["top1"] == history[-1]["val_top1"]
 
 
-def test_topk_accuracy():
+def test_evaluate_head_topk_in_percent():
     logits = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1], [0.2, 0.3, 0.5]])
     labels = torch.tensor([1, 2, 0])
-    acc = topk_accuracy(logits, labels, ks=(1, 2, 5))
+    head = torch.nn.Linear(3, 3)
+    with torch.no_grad():
+        head.weight.copy_(torch.eye(3))
+        head.bias.zero_()
+    acc = evaluate_head(head, logits, labels)
     assert acc["top1"] == pytest.approx(100 / 3)
-    assert acc["top2"] == pytest.approx(100 / 3)  # sample 1: top-2 is {0, 1}; sample 2: {2, 1}
     assert acc["top5"] == 100.0  # k above the class count counts every class
+    from jumbokit.training import topk_correct
+
+    assert topk_correct(logits, labels, (1, 2, 5)) == {1: 1, 2: 1, 5: 3}  # sample 1: top-2 is {0, 1}; sample 2: {2, 1}
 
 
 def test_bad_inputs():

@@ -16,3 +16,24 @@ def test_script_help(script):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage:"), proc.stdout[:200]
     assert len(proc.stdout.splitlines()) > 5
+
+
+def _recipe(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{name}_recipe_under_test", ROOT / "recipes" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("recipe", ["supervised", "mae_pretrain", "linear_probe", "sar_adapt"])
+def test_zero_batch_size_is_named_in_one_line(recipe, capsys):
+    from jumbokit.training.cli import run_cli
+
+    main = _recipe(recipe).main
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(lambda: main(["--batch-size", "0"]))
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2
+    assert err == "error: --batch-size must be an integer >= 1 (the per-process batch), got 0"

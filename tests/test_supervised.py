@@ -50,7 +50,8 @@ def test_one_epoch_run_writes_every_file(finished_run):
         assert (out / name).is_file(), name
     assert any((out / "checkpoints").iterdir())
     assert {r["split"] for r in result["rows"]} == {"val", "test"}
-    assert all(0.0 <= r["acc1"] <= 1.0 for r in result["rows"])
+    for r in result["rows"]:  # whole numbers of correct samples, top-5 at least top-1
+        assert r["n"] > 0 and abs(r["acc1"] * r["n"] - round(r["acc1"] * r["n"])) < 1e-9 and r["acc5"] >= r["acc1"]
     csv = (out / "results.csv").read_text().splitlines()
     assert csv[0].startswith("model,dataset,split,acc1") and len(csv) == 3
     assert "## Final metrics" in (out / "report.md").read_text()

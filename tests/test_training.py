@@ -125,6 +125,31 @@ def test_lars_and_sgd_optimizers():
     assert type(build_optimizer(tiny_model(), TrainConfig(optimizer="lars"))).__name__ == "Lars"
 
 
+@pytest.mark.parametrize("weight_decay", [0.0, 0.05])
+def test_lars_step_matches_a_hand_computation(weight_decay):
+    """Matrices: step lr * trust * (g + wd w), trust = 0.001 ||w|| / (||g|| + wd ||w||) even at wd 0; vectors
+    (biases, norms, the token): plain SGD step without decay (first step: momentum buffer = update)."""
+    model = tiny_model(3)
+    cfg = TrainConfig(optimizer="lars", lr=0.1, momentum=0.9, weight_decay=weight_decay)
+    opt = build_optimizer(model, cfg)
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(0))
+    model.eval()(x).square().mean().backward()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    opt.step()
+    assert before["cls_token"].norm() == 0  # a zero tensor keeps the plain step (trust ratio 1)
+    for name, p in model.named_parameters():
+        w, g = before[name], grads[name]
+        if w.ndim > 1:
+            decay = 0.0 if name == "cls_token" else weight_decay  # tokens are in the no-decay group
+            trust = 0.001 * w.norm() / (g.norm() + decay * w.norm() + 1e-8) if w.norm() > 0 else 1.0
+            expected = w - 0.1 * trust * (g + decay * w)
+        else:
+            expected = w - 0.1 * g
+        assert torch.allclose(p.detach(), expected, rtol=1e-5, atol=1e-9), name
+    assert not torch.allclose(model.fc1.weight.detach(), before["fc1.weight"] - 0.1 * grads["fc1.weight"])
+
+
 @pytest.mark.parametrize(
     "kwargs, field",
     [({"epochs": 0}, "epochs"), ({"optimizer": "adam"}, "optimizer"), ({"mixed_precision": "fp8"}, "mixed_precision"),
@@ -180,7 +205,10 @@ def test_fit_writes_run_directory(digits8, tmp_path):
         run_config={"data": digits8.info()},
     )
     assert [r["epoch"] for r in result.history] == [1, 2, 3]
-    assert result.final["step"] == 18 and 0.0 <= result.final["val_acc1"] <= 1.0
+    assert result.final["step"] == 18
+    # the logged metric is the final model's, evaluated in eval mode (dropout off): recomputing gives it again
+    again = evaluate_classifier(result.model, make_loader(val, 64), prefix="val_")
+    assert result.final["val_acc1"] == again["val_acc1"] and result.final["val_loss"] == again["val_loss"]
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["train"]["epochs"] == 3 and config["data"]["classes"][0] == "0"
     assert (tmp_path / "model.safetensors").exists()
@@ -308,6 +336,24 @@ def test_update_join_called_every_step_and_aux_loss_added(digits8):
     result = fit(model, make_loader(digits8, 32), classification_loss(), quiet(epochs=2, log_every=1))
     assert model.seen == list(range(6))
     assert result.history[-1]["train_loss"] > 0.25
+
+
+def test_nan_loss_is_caught_at_the_next_logging_step_not_every_micro_batch(digits8, tmp_path):
+    calls = []
+
+    def nan_at_second(model, batch):
+        calls.append(1)
+        loss = nn.functional.cross_entropy(model(batch[0]), batch[1])
+        return (loss * float("nan") if len(calls) == 2 else loss), {}
+
+    with pytest.raises(FloatingPointError, match=r"loss is nan over the 4 micro-batches up to step 4 \(epoch 1\)"):
+        fit(tiny_model(), make_loader(digits8, 8), nan_at_second, quiet(epochs=1, log_every=4))
+    assert len(calls) == 4  # no host sync per micro-batch: the loss is read back at the logging step
+    calls.clear()
+    with pytest.raises(FloatingPointError, match="in epoch 1"):  # logging steps beyond the epoch: its end checks
+        fit(tiny_model(), make_loader(digits8, 8), nan_at_second, quiet(epochs=2, log_every=100),
+            out_dir=tmp_path / "run")
+    assert len(calls) == 12 and not list((tmp_path / "run" / "checkpoints").glob("*"))  # no NaN checkpoint
 
 
 def test_nan_loss_stops_with_clear_message(digits8):

@@ -8,7 +8,6 @@ cached tensors, which makes probing fast on a CPU.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -18,6 +17,8 @@ from torch import nn
 
 from jumbokit.encoders import Encoder
 from jumbokit.heads import ProbeHead, select_feature
+from jumbokit.training.evaluate import topk_correct
+from jumbokit.training.optim import lr_lambda
 
 __all__ = [
     "FEATURE_KINDS",
@@ -27,10 +28,8 @@ __all__ = [
     "encoder_features",
     "extract_features",
     "build_probe_optimizer",
-    "warmup_cosine",
     "train_head_on_features",
     "evaluate_head",
-    "topk_accuracy",
     "split_batch",
 ]
 
@@ -163,26 +162,13 @@ def build_probe_optimizer(
     vectors = [p for p in params if p.ndim <= 1]
     name = optimizer.lower()
     if name == "lars":
-        from timm.optim import Lars
+        from jumbokit.training.optim import build_lars
 
-        groups = [
-            {"params": matrices, "weight_decay": weight_decay, "always_adapt": True},
-            {"params": vectors, "weight_decay": 0.0, "always_adapt": False},
-        ]
-        return Lars([g for g in groups if g["params"]], lr=lr, momentum=momentum, trust_coeff=0.001)
+        return build_lars([{"params": params, "weight_decay": weight_decay}], lr=lr, momentum=momentum)
     if name == "adamw":
         groups = [{"params": matrices, "weight_decay": weight_decay}, {"params": vectors, "weight_decay": 0.0}]
         return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)
     raise ValueError(f"unknown probe optimizer {optimizer!r}; expected 'lars' or 'adamw'")
-
-
-def warmup_cosine(step: int, total_steps: int, warmup_steps: int, min_ratio: float = 0.0) -> float:
-    """Learning-rate multiplier: linear warm-up from 0, then half-cosine down to ``min_ratio``."""
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    span = max(1, total_steps - warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / span)
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def _batches(count: int, batch_size: int, generator: torch.Generator, shuffle: bool = True) -> Iterator[torch.Tensor]:
@@ -191,27 +177,19 @@ def _batches(count: int, batch_size: int, generator: torch.Generator, shuffle: b
         yield order[start:start + batch_size]
 
 
-def topk_accuracy(logits: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> dict[str, float]:
-    """Top-k accuracies in percent: {'top1': ..., 'top5': ...}; k larger than the class count counts as all."""
-    result = {}
-    for k in ks:
-        k_eff = min(k, logits.shape[-1])
-        hits = logits.topk(k_eff, dim=-1).indices.eq(labels.unsqueeze(-1)).any(dim=-1)
-        result[f"top{k}"] = 100.0 * hits.float().mean().item()
-    return result
-
-
 @torch.no_grad()
 def evaluate_head(head: nn.Module, features: torch.Tensor, labels: torch.Tensor,
                   batch_size: int = 1024) -> dict[str, float]:
-    """Loss and top-1/top-5 (percent) of a head on cached features (M, F) with labels (M,)."""
+    """Loss and top-1/top-5 (percent; k above the class count counts every class) of a head on cached features
+    (M, F) with labels (M,)."""
     was_training = head.training
     head.eval()
     device = next(head.parameters()).device
     logits = torch.cat([head(features[i:i + batch_size].to(device)).float().cpu()
                         for i in range(0, len(features), batch_size)])
     head.train(was_training)
-    metrics = topk_accuracy(logits, labels)
+    correct = topk_correct(logits, labels, (1, 5))
+    metrics = {f"top{k}": 100.0 * c / len(labels) for k, c in correct.items()}
     metrics["loss"] = F.cross_entropy(logits, labels).item()
     return metrics
 
@@ -262,7 +240,7 @@ def train_head_on_features(
         for index in _batches(len(features), batch_size, generator):
             if len(index) < batch_size:
                 continue
-            scale = warmup_cosine(step, total, warmup)
+            scale = lr_lambda(step, total, warmup)
             for group, base in zip(optimizer.param_groups, base_lrs):
                 group["lr"] = base * scale
             x, y = features[index].to(device), labels[index].to(device)

@@ -139,7 +139,7 @@ def build_model(name: str, data: ClassificationData, patches: int, dropout: floa
         raise ValueError(f"branches must be >= 1, got {branches}")
     extra: dict[str, Any] = {}
     if branches > 1:
-        extra = dict(branches=branches, depth=int(model_config(name)["depth"]) * branches)
+        extra = dict(branches=branches, depth=int(model_config(name, seq_len=data.seq_len)["depth"]) * branches)
     return create_model(name, num_classes=data.num_classes, in_chans=data.channels, seq_len=data.seq_len,
                         patches=patches, strict_patches=strict, drop_rate=float(dropout), **extra)
 

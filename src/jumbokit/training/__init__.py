@@ -8,9 +8,9 @@ result = fit(model, train_loader, classification_loss(), cfg, out_dir="runs/x",
              eval_fn=lambda m: evaluate_classifier(m, val_loader, prefix="val_"))
 ```
 """
-from .cli import add_common_args, default_out_dir, one_line, prepare_out_dir, run_cli, train_config_from_args
+from .cli import add_common_args, check_count_flags, default_out_dir, one_line, prepare_out_dir, run_cli, train_config_from_args
 from .config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
-from .evaluate import evaluate_classifier
+from .evaluate import evaluate_classifier, topk_correct
 from .loop import (
     FitResult,
     classification_loss,
@@ -22,13 +22,13 @@ from .loop import (
     resolve_resume,
     save_final_model,
 )
-from .optim import build_optimizer, epochs_for_min_steps, lr_lambda, param_groups, set_lr, warmup_steps_for
+from .optim import build_lars, build_optimizer, epochs_for_min_steps, lr_lambda, param_groups, set_lr, warmup_steps_for
 from .rundir import RunDir, atomic_save_figure, atomic_write_json, atomic_write_text, csv_text, markdown_table, to_json
 
 __all__ = [
     "TrainConfig", "fit", "launch_state", "FitResult", "build_optimizer", "lr_lambda", "make_accelerator", "RunDir",
-    "classification_loss", "evaluate_classifier", "param_groups", "set_lr", "warmup_steps_for", "epochs_for_min_steps",
-    "model_fingerprint", "config_differences", "resolve_resume", "save_final_model", "add_common_args", "train_config_from_args",
+    "classification_loss", "evaluate_classifier", "topk_correct", "build_lars", "param_groups", "set_lr", "warmup_steps_for", "epochs_for_min_steps",
+    "model_fingerprint", "config_differences", "resolve_resume", "save_final_model", "add_common_args", "check_count_flags", "train_config_from_args",
     "default_out_dir", "prepare_out_dir", "run_cli", "one_line", "atomic_save_figure", "atomic_write_json", "atomic_write_text",
     "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES",
 ]

@@ -76,6 +76,20 @@ def add_common_args(
     return parser
 
 
+_COUNT_FLAGS = {"batch_size": "the per-process batch", "eval_batch_size": "the evaluation batch",
+                "epochs": "passes over the training set", "grad_accum": "micro-batches per optimizer step"}
+
+
+def check_count_flags(args: argparse.Namespace) -> None:
+    """Raise ``ValueError`` naming the flag when ``--batch-size``, ``--eval-batch-size``, ``--epochs`` or
+    ``--grad-accum`` (those the parser has and the user set) is below 1, before anything derived from them (the
+    learning rate scaled with the batch) fails with a less helpful message."""
+    for name, meaning in _COUNT_FLAGS.items():
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 1 ({meaning}), got {value}")
+
+
 def train_config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
     """TrainConfig from the flags of ``add_common_args`` (plus ``overrides``)."""
     values = dict(

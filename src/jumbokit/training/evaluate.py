@@ -8,6 +8,17 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def topk_correct(logits: torch.Tensor, labels: torch.Tensor, topk: tuple[int, ...] = (1, 5)) -> dict[int, int]:
+    """Per k, the number of samples whose label is among the k highest logits (timm's ``accuracy``; k above the
+    class count counts every class)."""
+    from timm.utils import accuracy
+
+    if labels.numel() == 0:
+        return {k: 0 for k in topk}
+    percents = accuracy(logits, labels, topk=topk)
+    return {k: int(round(float(p) * labels.numel() / 100.0)) for k, p in zip(topk, percents)}
+
+
 @torch.no_grad()
 def evaluate_classifier(
     model: nn.Module,
@@ -42,13 +53,11 @@ def evaluate_classifier(
         logits = forward(model, x) if forward is not None else model(x)
         logits = logits.float()
         loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
-        ranked = logits.topk(min(max(topk), logits.shape[-1]), dim=-1).indices  # (B, k)
-        hits = ranked == y[:, None]
-        for k in topk:
-            correct[k] += int(hits[:, :k].any(dim=-1).sum())
+        for k, hits in topk_correct(logits, y, topk).items():
+            correct[k] += hits
         total += y.numel()
         if return_predictions:
-            preds.append(ranked[:, 0].cpu())
+            preds.append(logits.argmax(dim=-1).cpu())
             targets.append(y.cpu())
     model.train(was_training)
     if total == 0:

@@ -230,6 +230,13 @@ class _Counters:
         self.epoch, self.step, self.batch_in_epoch = data["epoch"], data["step"], data["batch_in_epoch"]
 
 
+def _check_finite(loss: float, where: str, cfg: TrainConfig) -> None:
+    """The NaN/inf guard. It runs where the loop reads values back anyway (logging steps, epoch ends, checkpoints):
+    a check per micro-batch would stall an accelerator on a host sync every time."""
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"loss is {loss} {where}; lower the learning rate (lr={cfg.lr}) or enable grad_clip")
+
+
 def _save_checkpoint(acc, run: RunDir, counters: _Counters, end_of_epoch: bool, extra: dict, keep: int) -> Path:
     """``accelerator.save_state`` into a temp folder, then rename (every process writes its RNG state)."""
     epoch_label = counters.epoch if end_of_epoch else counters.epoch + 1
@@ -275,7 +282,8 @@ def fit(
             Models exposing ``aux_loss`` after forward: the loss_fn adds it (see ``classification_loss``).
             A loss_fn object with ``on_step(step, total_steps)`` is told the step before every forward
             (schedules inside the loss, e.g. token dropping; exact after resume).
-        cfg: TrainConfig.
+        cfg: TrainConfig. A NaN / inf loss raises ``FloatingPointError`` at the next logging step (every
+            ``cfg.log_every`` optimizer steps), mid-epoch checkpoint or epoch end, never later than a checkpoint.
         out_dir: run directory (config.json, metrics.jsonl, checkpoints/, model.safetensors); None = no files.
         eval_fn: ``eval_fn(unwrapped_model) -> metrics`` run on the main process after every epoch
             (the model is in eval mode; wrap in ``torch.no_grad`` inside).
@@ -375,11 +383,6 @@ def fit(
             lr = set_lr(optimizer, counters.step, total_steps, warmup, cfg)
             with acc.accumulate(model):
                 loss, logs = loss_fn(model, batch)
-                if not torch.isfinite(loss.detach()).all():
-                    raise FloatingPointError(
-                        f"loss is {loss.item()} at epoch {epoch + 1}, step {counters.step}; "
-                        f"lower the learning rate (lr={cfg.lr}) or enable grad_clip"
-                    )
                 acc.backward(loss)
                 if acc.sync_gradients and cfg.grad_clip:
                     grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -411,16 +414,21 @@ def fit(
                     run.append_metrics(record)
                 if cfg.log_with:
                     acc.log({f"train/{k}": v for k, v in record.items() if k not in ("kind", "step")}, step=counters.step)
+                _check_finite(record["loss"], f"over the {window_n} micro-batches up to step {counters.step} "
+                                              f"(epoch {epoch + 1})", cfg)
                 bar.set_postfix(epoch=epoch + 1, loss=f"{record['loss']:.4f}", lr=f"{lr:.2e}")
                 window, window_n = defaultdict(float), 0
             if (
                 run is not None and cfg.checkpoint_steps and counters.step % cfg.checkpoint_steps == 0
                 and counters.batch_in_epoch < batches
             ):
+                _check_finite(acc.reduce(epoch_loss, "sum").item(), f"in epoch {epoch + 1} before step "
+                                                                    f"{counters.step}", cfg)
                 saved.append(_save_checkpoint(acc, run, counters, False, ckpt_extra, cfg.keep_checkpoints))
 
         counters.epoch, counters.batch_in_epoch = epoch + 1, 0
         train_loss = acc.reduce(epoch_loss / max(1, epoch_batches), "mean").item()
+        _check_finite(train_loss, f"in epoch {epoch + 1} (up to step {counters.step})", cfg)
         record: dict[str, Any] = {"kind": "epoch", "epoch": epoch + 1, "step": counters.step, "lr": lr,
                                   "train_loss": train_loss, "epoch_time_s": round(time.time() - started, 3)}
         if eval_fn is not None and main:

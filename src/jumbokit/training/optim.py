@@ -44,7 +44,7 @@ def build_optimizer(model_or_params: nn.Module | Iterable, cfg: TrainConfig) -> 
     """Optimizer named by ``cfg.optimizer`` over ``param_groups(model)`` or the given params / groups.
 
     Every group keeps ``base_lr`` (its peak learning rate: its own ``lr`` or ``cfg.lr``); the schedule scales it.
-    ``"lars"`` is timm's LARS (MAE's linear-probe recipe); weight decay is set per group.
+    ``"lars"`` is :func:`build_lars` (LARS as MAE's linear probe uses it); weight decay is set per group.
     """
     if isinstance(model_or_params, nn.Module):
         groups = param_groups(model_or_params, cfg.weight_decay)
@@ -64,10 +64,33 @@ def build_optimizer(model_or_params: nn.Module | Iterable, cfg: TrainConfig) -> 
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "lars":
-        from timm.optim import Lars
-
-        return Lars(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        return build_lars(groups, lr=cfg.lr, momentum=cfg.momentum)
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected adamw, sgd or lars")
+
+
+def build_lars(groups: Iterable[dict], lr: float, momentum: float = 0.9, trust_coeff: float = 0.001) -> torch.optim.Optimizer:
+    """LARS (timm's ``Lars``) as MAE's linear probe uses it: every tensor of two or more dimensions gets the
+    layer-wise trust ratio ``trust_coeff * ||w|| / (||g|| + wd * ||w||)`` on its step whatever its weight decay
+    (``always_adapt``; without it timm adapts only groups with weight decay, i.e. plain momentum SGD at wd 0);
+    1-D tensors (biases, norm affines) take plain momentum SGD steps without weight decay.
+
+    ``groups``: param-group dicts (``params`` plus e.g. ``weight_decay``, ``lr``, ``base_lr``), split here by
+    tensor rank; empty parts are dropped.
+    """
+    from timm.optim import Lars
+
+    split = []
+    for group in groups:
+        params = list(group["params"])
+        matrices = [p for p in params if p.ndim > 1]
+        vectors = [p for p in params if p.ndim <= 1]
+        if matrices:
+            split.append({**group, "params": matrices, "always_adapt": True})
+        if vectors:
+            split.append({**group, "params": vectors, "always_adapt": False, "weight_decay": 0.0})
+    if not split:
+        raise ValueError("LARS got no parameters")
+    return Lars(split, lr=lr, momentum=momentum, trust_coeff=trust_coeff)
 
 
 def lr_lambda(
