@@ -275,7 +275,7 @@ def build_method(
     """
     from .eata import EATA, compute_fishers
     from .sar import SAR
-    from .tent import NoAdapt, Tent, collect_params, configure_model, entropy_margin
+    from .tent import NoAdapt, Tent, collect_params, entropy_margin
 
     (name,) = check_methods([name])
     settings = settings or MethodSettings()
@@ -289,10 +289,9 @@ def build_method(
         return SAR(model, lr=settings.lr, batch_size=batch_size, rho=settings.sar_rho, margin_e0=margin,
                    reset_constant=settings.sar_reset_constant,
                    exclude_last_blocks=settings.sar_exclude_last_blocks, episodic=settings.episodic)
-    configure_model(model)
-    fishers = None
-    if clean_batches is not None:
+    eata = EATA(model, fisher_alpha=settings.eata_fisher_alpha, e_margin=margin, d_margin=settings.eata_d_margin,
+                lr=settings.lr, batch_size=batch_size, episodic=settings.episodic)  # configures the model
+    if clean_batches is not None:  # the Fisher regulariser on the adapted parameters, at the source weights
         _, names = collect_params(model)
-        fishers = compute_fishers(model, clean_batches, names, max_samples=settings.fisher_size)
-    return EATA(model, fishers=fishers, fisher_alpha=settings.eata_fisher_alpha, e_margin=margin,
-                d_margin=settings.eata_d_margin, lr=settings.lr, batch_size=batch_size, episodic=settings.episodic)
+        eata.fishers = compute_fishers(model, clean_batches, names, max_samples=settings.fisher_size)
+    return eata
