@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--init", default=None,
                        help="start from saved weights (run dir or .safetensors); the head is replaced when the "
                             "number of classes differs")
+    model.add_argument("--arch", default=None,
+                       help="retrain a searched architecture from scratch: the best_arch.json of "
+                            "recipes/nas_search.py (its space fixes the patch grid)")
     model.add_argument("--patch-size", type=int, default=None,
                        help=f"patch size (default: img_size / {SMALL_IMAGE_GRID} for images <= 64 px, e.g. 8 at 32 "
                             "px; else the model's)")
@@ -133,6 +136,21 @@ def _num_patches(model: nn.Module, x: torch.Tensor) -> int:
     return grid_h * grid_w
 
 
+def _searched_model(path: str, num_classes: int, img_size: int, in_chans: int, drop_path: float) -> nn.Module:
+    import json
+
+    from jumbokit.encoders import build_model
+    from jumbokit.nas import SearchSpace
+
+    try:
+        payload = json.loads(Path(path).read_text())
+        space, arch = SearchSpace.from_dict(payload["space"]), payload["arch"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"--arch {path}: expected the best_arch.json of recipes/nas_search.py ({err})") from None
+    config = space.config(arch, img_size, in_chans, num_classes)
+    return build_model({**config, "drop_path_rate": drop_path})
+
+
 def small_image_patch(name: str, img_size: int) -> int:
     """Patch size for images up to 64 px: a 4x4 grid for plain encoders; multi-stage encoders start from an
     8x8 grid (an even patch, for the conv stem) so that their last stage still has a 2x2 grid."""
@@ -162,6 +180,8 @@ def _build_model(args, num_classes: int, img_size: int, in_chans: int) -> tuple[
         if getattr(model, "num_classes", num_classes) != num_classes:
             model.reset_classifier(num_classes)
         return model, f"init:{args.init}"
+    if args.arch is not None:
+        return _searched_model(args.arch, num_classes, img_size, in_chans, args.drop_path), f"arch:{args.arch}"
     name = args.model or DEFAULT_MODEL
     patch = args.patch_size or (small_image_patch(name, img_size) if img_size <= 64 else None)
     kwargs = dict(img_size=img_size, in_chans=in_chans, num_classes=num_classes, drop_path_rate=args.drop_path)
@@ -210,8 +230,9 @@ def main(argv: list[str] | None = None) -> dict:
     check_count_flags(args)
     state = launch_state(args.cpu)
     progress = not args.no_progress and state.is_main_process
-    if args.init is not None and args.model is not None:
-        raise ValueError("pass either --model (new model) or --init (architecture from the checkpoint), not both")
+    if sum(x is not None for x in (args.init, args.model, args.arch)) > 1:
+        raise ValueError("pass one of --model (new model), --init (architecture from the checkpoint) or --arch "
+                         "(a searched architecture)")
     if args.branches < 1:
         raise ValueError(f"--branches must be >= 1, got {args.branches}")
     if args.branches > 1 and args.init is not None:

@@ -234,3 +234,39 @@ def test_evolution_beats_random_search_at_equal_evaluations():
         rand = nas.random_search(SPACE, fitness, budget, evaluations=len(evo.history), seed=seed, window=0.9)
         wins += evo.best["fitness"] > rand.best["fitness"]
     assert wins >= 8, wins
+
+
+def test_recipes_end_to_end(tmp_path):
+    """Supernet training -> search -> retraining the winner from scratch, on a few digits."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "recipes"
+
+    def recipe(name):
+        spec = importlib.util.spec_from_file_location(name, root / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    sn = tmp_path / "supernet"
+    recipe("nas_supernet").main(["--epochs", "1", "--max-train-samples", "32", "--batch-size", "16",
+                                 "--num-archs", "2", "--out", str(sn), "--no-progress"])
+    assert isinstance(nas.load_supernet(sn), nas.Supernet)
+    found = recipe("nas_search").main(["--supernet", str(sn), "--flops-of", "vit_pico_cls", "--population", "4",
+                                       "--iterations", "1", "--parents", "2", "--mutations", "1", "--crossovers", "1",
+                                       "--out", str(tmp_path / "search"), "--no-progress"])
+    assert found["evaluated"] == 6
+    history = [json.loads(line) for line in (tmp_path / "search" / "history.jsonl").read_text().splitlines()]
+    assert len(history) == 6 and (tmp_path / "search" / "pareto.png").exists()
+    best = json.loads((tmp_path / "search" / "best_arch.json").read_text())
+    assert best["val_acc1"] == max(r["fitness"] for r in history)
+    run = recipe("supervised").main(["--arch", str(tmp_path / "search" / "best_arch.json"), "--epochs", "1",
+                                     "--max-train-samples", "32", "--out", str(tmp_path / "retrain"), "--no-progress"])
+    model = jumbokit.load(tmp_path / "retrain")
+    assert model.config["dims"] == best["arch"]["dims"] and run["rows"]
+    with pytest.raises(SystemExit):  # argparse: "invalid parse_flops value: 'lots'", exit 2
+        recipe("nas_search").main(["--supernet", str(sn), "--flops", "lots"])
+    with pytest.raises(ValueError, match="expects a number with an optional k/M/G suffix"):
+        recipe("nas_search").parse_flops("lots")
+    assert recipe("nas_search").parse_flops("46.7M") == pytest.approx(46.7e6)

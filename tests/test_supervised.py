@@ -91,7 +91,7 @@ def test_init_from_headless_checkpoint_replaces_head(recipe, tmp_path):
     assert not torch.equal(tuned.state_dict()["blocks.0.attn.qkv.weight"], start)  # it trained
     with pytest.raises(ValueError, match="expects 1-channel images, got --in-chans 3"):
         recipe.main([*args, "--in-chans", "3", "--overwrite"])
-    with pytest.raises(ValueError, match="either --model"):
+    with pytest.raises(ValueError, match="pass one of --model"):
         recipe.main([*args, "--model", "vit_pico_cls", "--overwrite"])
 
 

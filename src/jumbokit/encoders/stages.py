@@ -266,7 +266,8 @@ class MultiStageEncoder(nn.Module):
                 cfg["global_tokens"], dim, depth, num_registers=cfg["num_registers"], class_token=cfg["class_token"],
                 jumbo_multiplier=cfg["jumbo_multiplier"], jumbo_mlp_ratio=cfg["jumbo_mlp_ratio"],
                 jumbo_share=cfg["jumbo_share"], jumbo_lora_rank=cfg["jumbo_lora_rank"],
-                jumbo_pool=cfg["jumbo_pool"], drop=cfg["drop_rate"], learn_tokens=s == 0)
+                jumbo_pool=cfg["jumbo_pool"], drop=cfg["drop_rate"], init_values=cfg["init_values"],
+                learn_tokens=s == 0)
             downsample = ResidualSpatialReduction(dims[s - 1], dim, grids[s], cfg["pos_embed"]) if s else None
             stages.append(Stage(dim, int(cfg["head_dims"][s]), cfg["heads"][s], cfg["mlp_hidden"][s], plugin,
                                 downsample, rates[start:start + depth], cfg))
@@ -359,6 +360,10 @@ class MultiStageEncoder(nn.Module):
     def plain_config(self) -> dict[str, Any]:
         """A deep copy of the JSON-able config."""
         return copy.deepcopy(self.config)
+
+    def saved_config(self) -> dict[str, Any]:
+        """The config ``jumbokit.save`` stores (``jumbokit.load`` rebuilds the model from it)."""
+        return self.plain_config()
 
     def extra_repr(self) -> str:
         cfg = self.config
