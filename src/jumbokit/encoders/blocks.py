@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
 from .attention import Attention
-
-if TYPE_CHECKING:
-    from .global_tokens import GlobalTokens
 
 __all__ = ["Block", "Mlp", "DropPath", "LayerScale"]
 
@@ -95,11 +90,13 @@ class Block(nn.Module):
         self,
         x: torch.Tensor,
         attn_mask: torch.Tensor | None = None,
-        global_tokens: GlobalTokens | None = None,
+        global_tokens: nn.Module | None = None,
         inplace: bool = False,
     ) -> torch.Tensor:
         """x: (B, G + N, D) -> (B, G + N, D).
 
+        global_tokens: the encoder's global-token plug-in (``global_tokens.GlobalTokens``: ``num_tokens``,
+            ``has_own_ffn``, ``ffn``); typed as a module so this file does not import the plug-ins.
         inplace: add the residuals into ``x`` itself (inference only: the encoder sets it when autograd is
         off and ``x`` is its own buffer); saves an allocation and a copy per residual.
         """

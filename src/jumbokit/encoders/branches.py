@@ -649,7 +649,7 @@ class BranchedEncoder(Encoder):
             else:  # already fused in place (timm reparameterize_model)
                 block_state = block.state_dict()
             state.update({f"blocks.{i}.{k}": v for k, v in block_state.items()})
-        from .zoo import load_state_dict_checked
+        from .io import load_state_dict_checked
 
         load_state_dict_checked(plain, state, source="collapsed branched encoder")
         device = self.patch_embed.proj.weight.device

@@ -76,7 +76,7 @@ def multistage_config_check(config: dict[str, Any]) -> dict[str, Any]:
                  else repr(key) for key in unknown]
         raise ValueError(f"unknown multi-stage encoder option(s) {', '.join(hints)}")
     cfg = {**copy.deepcopy(MULTISTAGE_CONFIG), **copy.deepcopy(config)}
-    dims, head_dims, heads, hidden = cfg["dims"], cfg["head_dims"], cfg["heads"], cfg["mlp_hidden"]
+    dims, heads, hidden = cfg["dims"], cfg["heads"], cfg["mlp_hidden"]
     stages = len(dims)
     if stages < 1:
         raise ValueError("dims must list at least one stage width, got []")

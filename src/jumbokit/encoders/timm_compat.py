@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .encoder import Encoder
-from .zoo import load_state_dict_checked
+from .io import load_state_dict_checked
 
 __all__ = ["from_timm", "timm_config", "convert_timm_state_dict", "to_timm_state_dict"]
 

@@ -12,7 +12,6 @@ import difflib
 import fnmatch
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -21,12 +20,13 @@ import torch
 from torch import nn
 
 from .encoder import DEFAULT_CONFIG, Encoder
+from .io import (MODEL_FILE, atomic_write, load_state_dict_checked, read_safetensors, resolve_model_file,
+                 unreadable_file_error)
 from .stages import MULTISTAGE_CONFIG, MultiStageEncoder
 
 __all__ = ["atomic_write", "load_config", "load_state_dict_checked", "register_model", "create_model", "list_models", "model_config", "build_model", "save", "load",
            "MODEL_FILE", "CONFIG_FILE"]
 
-MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "model_config.json"
 _METADATA_KEY = "jumbokit_config"
 
@@ -154,56 +154,6 @@ def save(model: nn.Module, path: str | os.PathLike) -> Path:
     return target
 
 
-def atomic_write(target: str | os.PathLike, write: Callable[[str], None]) -> Path:
-    """Create ``target`` atomically: ``write(tmp_path)`` fills a temp file beside it, which is renamed over
-    ``target`` (with the usual umask permissions); on any error the temp file is removed."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp files are private (0600)
-        os.replace(tmp, target)
-        return target
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def resolve_model_file(path: Path) -> Path:
-    """The .safetensors file of a run directory or a file path; raises a clear error when there is none."""
-    if path.is_dir():
-        target = path / MODEL_FILE
-        if not target.exists():
-            raise FileNotFoundError(f"no {MODEL_FILE} in {path}; expected a run directory or a .safetensors file")
-        return target
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; expected a run directory or a .safetensors file")
-    if path.suffix != ".safetensors":
-        raise ValueError(f"expected a directory or a .safetensors file, got {path}")
-    return path
-
-
-def _unreadable(target: Path, err: Exception) -> ValueError:
-    return ValueError(f"{target} is not a readable .safetensors file ({err}); it may be truncated or damaged, "
-                      "write it again")
-
-
-def read_safetensors(path: str | os.PathLike, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """``safetensors.torch.load_file`` whose errors (truncated or damaged files) name the file."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(str(path), device=str(device))
-    except SafetensorError as err:
-        raise _unreadable(Path(path), err) from None
-
-
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
     """The model config stored with a saved model (directory or .safetensors file)."""
     from safetensors import SafetensorError, safe_open
@@ -213,7 +163,7 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
         with safe_open(str(target), framework="pt") as f:
             meta = f.metadata() or {}
     except SafetensorError as err:
-        raise _unreadable(target, err) from None
+        raise unreadable_file_error(target, err) from None
     if _METADATA_KEY in meta:
         return json.loads(meta[_METADATA_KEY])
     for side in (target.with_name(CONFIG_FILE), target.with_suffix(".json")):
@@ -231,25 +181,6 @@ def load(path: str | os.PathLike, map_location: str | torch.device = "cpu", **ov
     state = read_safetensors(target, device=str(map_location))
     load_state_dict_checked(model, state, source=str(target))
     return model.to(map_location)
-
-
-def load_state_dict_checked(model: nn.Module, state: dict[str, torch.Tensor], source: str = "state dict") -> None:
-    """``load_state_dict(strict=True)`` with a readable error on missing / unexpected / mis-shaped tensors."""
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    shapes = [f"{k}: expected {tuple(own[k].shape)}, got {tuple(state[k].shape)}"
-              for k in own if k in state and own[k].shape != state[k].shape]
-    if missing or unexpected or shapes:
-        parts = []
-        if shapes:
-            parts.append("shape mismatch " + "; ".join(shapes[:5]) + (" ..." if len(shapes) > 5 else ""))
-        if missing:
-            parts.append(f"missing {missing[:5]}" + (" ..." if len(missing) > 5 else ""))
-        if unexpected:
-            parts.append(f"unexpected {unexpected[:5]}" + (" ..." if len(unexpected) > 5 else ""))
-        raise ValueError(f"{source} does not fit this model config: " + "; ".join(parts))
-    model.load_state_dict(state)
 
 
 # ---------------------------------------------------------------- the seeds' sizes
