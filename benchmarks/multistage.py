@@ -31,10 +31,10 @@ from torch.utils.flop_counter import FlopCounterMode
 import jumbokit
 from jumbokit.encoders import atomic_write
 from jumbokit.encoders.flops import count_params
+from jumbokit.encoders.zoo import small_image_patch_size
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {"pico": ("vit_pico_cls", "vit_res_pico"), "nano": ("vit_nano_cls", "vit_res_nano")}
-PATCH = {"vit_pico_cls": 8, "vit_nano_cls": 8, "vit_res_pico": 4, "vit_res_nano": 4}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,7 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build(name: str) -> torch.nn.Module:
-    return jumbokit.create_model(name, img_size=32, patch_size=PATCH[name], in_chans=1, num_classes=10)
+    return jumbokit.create_model(name, img_size=32, patch_size=small_image_patch_size(name, 32), in_chans=1,
+                                 num_classes=10)
 
 
 def counted_flops(model: torch.nn.Module) -> int:
@@ -115,7 +116,7 @@ def main(argv=None) -> dict:
                 "images_per_s": speed[name], "speed_vs_plain": speed[name] / speed[plain],
                 "train_time_s": statistics.mean(r["train_time_s"] for r in runs[name]),
             }
-            rows.append({"model": name, "patch": PATCH[name], "MFLOPs": f"{entry[name]['mflops']:.1f}",
+            rows.append({"model": name, "patch": small_image_patch_size(name, 32), "MFLOPs": f"{entry[name]['mflops']:.1f}",
                          "params (M)": f"{entry[name]['params_m']:.2f}", "test top-1 (%)": mean_std(accs),
                          "CPU img/s": f"{speed[name]:.0f}", "speed vs plain": f"{entry[name]['speed_vs_plain']:.2f}x",
                          "train s": f"{entry[name]['train_time_s']:.0f}"})

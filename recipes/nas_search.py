@@ -22,6 +22,7 @@ import jumbokit
 from jumbokit import nas
 from jumbokit.data import build_dataset, make_loader
 from jumbokit.encoders import atomic_write
+from jumbokit.encoders.zoo import small_image_patch_size
 from jumbokit.training import RunDir, atomic_save_figure, evaluate_classifier, markdown_table, run_cli
 
 _UNITS = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}
@@ -43,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     budget = p.add_mutually_exclusive_group(required=True)
     budget.add_argument("--flops", type=parse_flops, help="FLOPs budget C per image (e.g. 46.7M)")
     budget.add_argument("--flops-of", metavar="MODEL",
-                        help="use the FLOPs of this zoo model at the supernet's input size (patch: a 4x4 grid "
-                             "for plain models on images <= 64 px)")
+                        help="use the FLOPs of this zoo model at the supernet's input size, with the patch "
+                             "size recipes/supervised.py gives it")
     p.add_argument("--dataset", default="digits", help="dataset whose val split scores candidates (default: digits)")
     p.add_argument("--window", type=float, default=0.975, help="lower end of the window as a fraction of C")
     p.add_argument("--population", type=int, default=500, help="initial random population P0 (seed: 500)")
@@ -63,10 +64,10 @@ def zoo_flops(name: str, img_size: int, in_chans: int, num_classes: int) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    config = jumbokit.encoders.model_config(name)
     overrides = dict(img_size=img_size, in_chans=in_chans, num_classes=num_classes)
-    if config.get("encoder") != "multistage" and img_size <= 64:
-        overrides["patch_size"] = max(1, img_size // 4)
+    patch = small_image_patch_size(name, img_size)  # the patch supervised.py trains it with
+    if patch is not None:
+        overrides["patch_size"] = patch
     model = jumbokit.create_model(name, **overrides).eval()
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(torch.zeros(1, in_chans, img_size, img_size))

@@ -26,6 +26,7 @@ import jumbokit
 from jumbokit.encoders.flops import count_params
 from jumbokit.data import SplitNotFoundError, build_dataset, make_loader, make_mixup
 from jumbokit.encoders import load_config, random_keep
+from jumbokit.encoders.zoo import small_image_patch_size
 from jumbokit.training import (
     RunDir,
     atomic_save_figure,
@@ -44,7 +45,6 @@ from jumbokit.training import (
 
 DEFAULT_MODEL = "vit_tiny_jumbo"
 DEFAULT_EPOCHS = 30
-SMALL_IMAGE_GRID = 4  # images up to 64 px are cut into a 4x4 grid (digits at 32 px -> patch 8, 16 patches)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="retrain a searched architecture from scratch: the best_arch.json of "
                             "recipes/nas_search.py (its space fixes the patch grid)")
     model.add_argument("--patch-size", type=int, default=None,
-                       help=f"patch size (default: img_size / {SMALL_IMAGE_GRID} for images <= 64 px, e.g. 8 at 32 "
-                            "px; else the model's)")
+                       help="patch size (default for images <= 64 px: a 4x4 grid for plain models, e.g. 8 at 32 "
+                            "px, and an 8x8 grid for multi-stage ones; else the model's)")
     model.add_argument("--drop-path", type=float, default=0.0, help="stochastic depth rate (default: %(default)s)")
     model.add_argument("--branches", type=int, default=1,
                        help="progressive-join branches per block (> 1 trains the multi-branch form)")
@@ -151,15 +151,6 @@ def _searched_model(path: str, num_classes: int, img_size: int, in_chans: int, d
     return build_model({**config, "drop_path_rate": drop_path})
 
 
-def small_image_patch(name: str, img_size: int) -> int:
-    """Patch size for images up to 64 px: a 4x4 grid for plain encoders; multi-stage encoders start from an
-    8x8 grid (an even patch, for the conv stem) so that their last stage still has a 2x2 grid."""
-    config = jumbokit.encoders.model_config(name)
-    if config.get("encoder") != "multistage":
-        return max(1, img_size // SMALL_IMAGE_GRID)
-    return max(2, img_size // (2 * SMALL_IMAGE_GRID) // 2 * 2)
-
-
 def _build_splits(args, img_size: int | None, in_chans: int | None, progress: bool):
     common = dict(img_size=img_size, in_chans=in_chans, skip_corrupt=args.skip_corrupt, progress=progress)
     train = build_dataset(args.dataset, "train", "supervised", randaugment=args.randaugment,
@@ -183,7 +174,7 @@ def _build_model(args, num_classes: int, img_size: int, in_chans: int) -> tuple[
     if args.arch is not None:
         return _searched_model(args.arch, num_classes, img_size, in_chans, args.drop_path), f"arch:{args.arch}"
     name = args.model or DEFAULT_MODEL
-    patch = args.patch_size or (small_image_patch(name, img_size) if img_size <= 64 else None)
+    patch = args.patch_size or small_image_patch_size(name, img_size)
     kwargs = dict(img_size=img_size, in_chans=in_chans, num_classes=num_classes, drop_path_rate=args.drop_path)
     if patch is not None:
         kwargs["patch_size"] = patch

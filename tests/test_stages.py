@@ -173,3 +173,13 @@ def test_zoo_variants_exist():
     for name in SEED:
         assert {f"{name}_jumbo", f"{name}_reg4", name} <= set(list_models("vit_res*"))
     assert {"vit_res_pico", "vit_res_nano"} <= set(list_models("vit_res_*"))
+
+
+def test_small_image_patch_sizes_of_the_recipes():
+    from jumbokit.encoders.zoo import small_image_patch_size
+
+    assert small_image_patch_size("vit_pico_cls", 32) == 8  # a 4x4 grid
+    assert small_image_patch_size("vit_res_pico", 32) == 4  # 8x8 -> 4x4 -> 2x2
+    assert small_image_patch_size("vit_res_pico", 64) == 8
+    assert small_image_patch_size("vit_res_tiny", 224) is None  # large images keep the model's patch
+    MultiStageEncoder(**{**SMALL, "img_size": 48, "patch_size": small_image_patch_size("vit_res_pico", 48)})

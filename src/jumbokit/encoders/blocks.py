@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .attention import Attention
 
-__all__ = ["Block", "Mlp", "DropPath", "LayerScale"]
+__all__ = ["Block", "Mlp", "DropPath", "LayerScale", "masked_layer_norm"]
+
+
+def masked_layer_norm(x: torch.Tensor, mask: torch.Tensor | None, count: torch.Tensor | None,
+                      weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """LayerNorm over the active channels of x (..., C): mask (B, 1, C) or (B, C) of 0/1, count = active
+    channels (B, 1, 1) or (B, 1). Two-pass mean and variance (fp32-stable); inactive outputs are 0.
+    Without a mask this is ``F.layer_norm``."""
+    if mask is None:
+        return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    mean = (x * mask).sum(-1, keepdim=True) / count
+    centred = (x - mean) * mask
+    var = centred.square().sum(-1, keepdim=True) / count
+    return (centred * torch.rsqrt(var + eps) * weight + bias) * mask
 
 
 class DropPath(nn.Module):

@@ -18,7 +18,7 @@ from .blocks import Block
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
 from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens
 
-__all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "gather_tokens", "random_keep"]
+__all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "gather_tokens", "random_keep", "unknown_options"]
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "tokenizer": "image",
@@ -90,6 +90,17 @@ class EncoderOutput:
     grid: tuple[int, ...] = ()
 
 
+def unknown_options(unknown: Any, known: Any) -> str:
+    """``'dpeth' (did you mean 'depth'?), 'foo'``: each unknown key with its closest known key, if any."""
+    import difflib
+
+    hints = []
+    for key in sorted(map(str, unknown)):
+        close = difflib.get_close_matches(key, [str(k) for k in known], n=1)
+        hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    return ", ".join(hints)
+
+
 def gather_tokens(tokens: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """Select tokens (B, N, ...) at indices keep (B, K) -> (B, K, ...)."""
     index = keep.reshape(keep.shape + (1,) * (tokens.ndim - 2)).expand(-1, -1, *tokens.shape[2:])
@@ -125,11 +136,8 @@ class Encoder(nn.Module):
         super().__init__()
         unknown = set(config) - set(DEFAULT_CONFIG)
         if unknown:
-            import difflib
-
-            hints = [f"{key!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(key, DEFAULT_CONFIG, 1))
-                     else repr(key) for key in sorted(unknown)]
-            raise ValueError(f"unknown encoder option(s) {', '.join(hints)} (the keys of DEFAULT_CONFIG)")
+            raise ValueError(f"unknown encoder option(s) {unknown_options(unknown, DEFAULT_CONFIG)} "
+                             "(the keys of DEFAULT_CONFIG)")
         cfg = {**DEFAULT_CONFIG, **config}
         self.config = cfg
         dim, depth = int(cfg["dim"]), int(cfg["depth"])

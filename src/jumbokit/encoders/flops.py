@@ -128,9 +128,11 @@ def multistage_flops(model_or_config: nn.Module | dict[str, Any], img_size: int 
             flops += layer_flops(dim, patches, kind, cfg["num_registers"], cfg["class_token"],
                                  cfg["jumbo_multiplier"], int(hidden), cfg["jumbo_mlp_ratio"], inner, inner).total
     if head and cfg["num_classes"] > 0:
-        width = dims[-1] if cfg["global_pool"] == "avg" else {
-            "jumbo": cfg["jumbo_multiplier"] * dims[-1], "jumbo+mean": (cfg["jumbo_multiplier"] + 1) * dims[-1],
-            "segments": dims[-1]}.get(cfg["jumbo_pool"] if kind == "jumbo" else "", dims[-1])
+        segments = 1  # the pooled feature is one token wide, or J (+1 with the mean patch) for the Jumbo vector
+        if kind == "jumbo" and cfg["global_pool"] != "avg":
+            j = cfg["jumbo_multiplier"]
+            segments = {"jumbo": j, "jumbo+mean": j + 1, "segments": 1}[cfg["jumbo_pool"]]
+        width = segments * dims[-1]
         flops += 2 * width * cfg["num_classes"]
     return flops
 

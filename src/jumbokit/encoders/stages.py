@@ -19,62 +19,47 @@ and FFN hidden sizes are lists per stage, so a searched architecture is just a c
 from __future__ import annotations
 
 import copy
-import difflib
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .blocks import Block
-from .encoder import EncoderOutput, _add_plugin_prefix, _init_linear, _strip_plugin_prefix
+from .blocks import Block, masked_layer_norm
+from .encoder import DEFAULT_CONFIG, EncoderOutput, _add_plugin_prefix, _init_linear, _strip_plugin_prefix, unknown_options
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
 from .tokenizers import ImagePatchTokenizer, resample_pos_embed, sincos_pos_embed_2d, to_2tuple
 
 __all__ = ["MULTISTAGE_CONFIG", "MultiStageEncoder", "ConvStem", "ResidualSpatialReduction", "Stage",
            "multistage_config_check"]
 
+# options with the same meaning as in the plain encoder (and its defaults)
+_SHARED_OPTIONS = ("in_chans", "dynamic_img_size", "pos_embed", "qkv_bias", "init_values", "drop_rate",
+                   "attn_drop_rate", "drop_path_rate", "head_drop_rate", "global_tokens", "num_registers", "class_token",
+                   "jumbo_multiplier", "jumbo_mlp_ratio", "jumbo_share", "jumbo_lora_rank", "jumbo_pool",
+                   "jumbo_init_values", "global_pool", "num_classes")
+
 MULTISTAGE_CONFIG: dict[str, Any] = {
     "encoder": "multistage",
     "tokenizer": "image",  # multi-stage encoders reduce a 2-D patch grid: images only
     "img_size": 224,
     "patch_size": 14,  # total stride of the stem: 224 / 14 = a 16 x 16 grid in stage 1
-    "in_chans": 3,
     "stem": "conv",  # "conv" (the seed's 3-conv stem) or "patch" (one patchify conv, as the plain ViT)
     "stem_chans": 24,
-    "dynamic_img_size": True,
-    "pos_embed": "learn",
     "dims": [192, 384, 768],  # token width of each stage
     "head_dims": [64, 64, 64],  # attention head width of each stage
     "heads": [[3] * 4, [6] * 4, [12] * 4],  # per block of each stage
     "mlp_hidden": [[768] * 4, [1536] * 4, [3072] * 4],  # per block of each stage (absolute sizes)
-    "qkv_bias": True,
-    "init_values": None,
-    "drop_rate": 0.0,
-    "attn_drop_rate": 0.0,
-    "drop_path_rate": 0.0,
-    "head_drop_rate": 0.0,
-    "global_tokens": "cls",
-    "num_registers": 0,
-    "class_token": True,
-    "jumbo_multiplier": 0,
-    "jumbo_mlp_ratio": 4.0,
-    "jumbo_share": True,
-    "jumbo_lora_rank": 0,
-    "jumbo_pool": "jumbo",
-    "global_pool": "token",
-    "num_classes": 0,
     "patch_head": False,  # the seed's token-labeling head: Linear(d_last, num_classes) on every last-stage patch
+    **{key: DEFAULT_CONFIG[key] for key in _SHARED_OPTIONS},
 }
 
 
 def multistage_config_check(config: dict[str, Any]) -> dict[str, Any]:
     """Fill defaults and validate a multi-stage config; returns the full config or raises ValueError."""
-    unknown = sorted(set(config) - set(MULTISTAGE_CONFIG))
+    unknown = set(config) - set(MULTISTAGE_CONFIG)
     if unknown:
-        hints = [f"{key!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(key, MULTISTAGE_CONFIG, 1))
-                 else repr(key) for key in unknown]
-        raise ValueError(f"unknown multi-stage encoder option(s) {', '.join(hints)}")
+        raise ValueError(f"unknown multi-stage encoder option(s) {unknown_options(unknown, MULTISTAGE_CONFIG)}")
     cfg = {**copy.deepcopy(MULTISTAGE_CONFIG), **copy.deepcopy(config)}
     dims, heads, hidden = cfg["dims"], cfg["heads"], cfg["mlp_hidden"]
     stages = len(dims)
@@ -176,14 +161,20 @@ class ResidualSpatialReduction(nn.Module):
         if pos_embed == "learn":
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
 
-    def forward(self, x: torch.Tensor, grid: tuple[int, int], num_global: int) -> tuple[torch.Tensor, tuple[int, int]]:
-        """x: (B, G + H*W, d_in), grid (H, W) -> (B, G + H/2*W/2, d_out), (H/2, W/2)."""
+    def forward(self, x: torch.Tensor, grid: tuple[int, int], num_global: int, in_mask: torch.Tensor | None = None,
+                in_count: torch.Tensor | None = None, out_mask: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, tuple[int, int]]:
+        """x: (B, G + H*W, d_in), grid (H, W) -> (B, G + H/2*W/2, d_out), (H/2, W/2).
+
+        in_mask / in_count / out_mask (supernet use): (B, 1, d_in) active input channels and their count, and
+        (B, 1, d_out) active output channels; the LayerNorm then normalises over the active channels only.
+        """
         batch, _, dim = x.shape
         height, width = grid
         if height % 2 or width % 2:
             raise ValueError(f"spatial reduction halves the patch grid, got an odd grid {grid}; use an image size "
                              "whose grid stays even down to the last stage")
-        y = self.norm(x)
+        y = masked_layer_norm(x, in_mask, in_count, self.norm.weight, self.norm.bias, self.norm.eps)
         patches = y[:, num_global:].transpose(1, 2).reshape(batch, dim, height, width)
         patches = self.conv(patches).flatten(2).transpose(1, 2)
         new_grid = (height // 2, width // 2)
@@ -193,7 +184,8 @@ class ResidualSpatialReduction(nn.Module):
         skip = F.avg_pool2d(skip, 2).flatten(2).transpose(1, 2)
         skip = torch.cat([x[:, :num_global], skip], dim=1)
         out = torch.cat([self.token_proj(y[:, :num_global]), patches], dim=1)
-        return out + F.pad(skip, (0, self.out_dim - self.in_dim)), new_grid
+        out = out + F.pad(skip, (0, self.out_dim - self.in_dim))
+        return (out if out_mask is None else out * out_mask), new_grid
 
     def extra_repr(self) -> str:
         return f"{self.in_dim} -> {self.out_dim}, grid={self.grid_size}"
@@ -259,6 +251,7 @@ class MultiStageEncoder(nn.Module):
                 nn.init.trunc_normal_(self.pos_embed, std=0.02)
 
         rates = torch.linspace(0, cfg["drop_path_rate"], self.depth).tolist() if self.depth else []
+        jumbo_scale = cfg["init_values"] if cfg["jumbo_init_values"] is None else cfg["jumbo_init_values"]
         stages, start = [], 0
         for s, dim in enumerate(dims):
             depth = len(cfg["heads"][s])
@@ -266,7 +259,7 @@ class MultiStageEncoder(nn.Module):
                 cfg["global_tokens"], dim, depth, num_registers=cfg["num_registers"], class_token=cfg["class_token"],
                 jumbo_multiplier=cfg["jumbo_multiplier"], jumbo_mlp_ratio=cfg["jumbo_mlp_ratio"],
                 jumbo_share=cfg["jumbo_share"], jumbo_lora_rank=cfg["jumbo_lora_rank"],
-                jumbo_pool=cfg["jumbo_pool"], drop=cfg["drop_rate"], init_values=cfg["init_values"],
+                jumbo_pool=cfg["jumbo_pool"], drop=cfg["drop_rate"], init_values=jumbo_scale,
                 learn_tokens=s == 0)
             downsample = ResidualSpatialReduction(dims[s - 1], dim, grids[s], cfg["pos_embed"]) if s else None
             stages.append(Stage(dim, int(cfg["head_dims"][s]), cfg["heads"][s], cfg["mlp_hidden"][s], plugin,

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .encoder import DEFAULT_CONFIG, Encoder
+from .encoder import DEFAULT_CONFIG, Encoder, unknown_options
 from .io import (MODEL_FILE, atomic_write, load_state_dict_checked, read_safetensors, resolve_model_file,
                  unreadable_file_error)
 from .stages import MULTISTAGE_CONFIG, MultiStageEncoder
@@ -89,15 +89,6 @@ def model_config(name: str, **overrides: Any) -> dict[str, Any]:
     return {**entry.config, **overrides}
 
 
-def unknown_options(unknown: Any, known: Any) -> str:
-    """``'dpeth' (did you mean 'depth'?), 'foo'``: each unknown key with its closest known key, if any."""
-    hints = []
-    for key in sorted(map(str, unknown)):
-        close = difflib.get_close_matches(key, [str(k) for k in known], n=1)
-        hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
-    return ", ".join(hints)
-
-
 def create_model(name: str, **overrides: Any) -> nn.Module:
     """Build a registered model: ``create_model("vit_tiny_jumbo", num_classes=10, img_size=32, patch_size=4)``.
 
@@ -114,6 +105,17 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
     if branch_opts:
         raise ValueError(f"{sorted(branch_opts)} only apply with branches > 1, got branches={branches}")
     return build_model(config)
+
+
+def small_image_patch_size(name: str, img_size: int) -> int | None:
+    """The recipes' patch size for images up to 64 px (None above: keep the model's): a 4x4 grid for plain
+    encoders (8 px patches at 32 px); an 8x8 grid of even patches for multi-stage encoders, so that their
+    last stage still has a 2x2 grid."""
+    if img_size > 64:
+        return None
+    if model_config(name).get("encoder") != "multistage":
+        return max(1, img_size // 4)
+    return max(2, img_size // 8 // 2 * 2)
 
 
 def build_model(config: dict[str, Any]) -> nn.Module:

@@ -19,26 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..encoders import load_config, load_state_dict_checked
-from ..encoders.blocks import Block, Mlp
+from ..encoders.blocks import Block, Mlp, masked_layer_norm
 from ..encoders.stages import ConvStem, MultiStageEncoder, ResidualSpatialReduction, stage_grids
 from ..encoders.zoo import resolve_model_file
 from ..encoders.tokenizers import ImagePatchTokenizer, resample_pos_embed
 from .space import SearchSpace, token_gene_config
 
 __all__ = ["Supernet", "masked_layer_norm", "MultiArchSampler", "load_supernet"]
-
-
-def masked_layer_norm(x: torch.Tensor, mask: torch.Tensor | None, count: torch.Tensor | None,
-                      weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """LayerNorm over the active channels of x (..., C): mask (B, 1, C) or (B, C) of 0/1, count = active
-    channels (B, 1, 1) or (B, 1). Two-pass mean and variance (fp32-stable); inactive outputs are 0.
-    Without a mask this is ``F.layer_norm``."""
-    if mask is None:
-        return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
-    mean = (x * mask).sum(-1, keepdim=True) / count
-    centred = (x - mean) * mask
-    var = centred.square().sum(-1, keepdim=True) / count
-    return (centred * torch.rsqrt(var + eps) * weight + bias) * mask
 
 
 def _prefix_mask(sizes: torch.Tensor, width: int) -> torch.Tensor:
@@ -167,8 +154,8 @@ class Supernet(nn.Module):
                 h = h * mask
             else:
                 prev = self.max_dims[s - 1]
-                h, grid = self._reduce(stage.downsample, h, grid, num_global, _prefix_mask(dims[s - 1], prev),
-                                       dims[s - 1].view(-1, 1, 1).float(), mask)
+                h, grid = stage.downsample(h, grid, num_global, in_mask=_prefix_mask(dims[s - 1], prev),
+                                           in_count=dims[s - 1].view(-1, 1, 1).float(), out_mask=mask)
             for i, block in enumerate(stage.blocks):
                 heads = self._per_sample([a["heads"][s][i] for a in archs], sizes, device)
                 hidden = self._per_sample([a["mlp_hidden"][s][i] for a in archs], sizes, device)
@@ -181,19 +168,6 @@ class Supernet(nn.Module):
             return F.linear(feature, self.jumbo_head.weight[:, : jumbo * width], self.jumbo_head.bias)
         feature = h[:, 0] if kind in ("cls", "registers") else h[:, num_global:].mean(dim=1)
         return self.head(feature)
-
-    @staticmethod
-    def _reduce(rsr: ResidualSpatialReduction, x, grid, num_global, in_mask, in_count, out_mask):
-        batch, _, dim = x.shape
-        height, width = grid
-        y = masked_layer_norm(x, in_mask, in_count, rsr.norm.weight, rsr.norm.bias)
-        patches = rsr.conv(y[:, num_global:].transpose(1, 2).reshape(batch, dim, height, width))
-        new_grid = (height // 2, width // 2)
-        patches = patches.flatten(2).transpose(1, 2) + resample_pos_embed(rsr.pos_embed, rsr.grid_size, new_grid)
-        skip = F.avg_pool2d(x[:, num_global:].transpose(1, 2).reshape(batch, dim, height, width), 2)
-        skip = torch.cat([x[:, :num_global], skip.flatten(2).transpose(1, 2)], dim=1)
-        out = torch.cat([rsr.token_proj(y[:, :num_global]), patches], dim=1) + F.pad(skip, (0, rsr.out_dim - dim))
-        return out * out_mask, new_grid
 
     def _block(self, stage, index: int, block: Block, x, mask, count, heads, hidden, num_global, jumbo):
         batch, length, width = x.shape
