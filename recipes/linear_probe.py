@@ -28,6 +28,8 @@ RECIPE = "linear_probe"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from jumbokit.training.threads import add_threads_arg
+
     parser = argparse.ArgumentParser(
         description="Linear probe of a frozen (MAE-pretrained) encoder; prints and writes top-1/top-5.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -69,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is present")
     run.add_argument("--mixed-precision", default="no", choices=("no", "fp16", "bf16"))
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_threads_arg(run)
     run.add_argument("--debug", action="store_true", help="print tracebacks of errors")
     return parser
 
@@ -112,9 +115,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         fit,
         make_accelerator,
         markdown_table,
+        setup_threads,
     )
 
     args = build_parser().parse_args(argv)
+    setup_threads(args)
     check_count_flags(args)
     checkpoint = Path(args.checkpoint) if args.checkpoint else newest_mae_run()
     if not checkpoint.exists():

@@ -178,10 +178,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         make_accelerator,
         markdown_table,
         prepare_out_dir,
+        setup_threads,
         train_config_from_args,
     )
 
     args = build_parser().parse_args(argv)
+    setup_threads(args)
     check_count_flags(args)
     lr_given = args.lr is not None
     resolve_recipe_defaults(args)

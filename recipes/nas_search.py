@@ -23,7 +23,15 @@ from jumbokit import nas
 from jumbokit.data import build_dataset, make_loader
 from jumbokit.encoders import atomic_write
 from jumbokit.encoders.zoo import small_image_patch_size
-from jumbokit.training import RunDir, atomic_save_figure, evaluate_classifier, markdown_table, run_cli
+from jumbokit.training import (
+    RunDir,
+    add_threads_arg,
+    atomic_save_figure,
+    evaluate_classifier,
+    markdown_table,
+    run_cli,
+    setup_threads,
+)
 
 _UNITS = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}
 
@@ -56,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--p-mutate", type=float, default=0.3, help="per-gene mutation probability (seed: 0.3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="output directory (default: <supernet>/search_<budget>)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_threads_arg(p)
     return p
 
 
@@ -97,6 +106,7 @@ def plot_pareto(history: list[dict], best: dict, budget: float, path: Path) -> N
 
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
+    setup_threads(args)
     if not 0.0 < args.window <= 1.0:
         raise ValueError(f"--window must be in (0, 1], got {args.window}")
     supernet = nas.load_supernet(args.supernet).eval()

@@ -34,6 +34,7 @@ from jumbokit.training import (
     markdown_table,
     prepare_out_dir,
     run_cli,
+    setup_threads,
     train_config_from_args,
 )
 
@@ -75,6 +76,7 @@ class SupernetLoss:
 
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
+    setup_threads(args)
     if args.num_archs < 1 or args.num_archs > args.batch_size:
         raise ValueError(f"--num-archs must be in [1, --batch-size={args.batch_size}], got {args.num_archs}")
     state = launch_state(args.cpu)

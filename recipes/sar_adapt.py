@@ -36,6 +36,8 @@ METHOD_LABELS = {"none": "No adapt", "tent": "Tent", "eata": "EATA", "sar": "SAR
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from jumbokit.training.threads import add_threads_arg
+
     from jumbokit.adaptation.wild import SETTINGS
 
     p = argparse.ArgumentParser(
@@ -91,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default=None, help="output folder (default: runs/tta_<setting>_<model>)")
     run.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is present")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_threads_arg(run)
     run.add_argument("--debug", action="store_true", help="print tracebacks of errors")
     return p
 
@@ -341,9 +344,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit.adaptation.wild import (
         DEFAULT_BATCH_SIZE, MethodSettings, build_episodes, build_method, check_methods, run_episodes,
     )
-    from jumbokit.training.cli import check_count_flags
+    from jumbokit.training.cli import check_count_flags, setup_threads
     from jumbokit.training.rundir import atomic_write_json, atomic_write_text, csv_text
 
+    setup_threads(args)
     check_count_flags(args)
     methods = check_methods(args.methods)
     args.methods = methods

@@ -40,6 +40,7 @@ from jumbokit.training import (
     markdown_table,
     prepare_out_dir,
     run_cli,
+    setup_threads,
     train_config_from_args,
 )
 
@@ -218,6 +219,7 @@ def _plot_curves(history: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
+    setup_threads(args)
     check_count_flags(args)
     state = launch_state(args.cpu)
     progress = not args.no_progress and state.is_main_process

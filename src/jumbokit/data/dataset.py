@@ -371,7 +371,9 @@ def _seeded_call(fn, arg, seed: int):
 
     py_state, np_state = random.getstate(), np.random.get_state()
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        # the CPU generator only: torch.manual_seed would also queue a (lazy) CUDA seeding, whose recorded stack
+        # trace cost more than the transform itself
+        torch.default_generator.manual_seed(seed)
         random.seed(seed)
         np.random.seed(seed % 2**32)
         try:

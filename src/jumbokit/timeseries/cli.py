@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..training.cli import setup_threads
+from ..training.threads import add_threads_arg
 from .data import NORMALIZATIONS
 from .models import PATCHTST_MODELS
 
@@ -102,8 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0, help="seed of model init and data order (default: 0)")
     train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no", help="(default: no)")
     train.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")
-    train.add_argument("--threads", type=_positive_int, default=None,
-                       help="CPU threads for torch (default: torch's choice; 1 is fastest on a busy machine)")
+    add_threads_arg(train)
 
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None,
@@ -130,6 +131,7 @@ def _run(args: argparse.Namespace) -> int:
             names = local_datasets(archive, args.data_dir)
             print(f"{archive} ({len(names)} local): {', '.join(names) or 'none'}")
         return 0
+    setup_threads(args)
     unknown = [m for m in args.model if m not in PATCHTST_MODELS]
     if unknown:
         raise ValueError(f"unknown model(s) {unknown}; expected one or several of {', '.join(PATCHTST_MODELS)}")
@@ -154,10 +156,6 @@ def _run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else _default_out(args)
     lrs = tuple(args.lr) if args.lr else SWEEP_LRS
     dropouts = tuple(args.dropout) if args.dropout else SWEEP_DROPOUTS
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     result = run_sweep(datasets, args.model, cfg, out_dir, lrs=lrs, dropouts=dropouts, baseline=args.baseline,
                        data_dir=args.data_dir, progress=not args.no_progress, skip_short=skip_short, cpu=args.cpu)
     if result["paths"]:

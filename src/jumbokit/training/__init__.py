@@ -8,7 +8,17 @@ result = fit(model, train_loader, classification_loss(), cfg, out_dir="runs/x",
              eval_fn=lambda m: evaluate_classifier(m, val_loader, prefix="val_"))
 ```
 """
-from .cli import add_common_args, check_count_flags, default_out_dir, one_line, prepare_out_dir, run_cli, train_config_from_args
+from .cli import (
+    add_common_args,
+    check_count_flags,
+    default_out_dir,
+    one_line,
+    prepare_out_dir,
+    run_cli,
+    setup_threads,
+    train_config_from_args,
+)
+from .threads import ThreadChoice, add_threads_arg, configure_threads
 from .config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
 from .evaluate import evaluate_classifier, topk_correct
 from .loop import (
@@ -30,5 +40,6 @@ __all__ = [
     "classification_loss", "evaluate_classifier", "topk_correct", "build_lars", "param_groups", "set_lr", "warmup_steps_for", "epochs_for_min_steps",
     "model_fingerprint", "config_differences", "resolve_resume", "save_final_model", "add_common_args", "check_count_flags", "train_config_from_args",
     "default_out_dir", "prepare_out_dir", "run_cli", "one_line", "atomic_save_figure", "atomic_write_json", "atomic_write_text",
-    "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES",
+    "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "setup_threads", "configure_threads",
+    "add_threads_arg", "ThreadChoice",
 ]

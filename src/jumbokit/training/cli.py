@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from .config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
 from .rundir import RunDir, list_checkpoints
+from .threads import ThreadChoice, add_threads_arg, configure_threads
 
 
 def add_common_args(
@@ -60,6 +61,7 @@ def add_common_args(
     run.add_argument("--log-every", type=int, default=10, help="optimizer steps between metrics.jsonl lines")
     run.add_argument("--log-with", default=None, help="accelerate tracker, e.g. tensorboard")
     run.add_argument("--no-progress", action="store_true", help="no progress bars or per-epoch lines")
+    add_threads_arg(run)
 
     opt = parser.add_argument_group("optimisation")
     opt.add_argument("--epochs", type=int, default=epochs, help="(default: %(default)s)")
@@ -88,6 +90,17 @@ def check_count_flags(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 1 ({meaning}), got {value}")
+
+
+def setup_threads(args: argparse.Namespace) -> ThreadChoice:
+    """Apply ``--threads`` (or the automatic count, see ``configure_threads``) and print the choice as the run's
+    first line on the first process of each machine (unless ``--no-progress``)."""
+    import os
+
+    choice = configure_threads(getattr(args, "threads", None))
+    if not getattr(args, "no_progress", False) and os.environ.get("LOCAL_RANK", "0") == "0":
+        print(choice.describe(), flush=True)
+    return choice
 
 
 def train_config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainConfig:
