@@ -141,6 +141,17 @@ def test_seeded_samples_reproduce_augmentation_without_touching_global_rng():
     assert torch.equal(torch.get_rng_state(), state)
 
 
+def test_seeded_sample_draws_the_stream_of_torch_manual_seed():
+    """The per-sample seed fixes the augmentation exactly as ``torch.manual_seed(seed)`` would (runs written before
+    the seeding became CPU-only resume and reproduce unchanged)."""
+    ds = build_dataset("digits", "train", "mae", crop_scale=(0.2, 1.0), hflip=0.5, max_samples=8)
+    for i, seed in [(0, 7), (3, 123456)]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            expected = ds.transform(ds.load_image(i))
+        assert torch.equal(ds[(i, seed)][0], expected)
+
+
 def test_epoch_sampler_depends_on_seed_and_epoch_only():
     s = EpochSampler(20, seed=1)
     first = list(s)

@@ -1,0 +1,162 @@
+"""Where an MAE training step of the main job spends its time: data / forward / backward / optimizer.
+
+    python benchmarks/mae_step.py                       # the main job's step (digits, vit_pico_jumbo, batch 64)
+    python benchmarks/mae_step.py --threads 1 --label "1 thread"
+    python benchmarks/mae_step.py --model vit_pico_cls --append
+
+The model, data, transform, loader and optimizer are those of ``accelerate launch recipes/mae_pretrain.py`` with its
+defaults. Each phase is timed over ``--steps`` steps after ``--warmup`` steps (median and p90 per step). FLOPs of a
+step come from ``torch.utils.flop_counter.FlopCounterMode`` (forward and backward); the achieved rate is set against
+a plain fp32 matmul (``--gemm`` square) timed in the same process with the same threads. Rows are written to
+``benchmarks/results/mae_step.{json,md}`` (``--append`` adds to the rows already there).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "recipes"))
+
+
+def gemm_gflops(size: int, repeats: int = 20) -> float:
+    """fp32 GFLOP/s of a (size x size) @ (size x size) matmul, best of ``repeats``."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(3):
+        a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * size**3 / best / 1e9
+
+
+def step_flops(model: torch.nn.Module, images: torch.Tensor) -> tuple[int, int]:
+    """(forward FLOPs, backward FLOPs) of one MAE step on ``images``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        loss = model(images).loss
+    forward = counter.get_total_flops()
+    with FlopCounterMode(display=False) as counter:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return forward, counter.get_total_flops()
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    import mae_pretrain
+
+    from jumbokit.data import build_dataset, make_loader
+    from jumbokit.training import TrainConfig, build_optimizer
+
+    recipe = mae_pretrain.build_parser().parse_args(["--model", args.model, "--batch-size", str(args.batch_size)])
+    mae_pretrain.resolve_recipe_defaults(recipe)
+    train = build_dataset(recipe.dataset, "train", task="mae", crop_scale=tuple(recipe.crop_scale),
+                          hflip=recipe.hflip, seed=recipe.seed)
+    torch.manual_seed(recipe.seed)
+    model = mae_pretrain.build_mae(recipe, train.in_chans, train.img_size).train()
+    optimizer = build_optimizer(model, TrainConfig(lr=1e-4, weight_decay=recipe.weight_decay,
+                                                   betas=tuple(recipe.betas)))
+    loader = make_loader(train, args.batch_size, seed=recipe.seed)
+
+    phases: dict[str, list[float]] = {"data": [], "forward": [], "backward": [], "optimizer": []}
+    batches = iter(())
+    epoch = 0
+    for step in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        batch = next(batches, None)
+        if batch is None:
+            loader.sampler.set_epoch(epoch)
+            epoch += 1
+            batches = iter(loader)
+            batch = next(batches)
+        t1 = time.perf_counter()
+        loss = model(batch[0]).loss
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        t4 = time.perf_counter()
+        if step >= args.warmup:
+            for name, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                phases[name].append(dt)
+
+    forward_flops, backward_flops = step_flops(model, batch[0])
+    gemm = gemm_gflops(args.gemm)
+    medians = {name: statistics.median(v) for name, v in phases.items()}
+    step_s = sum(medians.values())
+    row: dict[str, Any] = {
+        "label": args.label, "model": args.model, "batch": args.batch_size, "threads": torch.get_num_threads(),
+        "s_step": round(step_s, 4), "img_s": round(args.batch_size / step_s, 1),
+        **{f"s_{name}": round(m, 4) for name, m in medians.items()},
+        "p90_step_s": round(statistics.quantiles([sum(x) for x in zip(*phases.values())], n=10)[-1], 4),
+        "gflop_step": round((forward_flops + backward_flops) / 1e9, 2),
+        "gflops_fwd": round(forward_flops / medians["forward"] / 1e9, 1),
+        "gflops_bwd": round(backward_flops / medians["backward"] / 1e9, 1),
+        "gflops_gemm": round(gemm, 1),
+    }
+    row["compute_vs_gemm"] = round((forward_flops + backward_flops)
+                                   / (medians["forward"] + medians["backward"]) / 1e9 / gemm, 3)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--model", default="vit_pico_jumbo", help="zoo encoder (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=64, help="(default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=40, help="timed steps (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: what the recipes choose, see jumbokit.training.threads)")
+    parser.add_argument("--gemm", type=int, default=1024, help="side of the reference matmul (default: %(default)s)")
+    parser.add_argument("--label", default="", help="row label, e.g. before / after")
+    parser.add_argument("--append", action="store_true", help="add to the rows already in the results files")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="results folder")
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    else:
+        try:
+            from jumbokit.training.threads import configure_threads
+            configure_threads()
+        except ImportError:  # a tree without the thread policy: torch's default
+            pass
+    row = measure(args)
+    row["torch"] = torch.__version__
+    row["cpus"] = os.cpu_count()
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / "mae_step.json"
+    rows = json.loads(json_path.read_text())["rows"] if args.append and json_path.exists() else []
+    rows.append(row)
+    json_path.write_text(json.dumps({"rows": rows}, indent=2) + "\n")
+    columns = ["label", "model", "threads", "s_step", "img_s", "s_data", "s_forward", "s_backward", "s_optimizer",
+               "gflop_step", "gflops_fwd", "gflops_bwd", "gflops_gemm", "compute_vs_gemm"]
+    lines = ["# MAE step of the main job: data / forward / backward / optimizer (CPU, fp32)", "",
+             "Median seconds per step; GFLOP/s achieved by forward and backward vs a plain fp32 "
+             f"{args.gemm}x{args.gemm} matmul in the same process.", "",
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    markdown = "\n".join(lines) + "\n"
+    (out / "mae_step.md").write_text(markdown)
+    print(json.dumps(row))
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
