@@ -102,8 +102,9 @@ def run_speed(args: argparse.Namespace) -> dict[str, Any]:
     cuda = torch.cuda.is_available() and not args.cpu
     device = torch.device("cuda" if cuda else "cpu")
     if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        from jumbokit.training import configure_tf32
+
+        configure_tf32(True, device)
     models = args.models or (["vit_base_jumbo", "vit_base_cls"] if cuda else ["vit_pico_jumbo", "vit_pico_cls"])
     img_size = args.img_size or (224 if cuda else 32)
     patch = args.patch_size or (16 if cuda else 4)

@@ -6,6 +6,7 @@
 
     python benchmarks/throughput.py                       # CPU, fp32, batch 64, 128 px
     python benchmarks/throughput.py --device cuda --compile --bf16 --batch-size 512
+    python benchmarks/throughput.py --device cuda --tf32 --batch-size 256 --img-size 224   # fp32 on TF32 cores
 
 Prints a table and JSON (also written to --json).
 """
@@ -41,6 +42,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--compile", action="store_true", help="torch.compile every model")
     p.add_argument("--bf16", action="store_true", help="autocast to bfloat16 (slow on most CPUs)")
+    p.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=False,
+                   help="CUDA: fp32 matmuls on TF32 tensor cores (jumbokit.training.configure_tf32; default: off, "
+                        "plain fp32)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--skip-memory", action="store_true", help="skip the per-model peak-memory subprocesses")
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/throughput.json"))
@@ -167,6 +171,9 @@ def main(argv=None) -> None:
         return
     if args.threads:
         torch.set_num_threads(args.threads)
+    from jumbokit.training import configure_tf32
+
+    configure_tf32(args.tf32, args.device)
     torch.manual_seed(0)
     groups = {
         "jumbokit vs timm": vit_pair(args),

@@ -70,3 +70,12 @@ def test_accelerate_launch_single_cpu_process_uses_the_cores(tmp_path):
     assert line.startswith(f"OMP 1 THREADS {cores} "), line
     if cores > 1:
         assert "launcher" in line
+
+
+def test_tf32_policy_leaves_cpu_math_exact():
+    from jumbokit.training import TrainConfig, configure_tf32, make_accelerator
+
+    before = torch.get_float32_matmul_precision()
+    assert configure_tf32(True, "cpu") is False
+    make_accelerator(TrainConfig(cpu=True, tf32=True))
+    assert torch.get_float32_matmul_precision() == before == "highest"

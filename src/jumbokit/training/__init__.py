@@ -25,6 +25,7 @@ from .loop import (
     FitResult,
     classification_loss,
     config_differences,
+    configure_tf32,
     fit,
     launch_state,
     make_accelerator,
@@ -41,5 +42,5 @@ __all__ = [
     "model_fingerprint", "config_differences", "resolve_resume", "save_final_model", "add_common_args", "check_count_flags", "train_config_from_args",
     "default_out_dir", "prepare_out_dir", "run_cli", "one_line", "atomic_save_figure", "atomic_write_json", "atomic_write_text",
     "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "setup_threads", "configure_threads",
-    "add_threads_arg", "ThreadChoice",
+    "add_threads_arg", "ThreadChoice", "configure_tf32",
 ]

@@ -55,6 +55,9 @@ def add_common_args(
     run.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     run.add_argument("--mixed-precision", default="no", choices=PRECISIONS, help="(default: %(default)s)")
     run.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")
+    run.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
+                     help="on a CUDA GPU, run fp32 matmuls and convolutions on TF32 tensor cores "
+                          "(torch.set_float32_matmul_precision('high')); no effect on CPU (default: on)")
     run.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints, 0 = off")
     run.add_argument("--checkpoint-steps", type=int, default=0,
                      help="also checkpoint every N optimizer steps inside epochs, 0 = off (long epochs)")
@@ -109,7 +112,7 @@ def train_config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainC
         epochs=args.epochs, lr=args.lr, min_lr=args.min_lr, weight_decay=args.weight_decay,
         betas=tuple(args.betas), optimizer=args.optimizer, warmup_epochs=args.warmup_epochs,
         schedule=args.schedule, grad_clip=args.grad_clip, grad_accum=args.grad_accum,
-        mixed_precision=args.mixed_precision, seed=args.seed, checkpoint_every=args.checkpoint_every,
+        mixed_precision=args.mixed_precision, tf32=getattr(args, "tf32", True), seed=args.seed, checkpoint_every=args.checkpoint_every,
         checkpoint_steps=getattr(args, "checkpoint_steps", 0),
         resume=args.resume, log_every=args.log_every, progress=not args.no_progress, cpu=args.cpu,
         log_with=args.log_with,

@@ -43,6 +43,7 @@ class TrainConfig:
     log_every: int = 10
     progress: bool = True
     cpu: bool = False
+    tf32: bool = True  # CUDA only: fp32 matmuls / convolutions on TF32 tensor cores (see configure_tf32)
     log_with: str | None = None  # accelerate tracker, e.g. "tensorboard"
     save_model: bool = True  # write model.safetensors + model_config.json at the end
 

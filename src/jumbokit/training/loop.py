@@ -88,7 +88,22 @@ def make_accelerator(cfg: TrainConfig, out_dir: str | os.PathLike | None = None)
         check_tracker(cfg.log_with)
         kwargs["log_with"] = cfg.log_with
         kwargs["project_config"] = ProjectConfiguration(project_dir=str(out_dir), logging_dir=str(Path(out_dir) / "logs"))
-    return Accelerator(**kwargs)
+    accelerator = Accelerator(**kwargs)
+    configure_tf32(cfg.tf32, accelerator.device)
+    return accelerator
+
+
+def configure_tf32(enabled: bool, device: torch.device | str) -> bool:
+    """On a CUDA ``device``, let fp32 matmuls and convolutions use TF32 tensor cores (Ampere and newer: several
+    times the fp32 rate, 10-bit mantissa inputs, fp32 accumulation) or forbid it; returns whether TF32 is on.
+
+    Applied through ``torch.set_float32_matmul_precision`` ("high" / "highest"), process-wide. On a CPU nothing is
+    changed: CPU fp32 math stays exact (the same call would also switch oneDNN's fp32 matmuls)."""
+    if torch.device(device).type != "cuda":
+        return False
+    torch.set_float32_matmul_precision("high" if enabled else "highest")
+    torch.backends.cudnn.allow_tf32 = bool(enabled)
+    return bool(enabled)
 
 
 def check_tracker(name: str) -> None:
