@@ -37,3 +37,14 @@ def test_zero_batch_size_is_named_in_one_line(recipe, capsys):
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2
     assert err == "error: --batch-size must be an integer >= 1 (the per-process batch), got 0"
+
+
+def test_mae_recipe_imports_no_heavy_optional_packages():
+    """The main job starts without the time-series, plotting and corruption packages (seconds of imports)."""
+    code = ("import sys; sys.path.insert(0, 'recipes'); import mae_pretrain; mae_pretrain.build_parser(); "
+            "import jumbokit.data, jumbokit.ssl, jumbokit.training; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'aeon', 'sktime', 'matplotlib', 'imagecorruptions', 'numba', 'timm'}))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
