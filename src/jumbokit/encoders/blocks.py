@@ -120,7 +120,9 @@ class Block(nn.Module):
         if global_tokens is None or not global_tokens.has_own_ffn:
             return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         num_global = global_tokens.num_tokens
-        g, p = x[:, :num_global], x[:, num_global:]
+        # one split, not two slices: its backward is one concatenation instead of two zero-filled full-size
+        # gradients added together
+        g, p = x.split([num_global, x.shape[1] - num_global], dim=1)
         p = p + self.drop_path2(self.ls2(self.mlp(self.norm2(p))))
         g = global_tokens.ffn(g, self.layer_idx, self.drop_path2)
         return torch.cat([g, p], dim=1)

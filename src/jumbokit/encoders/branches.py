@@ -346,7 +346,7 @@ class BranchedBlock(nn.Module):
         if global_tokens is None or not getattr(global_tokens, "has_own_ffn", False):
             return x + self._merge(self.mlp(self.norm2(x), lam), self.ls2)
         num_global = global_tokens.num_tokens
-        g, p = x[:, :num_global], x[:, num_global:]
+        g, p = x.split([num_global, x.shape[1] - num_global], dim=1)
         p = p + self._merge(self.mlp(self.norm2(p), lam), self.ls2)
         g = global_tokens.ffn(g, self.layer_idx, self.drop_path_global)
         return torch.cat([g, p], dim=1)

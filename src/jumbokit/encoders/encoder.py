@@ -263,7 +263,7 @@ class Encoder(nn.Module):
         for block in self.blocks:
             x = block(x, attn_mask, self.global_tokens, inplace=inplace)
         x = self.norm(x)
-        g, p = x[:, : self.num_global_tokens], x[:, self.num_global_tokens :]
+        g, p = x.split([self.num_global_tokens, x.shape[1] - self.num_global_tokens], dim=1)
         if self.config["global_pool"] == "avg":
             feature = masked_mean(p, mask)
         else:

@@ -330,7 +330,7 @@ class MultiStageEncoder(nn.Module):
             for block in stage.blocks:
                 x = block(x, None, stage.global_tokens, inplace=inplace)
         x = self.norm(x)
-        g, p = x[:, :num_global], x[:, num_global:]
+        g, p = x.split([num_global, x.shape[1] - num_global], dim=1)
         if self.config["global_pool"] == "avg":
             feature = masked_mean(p, None)
         else:
