@@ -225,11 +225,26 @@ class SeriesPatchTokenizer(nn.Module):
         self.proj = nn.Linear(patch_len, dim)
 
     def forward(self, x: torch.Tensor) -> Tokens:
+        patches, observed = self.patchify(x)  # (B, C, N, P)
+        batch, chans, num, _ = patches.shape
+        tokens = self.proj(patches.reshape(batch * chans, num, self.patch_len))
+        pad_mask = None
+        if observed is not None:
+            pad_mask = ~observed.any(-1).reshape(batch * chans, -1)
+            if not pad_mask.any():
+                pad_mask = None
+        return Tokens(tokens, (num,), pad_mask, chans)
+
+    def patchify(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The patches the tokenizer projects: series (B, C, L) -> ``patches`` (B, C, N, P) with missing steps
+        as 0, and ``observed`` (B, C, N, P) bool (True = an observed step), or None when nothing is missing.
+
+        With ``pad_end`` the series is first extended by ``stride`` copies of its last observed value."""
         if x.ndim == 2:
             x = x[:, None, :]
         if x.ndim != 3:
             raise ValueError(f"expected series of shape (B, C, L), got a tensor of shape {tuple(x.shape)}")
-        batch, chans, length = x.shape
+        _, chans, length = x.shape
         if chans != self.in_chans:
             raise ValueError(f"expected series of {self.in_chans} channels, got {chans}; "
                              f"build the model with in_chans={chans}")
@@ -243,15 +258,10 @@ class SeriesPatchTokenizer(nn.Module):
                 values = torch.cat([values, values[..., -1:].expand(-1, -1, self.stride)], dim=-1)
         if values.shape[-1] < self.patch_len:
             raise ValueError(f"a series of {length} steps is shorter than one patch of {self.patch_len} steps")
-        patches = values.unfold(-1, self.patch_len, self.stride)  # (B, C, N, P)
-        tokens = self.proj(patches.reshape(batch * chans, patches.shape[2], self.patch_len))
-        pad_mask = None
-        if has_missing:
-            pad_mask = ~observed.unfold(-1, self.patch_len, self.stride).any(-1)
-            pad_mask = pad_mask.reshape(batch * chans, -1)
-            if not pad_mask.any():
-                pad_mask = None
-        return Tokens(tokens, (patches.shape[2],), pad_mask, chans)
+        patches = values.unfold(-1, self.patch_len, self.stride)
+        if not has_missing:
+            return patches, None
+        return patches, observed.unfold(-1, self.patch_len, self.stride)
 
     def _pad_with_last_observed(self, values: torch.Tensor, observed: torch.Tensor):
         """Append ``stride`` copies of each channel's last observed value; padding counts as observed
