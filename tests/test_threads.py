@@ -20,9 +20,11 @@ def parent():
     procs = []
 
     def start(env: dict[str, str], args: tuple[str, ...] = ()) -> int:
-        code = "import time; time.sleep(60)"
-        proc = subprocess.Popen([sys.executable, "-c", code, *args], env={"PATH": os.environ.get("PATH", ""), **env})
+        code = "import time; print('ready', flush=True); time.sleep(60)"
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], env={"PATH": os.environ.get("PATH", ""), **env},
+                                stdout=subprocess.PIPE, text=True)
         procs.append(proc)
+        assert proc.stdout.readline().strip() == "ready"  # exec'd: /proc/<pid>/environ is its own environment now
         return proc.pid
 
     yield start
