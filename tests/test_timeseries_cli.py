@@ -222,12 +222,13 @@ def test_branched_run_collapses_to_the_plain_depth(tmp_path, monkeypatch):
     branched = ts_train.build_model("patchtst_jumbo", data, 8, branches=2)
     assert len(branched.blocks) == 3 and branched.branches == 2 and branched.layers == 6  # 3 blocks of 2
     scored = []
-    original = ts_train.evaluate
-    monkeypatch.setattr(ts_train, "evaluate", lambda model, *a, **k: scored.append(model) or original(model, *a, **k))
+    original = ts_train.predict_proba
+    monkeypatch.setattr(ts_train, "predict_proba",
+                        lambda model, *a, **k: scored.append(model) or original(model, *a, **k))
     run = ts_train.train_run(data, "patchtst_jumbo", 1e-3, 0.0, ts_train.SweepConfig(epochs=2, branches=2), cpu=True)
-    assert run.steps == 2
+    assert run.steps == 2 and scored
     assert all(type(m) is Encoder and len(m.blocks) == 3 for m in scored)  # the collapsed plain model is scored
-    assert run.test_acc == original(scored[-1], data.test)[0]  # and its test accuracy is the run's
+    assert run.test_acc == ts_train.evaluate(scored[-1], data.test)[0]  # and its test accuracy is the run's
     with pytest.raises(ValueError, match="branches must be >= 1"):
         ts_train.build_model("patchtst", data, 8, branches=0)
 

@@ -4,6 +4,8 @@
 - ``data``: aeon/sktime loading, padding/masks, normalisation (training-split channel statistics by default),
   the 50/50 validation/test split.
 - ``train``: the paper's protocol (runs, 12-run sweep, selection, ranks, reports); ``cli``: ``tstrain``.
+- ``augment``: series augmentation (jitter, scaling, magnitude/time warping, window slicing, mixup).
+- ``pretrain``: ``pretrain_series``, masked-patch self-supervised pretraining of a series encoder.
 - ``estimator``: ``PatchTSTClassifier``, an aeon classifier.
 
 Importing this package is cheap (aeon and the runtime load on first use of ``data``/``train``/``estimator``).
@@ -17,9 +19,11 @@ from typing import Any
 from .models import PATCHTST_MODELS, patch_geometry
 
 _LAZY = {
-    "load_dataset": "data", "local_datasets": "data", "ClassificationData": "data",
+    "load_dataset": "data", "local_datasets": "data", "user_datasets": "data", "ClassificationData": "data",
     "SweepConfig": "train", "run_sweep": "train", "train_run": "train", "SWEEP_LRS": "train",
-    "SWEEP_DROPOUTS": "train", "PatchTSTClassifier": "estimator",
+    "SWEEP_DROPOUTS": "train", "RECIPES": "train", "BASELINES": "train", "ensemble_proba": "train",
+    "PatchTSTClassifier": "estimator", "pretrain_series": "pretrain", "PretrainResult": "pretrain",
+    "SeriesAugment": "augment", "SeriesMixup": "augment", "AUGMENTATIONS": "augment",
 }
 
 __all__ = ["PATCHTST_MODELS", "patch_geometry", *_LAZY]

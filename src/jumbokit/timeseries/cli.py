@@ -2,7 +2,8 @@
 
     tstrain --archive UEA --model patchtst_jumbo            # every UEA set available offline, 12-run sweep
     tstrain --datasets GunPoint,ArrowHead --epochs 20 --lr 1e-3 --dropout 0.1 --baseline minirocket
-    tstrain --list                                          # datasets available locally
+    tstrain --archive UCR --recipe small-data --baseline minirocket,multirocket,hydra
+    tstrain --list                                          # datasets available locally (and in --data-dir)
 
 Runs on one CPU/GPU, or on many with ``accelerate launch -m jumbokit.timeseries.cli ...``.
 """
@@ -16,6 +17,7 @@ from typing import Callable, Sequence
 
 from ..training.cli import setup_threads
 from ..training.threads import add_threads_arg
+from .augment import AUGMENTATIONS
 from .data import NORMALIZATIONS
 from .models import PATCHTST_MODELS
 
@@ -23,8 +25,14 @@ DESCRIPTION = """\
 Time-series classification on the UCR (univariate) and UEA (multivariate) archives with the Jumbo
 paper's protocol: a sweep over learning rate x dropout per dataset and model, the official test set
 split 50/50 into validation (model selection) and test (reported), ranks between models.
-Datasets bundled with aeon/sktime work offline; others download into --data-dir when online.
-An interrupted sweep resumes (same --out): finished runs are skipped."""
+Datasets bundled with aeon/sktime work offline; others download into --data-dir when online, and your own
+sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
+An interrupted sweep resumes (same --out): finished runs are skipped.
+
+Recipes: --recipe paper (default) is the paper's protocol, unchanged. --recipe small-data suits sets of tens
+to hundreds of series: 1000 optimizer steps per run at batch min(32, max(8, n_train // 4)), series
+augmentation, lr 1e-3,3e-4 x dropout 0.1 x 2 seeds, and an ensemble of the 4 runs best on validation.
+Flags given explicitly override the recipe's values."""
 
 
 def _float_list(text: str) -> list[float]:
@@ -58,9 +66,21 @@ _positive_int = _int_at_least(1, "positive")
 _non_negative_int = _int_at_least(0, "non-negative")
 
 
+def _batch_size(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    return _positive_int(text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad flags are reported in one line (with a pointer to --help) and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tstrain", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="tstrain", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = parser.add_argument_group("data")
     data.add_argument("--archive", type=str.upper, choices=("UCR", "UEA"), default=None,
                       help="run every dataset of this archive available locally (default: both archives)")
@@ -75,21 +95,26 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--normalize", choices=NORMALIZATIONS, default="train",
                       help="train: standardise each channel with training-split statistics (default; keeps "
                            "level and amplitude); instance: each series by its own mean/std (RevIN-style); none")
-    data.add_argument("--list", action="store_true", help="list the datasets available locally and exit")
+    data.add_argument("--list", action="store_true",
+                      help="list the datasets available locally (bundled, cached, and your own in --data-dir) and exit")
 
     model = parser.add_argument_group("models")
     model.add_argument("--model", type=_name_list, default=list(PATCHTST_MODELS),
                        help=f"one or several of {', '.join(PATCHTST_MODELS)}, comma-separated (default: all)")
-    model.add_argument("--patches", type=_positive_int, default=8,
-                       help="patches per series, 8 or 42 in the paper (default: 8)")
+    model.add_argument("--patches", type=_positive_int, default=None,
+                       help="patches per series, 8 or 42 in the paper (paper: 8; small-data: 16)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "
                             "(default: 1, plain training)")
-    model.add_argument("--baseline", choices=("minirocket",), default=None,
-                       help="also run aeon's MiniRocket on the same splits, where it supports the data")
+    model.add_argument("--baseline", default=None,
+                       help="also run aeon's classifiers on the same splits: one or more of minirocket, multirocket, "
+                            "hydra, comma-separated (unequal-length sets are zero-padded for them)")
 
     train = parser.add_argument_group("training")
+    train.add_argument("--recipe", choices=("paper", "small-data"), default="paper",
+                       help="paper: the paper's protocol (default); small-data: fixed steps, small batches, "
+                            "augmentation, seeds and an ensemble (see above); explicit flags override it")
     train.add_argument("--epochs", type=_positive_int, default=None,
                        help="epochs per run (default: 100; 20 for Sleep, Tiselac, FaceDetection)")
     train.add_argument("--min-steps", type=_non_negative_int, default=0,
@@ -100,7 +125,26 @@ def build_parser() -> argparse.ArgumentParser:
                        help="learning rate(s), comma-separated, instead of the sweep's 3e-3,1e-3,3e-4,1e-4")
     train.add_argument("--dropout", type=_float_list, default=None,
                        help="dropout rate(s), comma-separated, instead of the sweep's 0,0.1,0.2")
-    train.add_argument("--batch-size", type=_positive_int, default=256, help="(default: 256)")
+    train.add_argument("--steps", type=_positive_int, default=None,
+                       help="optimizer steps per run, whatever the set size (instead of epochs; small-data: 1000)")
+    train.add_argument("--batch-size", type=_batch_size, default=None,
+                       help="series per step, or 'auto' = min(32, max(8, n_train // 4)) (paper: 256; small-data: auto)")
+    train.add_argument("--augment", nargs="?", const="default", default=None, metavar="NAMES",
+                       help="series augmentation: alone = the default set (jitter, scaling, magnitude_warp, time_warp, "
+                            f"window_slice, each with probability 0.5 per series), 'none', or names among "
+                            f"{', '.join(AUGMENTATIONS)}, comma-separated (paper: none; small-data: default)")
+    train.add_argument("--mixup-alpha", type=float, default=0.2, help="Beta(alpha, alpha) of mixup (default: 0.2)")
+    train.add_argument("--pretrain-epochs", type=_non_negative_int, default=None,
+                       help="masked-patch pretraining on the training split (never validation/test) for this many "
+                            "epochs before fine-tuning, once per dataset, model and seed (default: 0, off)")
+    train.add_argument("--pretrain-mask-ratio", type=float, default=0.4,
+                       help="fraction of each channel's patches masked in pretraining (default: 0.4, PatchTST's)")
+    train.add_argument("--pretrain-lr", type=float, default=1e-3, help="pretraining learning rate (default: 1e-3)")
+    train.add_argument("--seeds", type=_positive_int, default=None,
+                       help="runs per (lr, dropout) with seeds --seed, --seed+1, ... (paper: 1; small-data: 2)")
+    train.add_argument("--ensemble", type=_positive_int, default=None,
+                       help="also report the accuracy of the mean probabilities of the k runs best on validation "
+                            "(paper: 1 = off; small-data: 4)")
     train.add_argument("--seed", type=int, default=0, help="seed of model init and data order (default: 0)")
     train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no", help="(default: no)")
     train.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")
@@ -119,18 +163,29 @@ def _default_out(args: argparse.Namespace) -> Path:
         tag = args.datasets[0] + (f"+{len(args.datasets) - 1}" if len(args.datasets) > 1 else "")
     else:
         tag = args.archive or "UCR+UEA"
-    return Path("runs") / f"tstrain_{tag}_p{args.patches}"
+    recipe = "" if args.recipe == "paper" else f"_{args.recipe}"
+    return Path("runs") / f"tstrain_{tag}_p{args.patches}{recipe}"
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .data import local_datasets
-    from .train import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig, format_summary, run_sweep
+    from .augment import parse_augment
+    from .data import default_data_dir, local_datasets, user_datasets
+    from .train import RECIPES, SweepConfig, format_summary, parse_baselines, run_sweep
 
     if args.list:
         for archive in ("UCR", "UEA"):
             names = local_datasets(archive, args.data_dir)
             print(f"{archive} ({len(names)} local): {', '.join(names) or 'none'}")
+        own = user_datasets(args.data_dir)
+        where = args.data_dir or default_data_dir()
+        print(f"your own in {where} ({len(own)}): {', '.join(own) or 'none'}"
+              + (" (run with --datasets NAME --data-dir DIR)" if own else ""))
         return 0
+    recipe = RECIPES[args.recipe]
+    if args.patches is None:
+        args.patches = recipe["patches"]
+    baselines = parse_baselines(args.baseline)
+    augment = ",".join(parse_augment(args.augment if args.augment is not None else recipe["augment"])) or "none"
     setup_threads(args)
     unknown = [m for m in args.model if m not in PATCHTST_MODELS]
     if unknown:
@@ -150,19 +205,31 @@ def _run(args: argparse.Namespace) -> int:
         if not datasets:
             raise ValueError(f"no {'/'.join(archives)} dataset is available locally; name one with --datasets "
                              "(it downloads into --data-dir when online)")
+    steps = args.steps if args.steps is not None else (None if args.epochs is not None else recipe["steps"])
     cfg = SweepConfig(patches=args.patches, epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize,
-                      branches=args.branches, batch_size=args.batch_size, seed=args.seed,
-                      protocol=args.protocol, split_seed=args.split_seed, mixed_precision=args.mixed_precision)
+                      branches=args.branches,
+                      batch_size=args.batch_size if args.batch_size is not None else recipe["batch_size"],
+                      seed=args.seed, protocol=args.protocol, split_seed=args.split_seed,
+                      mixed_precision=args.mixed_precision, recipe=args.recipe, steps=steps, augment=augment,
+                      mixup_alpha=args.mixup_alpha,
+                      pretrain_epochs=args.pretrain_epochs if args.pretrain_epochs is not None
+                      else recipe["pretrain_epochs"],
+                      pretrain_mask_ratio=args.pretrain_mask_ratio, pretrain_lr=args.pretrain_lr,
+                      seeds=args.seeds if args.seeds is not None else recipe["seeds"])
+    ensemble = args.ensemble if args.ensemble is not None else recipe["ensemble"]
     out_dir = Path(args.out) if args.out else _default_out(args)
-    lrs = tuple(args.lr) if args.lr else SWEEP_LRS
-    dropouts = tuple(args.dropout) if args.dropout else SWEEP_DROPOUTS
-    result = run_sweep(datasets, args.model, cfg, out_dir, lrs=lrs, dropouts=dropouts, baseline=args.baseline,
-                       data_dir=args.data_dir, progress=not args.no_progress, skip_short=skip_short, cpu=args.cpu)
+    lrs = tuple(args.lr) if args.lr else tuple(recipe["lrs"])
+    dropouts = tuple(args.dropout) if args.dropout else tuple(recipe["dropouts"])
+    result = run_sweep(datasets, args.model, cfg, out_dir, lrs=lrs, dropouts=dropouts, baseline=baselines,
+                       data_dir=args.data_dir, progress=not args.no_progress, skip_short=skip_short, cpu=args.cpu,
+                       ensemble=ensemble)
     if result["paths"]:
         print()
-        print("test accuracy (%): best run (chosen on validation) / mean over the sweep; mean rank best / avg")
+        ens = f" / mean probabilities of the top {ensemble} runs" if ensemble > 1 else ""
+        print(f"test accuracy (%): best run (chosen on validation) / mean over the sweep{ens}; mean rank best / avg")
         print(format_summary(result["rows"], result["ranks"], result["models"],
-                             dataset_seconds=result["dataset_seconds"]))
+                             dataset_seconds=result["dataset_seconds"], ranks_all=result["ranks_all"],
+                             ensemble=ensemble))
         print()
         print("wrote " + ", ".join(str(p) for p in result["paths"].values()))
     return 0

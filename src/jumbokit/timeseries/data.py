@@ -29,6 +29,7 @@ __all__ = [
     "default_data_dir",
     "archive_datasets",
     "local_datasets",
+    "user_datasets",
     "load_raw",
     "pad_series",
     "NORMALIZATIONS",
@@ -111,6 +112,17 @@ def local_datasets(archive: str | None = None, data_dir: str | Path | None = Non
     else:
         names = set(archive_datasets(archive))
     return sorted(n for n in names if _source_of(n, data_dir) is not None)
+
+
+def user_datasets(data_dir: str | Path | None = None) -> list[str]:
+    """Your own datasets in ``data_dir``: every ``NAME/NAME_TRAIN.ts`` + ``NAME/NAME_TEST.ts`` whose NAME is not
+    a UCR/UEA archive set (those are listed by :func:`local_datasets`); sorted by name."""
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    if not data_dir.is_dir():
+        return []
+    archived = set(archive_datasets("UCR")) | set(archive_datasets("UEA"))
+    return sorted(p.name for p in data_dir.iterdir()
+                  if p.is_dir() and p.name not in archived and _has_split_files(data_dir, p.name))
 
 
 def _cleanup_failed_download(path: Path, existed: bool) -> None:

@@ -3,6 +3,7 @@
     from jumbokit.timeseries.estimator import PatchTSTClassifier
     clf = PatchTSTClassifier(model="patchtst_jumbo", epochs=50).fit(X_train, y_train)   # X: (n, C, L) or list
     clf.predict(X_test); clf.predict_proba(X_test)
+    PatchTSTClassifier(steps=1000, batch_size="auto", augment="default", pretrain_epochs=100)   # small sets
 
 Unequal-length collections (lists of (C, L_i) arrays) and missing values (NaN) are padded/masked,
 never truncated; channels are standardised with the training data's statistics (``normalize="train"``,
@@ -34,10 +35,18 @@ class PatchTSTClassifier(BaseClassifier):
         Patches per series (of the longest training series); shorter series are padded and masked.
         Series too short for this many patches use patch length 1 (with a warning).
     epochs : int, default=100
+    steps : int or None, default=None
+        A fixed number of optimizer steps instead of ``epochs`` (the small-data recipe uses 1000).
     lr : float, default=1e-3
         Peak learning rate (AdamW, 10% linear warm-up, cosine decay to 1e-8).
     dropout : float, default=0.1
-    batch_size : int, default=256
+    batch_size : int or "auto", default=256
+        ``"auto"``: min(n, 32, max(8, 128 // channels)) series, the small-data recipe's batch.
+    augment : str, default="none"
+        Series augmentation: ``"default"``, ``"none"`` or comma-separated names among jitter, scaling,
+        magnitude_warp, time_warp, window_slice, mixup (see ``jumbokit.timeseries.augment``).
+    pretrain_epochs : int, default=0
+        Masked-patch pretraining on the training series for this many epochs before fine-tuning.
     weight_decay : float, default=0.02
     normalize : str, default="train"
         ``"train"``: per-channel mean/std of the training data, applied at prediction too; ``"instance"``:
@@ -59,8 +68,9 @@ class PatchTSTClassifier(BaseClassifier):
     }
 
     def __init__(self, model: str = "patchtst_jumbo", patches: int = 8, epochs: int = 100, lr: float = 1e-3,
-                 dropout: float = 0.1, batch_size: int = 256, weight_decay: float = 0.02, normalize: str = "train",
-                 random_state: int | None = None, verbose: bool = False) -> None:
+                 dropout: float = 0.1, batch_size: int | str = 256, weight_decay: float = 0.02, normalize: str = "train",
+                 random_state: int | None = None, verbose: bool = False, steps: int | None = None,
+                 augment: str = "none", pretrain_epochs: int = 0) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -68,6 +78,9 @@ class PatchTSTClassifier(BaseClassifier):
         self.dropout = dropout
         self.batch_size = batch_size
         self.weight_decay = weight_decay
+        self.steps = steps
+        self.augment = augment
+        self.pretrain_epochs = pretrain_epochs
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -76,9 +89,10 @@ class PatchTSTClassifier(BaseClassifier):
     # ------------------------------------------------------------------ aeon hooks
     def _fit(self, X, y):
         from ..encoders import create_model
-        from ..training import classification_loss, fit
+        from ..training import fit
         from .data import SeriesSplit
-        from .train import SweepConfig, series_loader, train_config
+        from .pretrain import pretrain_series
+        from .train import SweepConfig, series_loss, series_loader, train_config
 
         if self.model not in PATCHTST_MODELS:
             raise ValueError(f"expected model to be one of {PATCHTST_MODELS}, got {self.model!r}")
@@ -95,10 +109,18 @@ class PatchTSTClassifier(BaseClassifier):
             net = create_model(self.model, num_classes=self.n_classes_, in_chans=int(x.shape[1]),
                                seq_len=self.seq_len_, patches=int(self.patches), drop_rate=float(self.dropout))
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
-        loader = series_loader(split, int(self.batch_size), shuffle=True, seed=seed)
-        protocol = SweepConfig(batch_size=int(self.batch_size), weight_decay=float(self.weight_decay), seed=seed)
-        cfg = train_config(protocol, float(self.lr), int(self.epochs), progress=bool(self.verbose))
-        result = fit(net, loader, classification_loss(), cfg)
+        protocol = SweepConfig(batch_size=self.batch_size if self.batch_size == "auto" else int(self.batch_size),
+                               weight_decay=float(self.weight_decay), seed=seed, augment=self.augment,
+                               steps=None if self.steps is None else int(self.steps),
+                               pretrain_epochs=int(self.pretrain_epochs))
+        batch = protocol.batch_for(len(codes), int(x.shape[1]))
+        if protocol.pretrain_epochs:
+            pretrain_series(net, x, epochs=protocol.pretrain_epochs, batch_size=batch, lr=protocol.pretrain_lr,
+                            mask_ratio=protocol.pretrain_mask_ratio, seed=seed, progress=bool(self.verbose))
+        loader = series_loader(split, batch, shuffle=True, seed=seed, steps=protocol.steps)
+        epochs = 1 if protocol.steps is not None else int(self.epochs)
+        cfg = train_config(protocol, float(self.lr), epochs, progress=bool(self.verbose))
+        result = fit(net, loader, series_loss(protocol, self.n_classes_, seed), cfg)
         self.network_ = result.model.eval()
         self.history_ = result.history
         return self
@@ -114,7 +136,7 @@ class PatchTSTClassifier(BaseClassifier):
         x = pad_series(X, max(longest, self.seq_len_))
         check_series(x, "X")
         x = self.normalizer_(x)
-        return predict_proba(self.network_, x, batch_size=int(self.batch_size))
+        return predict_proba(self.network_, x, batch_size=256 if self.batch_size == "auto" else int(self.batch_size))
 
     def _predict(self, X) -> np.ndarray:
         proba = self._predict_proba(X)

@@ -1,0 +1,309 @@
+"""Time series on small sets: masked-series MAE, augmentation, pretraining, recipes, ensembles, baselines."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import jumbokit
+from jumbokit.ssl import MaskedAutoencoder, masked_series_loss, observed_masking
+from jumbokit.timeseries import cli
+from jumbokit.timeseries import train as ts_train
+from jumbokit.timeseries.augment import AUGMENTATIONS, SeriesAugment, SeriesMixup, parse_augment
+from jumbokit.timeseries.pretrain import StepBatches, pretrain_series
+
+# what a run file and sweep.json of the paper's protocol held before the recipes existed
+PAPER_SWEEP_KEYS = ["patches", "epochs", "batch_size", "weight_decay", "warmup_fraction", "min_lr", "seed", "protocol",
+                    "split_seed", "mixed_precision", "normalize", "branches", "min_steps"]
+RUN_KEYS = {"dataset", "model", "lr", "dropout", "val_acc", "test_acc", "val_loss", "train_loss", "epochs", "steps",
+            "train_seconds", "wall_seconds", "step_ms", "params", "patch_len", "stride", "num_patches",
+            "global_tokens", "extra"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_series_model(name: str = "patchtst_jumbo", chans: int = 2, seq_len: int = 32, **kw):
+    return jumbokit.create_model(name, num_classes=kw.pop("num_classes", 0), in_chans=chans, seq_len=seq_len,
+                                 patches=8, dim=32, depth=1, num_heads=2, mlp_hidden=32, **kw)
+
+
+def tiny(out, *extra: str) -> list[str]:
+    return ["--datasets", "ItalyPowerDemand", "--lr", "1e-3", "--dropout", "0.1", "--out", str(out), "--no-progress",
+            "--cpu", "--model", "patchtst", *extra]
+
+
+# ---------------------------------------------------------------- masked-series MAE
+def test_series_mae_loss_only_on_masked_observed_steps():
+    torch.manual_seed(0)
+    mae = MaskedAutoencoder(tiny_series_model(), decoder_dim=16, decoder_depth=1, decoder_num_heads=2,
+                            mask_ratio=0.5)
+    assert mae.modality == "series" and not mae.norm_pix_loss  # PatchTST regresses the patch values
+    x = torch.randn(3, 2, 32)
+    x[0, :, 14:] = float("nan")  # a short series, padded
+    x[1, 1, 5:9] = float("nan")  # missing values inside
+    out = mae(x, generator=torch.Generator().manual_seed(0))
+    out.pred.retain_grad()
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    patches, observed = mae.encoder.patch_embed.patchify(x)
+    observed = observed.reshape(6, 8, -1)  # rows = series x channel
+    has_obs = observed.any(-1)
+    mask = out.mask.bool()
+    assert not (mask & ~has_obs).any()  # a patch with no observed step is never masked
+    n_obs = has_obs.sum(1)
+    assert mask.sum(1).tolist() == torch.round(n_obs * 0.5).long().tolist()  # the ratio among observed patches
+    grad = out.pred.grad
+    step_has_grad = grad != 0
+    assert not (step_has_grad & ~mask[..., None]).any()  # visible patches never enter the loss
+    assert not (step_has_grad & ~observed).any()  # nor NaN padding / missing steps
+    assert step_has_grad[mask[..., None] & observed].float().mean() > 0.99
+    # the loss is the per-patch MSE over observed steps, averaged over masked patches
+    target = mae.target(x)
+    per_step = (out.pred.detach() - target.nan_to_num()) ** 2 * observed
+    per_patch = per_step.sum(-1) / observed.sum(-1).clamp_min(1)
+    torch.testing.assert_close(out.loss.detach(), per_patch[mask].mean())
+    # the encoder sees only visible patches (never the padded ones when observed ones are left)
+    vis = out.keep
+    assert vis.shape[1] == int((n_obs - torch.round(n_obs * 0.5).long()).max())
+
+
+def test_masked_series_loss_ignores_nan_and_visible_patches():
+    pred = torch.randn(2, 4, 5)
+    target = torch.randn(2, 4, 5)
+    target[0, 1, 2:] = float("nan")
+    target[1, 3] = float("nan")  # a patch without an observed step
+    mask = torch.tensor([[1.0, 1, 0, 0], [0, 1, 0, 1]])
+    loss = masked_series_loss(pred, target, mask)
+    changed = pred.clone()
+    changed[:, 2] += 5.0  # visible patch
+    changed[0, 1, 2:] += 5.0  # missing steps of a masked patch
+    changed[1, 3] += 5.0  # masked patch without observations
+    torch.testing.assert_close(masked_series_loss(changed, target, mask), loss)
+    expected = torch.stack([((pred[0, 0] - target[0, 0]) ** 2).mean(), ((pred[0, 1, :2] - target[0, 1, :2]) ** 2).mean(),
+                            ((pred[1, 1] - target[1, 1]) ** 2).mean()]).mean()
+    torch.testing.assert_close(loss, expected)
+
+
+def test_observed_masking_without_missing_is_plain_random_masking():
+    keep, mask = observed_masking(torch.ones(5, 10, dtype=torch.bool), 0.4, torch.Generator().manual_seed(0))
+    assert keep.shape == (5, 6) and mask.sum(1).tolist() == [4.0] * 5
+    assert all(set(k.tolist()).isdisjoint(set(torch.nonzero(m).flatten().tolist())) for k, m in zip(keep, mask))
+
+
+def test_series_mae_on_complete_series_and_reconstruct():
+    mae = MaskedAutoencoder(tiny_series_model("patchtst"), decoder_dim=16, decoder_depth=1, decoder_num_heads=2,
+                            mask_ratio=0.4, norm_pix_loss=True)
+    x = torch.randn(2, 2, 32)
+    out = mae(x)
+    assert out.pred.shape == (4, 8, mae.patch_size[0]) and out.grid == (8,) and out.mask.sum(1).tolist() == [3.0] * 4
+    pics = mae.reconstruct(x)
+    visible = pics["mask"] == 0
+    torch.testing.assert_close(pics["pasted"][visible], pics["patches"][visible])
+    with pytest.raises(ValueError, match=r"expected series of shape \(B, 2, L\)"):
+        mae(torch.randn(2, 3, 32))
+
+
+# ---------------------------------------------------------------- augmentation
+@pytest.mark.parametrize("ops", [(op,) for op in AUGMENTATIONS if op != "mixup"] + [AUGMENTATIONS])
+def test_augmentation_keeps_shape_and_nan_padding(ops):
+    torch.manual_seed(0)
+    x = torch.randn(6, 3, 40)
+    x[0, :, 17:] = float("nan")  # padded
+    x[3, :, 30:] = float("nan")
+    generator = torch.Generator().manual_seed(1)
+    augment = SeriesAugment(ops, prob=1.0, generator=generator)
+    y = augment(x)
+    if "mixup" in ops:
+        y, soft = SeriesMixup(3, alpha=0.4, augment=augment, generator=generator)(x, torch.tensor([0, 1, 2] * 2))
+        torch.testing.assert_close(soft.sum(1), torch.ones(6))
+    assert y.shape == x.shape
+    torch.testing.assert_close(torch.isnan(y), torch.isnan(x))  # padding stays, observed steps stay finite
+    assert not torch.equal(y.nan_to_num(), x.nan_to_num())
+
+
+def test_augmentation_names_and_identities():
+    assert parse_augment("default") == ("jitter", "scaling", "magnitude_warp", "time_warp", "window_slice")
+    assert parse_augment("none") == () and parse_augment("mixup,jitter") == ("jitter", "mixup")
+    with pytest.raises(ValueError, match="'jiter' \\(did you mean 'jitter'\\?\\)"):
+        parse_augment("jiter")
+    x = torch.randn(4, 2, 30)
+    x[1, :, 20:] = float("nan")
+    for ops, kw in ((("time_warp",), {"time_sigma": 0.0}), (("window_slice",), {"window_ratio": 1.0})):
+        y = SeriesAugment(ops, prob=1.0, **kw)(x)
+        torch.testing.assert_close(y.nan_to_num(), x.nan_to_num(), atol=1e-5, rtol=0)
+    assert torch.equal(SeriesAugment(("jitter",), prob=0.0)(x).nan_to_num(), x.nan_to_num())
+
+
+# ---------------------------------------------------------------- pretraining
+def test_step_batches_cycle_evenly():
+    batches = list(StepBatches(10, 4, 7, seed=0))
+    assert len(batches) == 7 and all(len(b) == 4 for b in batches)
+    counts = np.bincount(np.concatenate(batches), minlength=10)
+    assert counts.max() - counts.min() <= 1
+
+
+def test_pretrain_series_api_on_unequal_lengths():
+    rng = np.random.default_rng(0)
+    series = [rng.normal(size=(2, n)) for n in (20, 32, 25, 32, 18, 30)]  # aeon's unequal-length format
+    model = tiny_series_model("patchtst_jumbo", num_classes=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = pretrain_series(model, series, steps=3, batch_size=4, seed=0)
+    assert result.model is model and result.steps == 3 and np.isfinite(result.loss)
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+    assert "patch_embed.proj.weight" in changed and not any(k.startswith("head") for k in changed)
+    by_name = pretrain_series("patchtst", np.stack([np.pad(s, ((0, 0), (0, 32 - s.shape[1])), constant_values=np.nan)
+                                                    for s in series]), epochs=1, batch_size=4)
+    assert by_name.model.config["seq_len"] == 32 and by_name.steps == 2
+    with pytest.raises(ValueError, match="exactly one of steps or epochs"):
+        pretrain_series(model, series, steps=2, epochs=1)
+    with pytest.raises(ValueError, match="series encoder"):
+        pretrain_series(jumbokit.create_model("vit_pico_cls", num_classes=0, img_size=16, patch_size=4), series,
+                        steps=1)
+
+
+def test_pretraining_never_reads_validation_or_test_series(tmp_path, monkeypatch):
+    from jumbokit.timeseries import pretrain as ts_pretrain
+    from jumbokit.timeseries.data import load_dataset
+
+    seen = []
+    original = ts_pretrain.pretrain_series
+    monkeypatch.setattr(ts_pretrain, "pretrain_series", lambda model, x, **kw: seen.append(np.array(x)) or original(
+        model, x, **kw))
+    out = tmp_path / "pre"
+    assert cli.main(tiny(out, "--steps", "2", "--pretrain-epochs", "1", "--batch-size", "32")) == 0
+    data = load_dataset("ItalyPowerDemand")
+    assert len(seen) == 1  # once per dataset, model and seed; shared by the grid
+    np.testing.assert_array_equal(seen[0], data.train.x)
+    for split in (data.val, data.test):
+        rows = {r.tobytes() for r in split.x}
+        assert not any(r.tobytes() in rows for r in seen[0])
+    run = json.loads((out / "runs" / "ItalyPowerDemand" / "patchtst" / "lr0.001_do0.1.json").read_text())
+    assert run["extra"] == {"pretrained": True}
+    record = json.loads((out / "runs" / "ItalyPowerDemand" / "patchtst" / "pretrained_s0.json").read_text())
+    assert record["steps"] == 3  # one epoch of 67 series at batch 32
+    assert json.loads((out / "sweep.json").read_text())["pretrain_epochs"] == 1
+
+
+# ---------------------------------------------------------------- recipes, ensembles, listing
+def test_paper_protocol_is_stored_and_run_as_before(tmp_path):
+    assert list(ts_train.SweepConfig().identity()) == PAPER_SWEEP_KEYS
+    paper = ts_train.RECIPES["paper"]
+    assert (paper["lrs"], paper["dropouts"], paper["batch_size"], paper["steps"]) == (
+        ts_train.SWEEP_LRS, ts_train.SWEEP_DROPOUTS, 256, None)
+    out = tmp_path / "paper"
+    assert cli.main(tiny(out, "--epochs", "2")) == 0
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep == {"patches": 8, "epochs": 2, "batch_size": 256, "weight_decay": 0.02, "warmup_fraction": 0.1,
+                     "min_lr": 1e-8, "seed": 0, "protocol": "seed", "split_seed": 0, "mixed_precision": "no",
+                     "normalize": "train", "branches": 1, "min_steps": 0}
+    run = json.loads((out / "runs" / "ItalyPowerDemand" / "patchtst" / "lr0.001_do0.1.json").read_text())
+    assert set(run) == RUN_KEYS and run["extra"] == {} and (run["epochs"], run["steps"]) == (2, 2)
+    # the same sweep under the small-data recipe is another sweep
+    code = cli.main(tiny(out, "--epochs", "2", "--recipe", "small-data"))
+    assert code == 2
+
+
+def test_small_data_recipe_and_ensembles(tmp_path, capsys):
+    from jumbokit.timeseries.data import load_dataset
+
+    out = tmp_path / "small"
+    assert cli.main(tiny(out, "--recipe", "small-data", "--steps", "3", "--lr", "1e-3,3e-4", "--seeds", "1",
+                         "--ensemble", "2")) == 0
+    printed = capsys.readouterr().out
+    assert "best/avg/ens2" in printed
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert (sweep["recipe"], sweep["steps"], sweep["batch_size"], sweep["augment"]) == (
+        "small-data", 3, "auto", "jitter,scaling,magnitude_warp,time_warp,window_slice")
+    report = json.loads((out / "results.json").read_text())
+    row = report["summary"][0]
+    assert row["ens_k"] == 2 and report["ensemble"] == 2
+    folder = out / "runs" / "ItalyPowerDemand" / "patchtst"
+    runs = [json.loads((folder / f"{stem}.json").read_text()) for stem in ("lr0.001_do0.1", "lr0.0003_do0.1")]
+    assert all(r["steps"] == 3 for r in runs)
+    probas = [ts_train._load_proba(folder / f"{stem}.proba.safetensors") for stem in ("lr0.001_do0.1",
+                                                                                       "lr0.0003_do0.1")]
+    data = load_dataset("ItalyPowerDemand")
+    mean = (probas[0]["test"].astype(np.float64) + probas[1]["test"]) / 2
+    assert row["ens_test_acc"] == pytest.approx(float((mean.argmax(1) == data.test.y).mean()))
+    # an ensemble of one run is that run
+    one = ts_train.ensemble_scores(runs, probas, 1, data.val.y, data.test.y)
+    assert one["k"] == 1 and one["test_acc"] == row["best_test_acc"] and one["val_acc"] == row["best_val_acc"]
+    best = one["members"][0]
+    np.testing.assert_array_equal(ts_train.ensemble_proba([probas[best]["test"]]), probas[best]["test"])
+    assert runs[best]["test_acc"] == row["best_test_acc"]
+
+
+def test_auto_batch_size():
+    assert [ts_train.auto_batch_size(n) for n in (5, 20, 36, 67, 537)] == [5, 20, 32, 32, 32]
+    assert [ts_train.auto_batch_size(270, c) for c in (1, 3, 6, 12, 64)] == [32, 32, 21, 10, 8]
+
+
+def test_list_shows_user_datasets(tmp_path, capsys, write_ts):
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        write_ts(tmp_path, "MySensors", split, rng.normal(size=(6, 20)), ["a", "b"] * 3)
+    (tmp_path / "NotADataset").mkdir()
+    assert cli.main(["--list", "--data-dir", str(tmp_path)]) == 0
+    listing = capsys.readouterr().out
+    own = [line for line in listing.splitlines() if line.startswith("your own")][0]
+    assert "MySensors" in own and "NotADataset" not in own and "GunPoint" not in own
+    assert "GunPoint" in listing
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
+    out = tmp_path / "bad"
+    for args, message in [
+        (["--ensemble", "0"], "--ensemble: expected a positive integer, got 0"),
+        (["--pretrain-epochs", "-1"], "--pretrain-epochs: expected a non-negative integer, got -1"),
+        (["--steps", "0"], "--steps: expected a positive integer, got 0"),
+        (["--batch-size", "big"], "--batch-size: expected a positive integer, got 'big'"),
+        (["--seeds", "0"], "--seeds: expected a positive integer, got 0"),
+        (["--recipe", "tiny"], "invalid choice: 'tiny'"),
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            cli.main(tiny(out, *args))
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    for args, message in [
+        (["--baseline", "minirocket,rocketx"], "unknown baseline(s) 'rocketx'"),
+        (["--augment", "jiter"], "did you mean 'jitter'"),
+        (["--pretrain-epochs", "1", "--pretrain-mask-ratio", "1.5"], "pretrain_mask_ratio must be in (0, 1)"),
+    ]:
+        assert cli.main(tiny(out, *args)) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.startswith("tstrain: error:") and len(err.strip().splitlines()) == 1, err
+        assert not out.exists()
+    with pytest.raises(ValueError, match="ensemble must be a positive integer"):
+        ts_train.run_sweep(["ItalyPowerDemand"], ["patchtst"], ts_train.SweepConfig(), out, ensemble=0)
+
+
+@pytest.mark.slow
+def test_rocket_baselines_pad_unequal_lengths(tmp_path):
+    from jumbokit.timeseries.data import load_dataset
+
+    data = load_dataset("PickupGestureWiimoteZ")
+    for name in ts_train.BASELINES:
+        result = ts_train.rocket_baseline(name, data, seed=0)
+        assert result["padded"] and 0.3 < result["test_acc"] <= 1.0, (name, result)
+    assert torch.get_num_threads() == 1  # Hydra's thread setting is undone
+
+
+def test_estimator_small_data_options():
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    rng = np.random.default_rng(0)
+    X = [rng.normal(size=(2, n)) for n in rng.integers(20, 33, size=12)]  # unequal lengths
+    y = np.array(["a", "b", "c"] * 4)
+    clf = PatchTSTClassifier(model="patchtst", patches=4, steps=3, batch_size="auto", augment="jitter,time_warp,mixup",
+                             pretrain_epochs=1, random_state=0).fit(X, y)
+    assert len(clf.history_) == 1 and clf.history_[-1]["step"] == 3
+    np.testing.assert_allclose(clf.predict_proba(X).sum(1), 1, rtol=1e-5)
