@@ -30,8 +30,8 @@ sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
 An interrupted sweep resumes (same --out): finished runs are skipped.
 
 Recipes: --recipe paper (default) is the paper's protocol, unchanged. --recipe small-data suits sets of tens
-to hundreds of series: 1000 optimizer steps per run at batch min(32, max(8, n_train // 4)), series
-augmentation, lr 1e-3,3e-4 x dropout 0.1 x 2 seeds, and an ensemble of the 4 runs best on validation.
+to hundreds of series: 16 patches, 1000 optimizer steps per run at batch min(n_train, 32, max(8, 128 //
+channels)), series augmentation, lr 1e-3 x dropout 0.1 x 3 seeds, and the ensemble of the 3 runs.
 Flags given explicitly override the recipe's values."""
 
 
@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--steps", type=_positive_int, default=None,
                        help="optimizer steps per run, whatever the set size (instead of epochs; small-data: 1000)")
     train.add_argument("--batch-size", type=_batch_size, default=None,
-                       help="series per step, or 'auto' = min(32, max(8, n_train // 4)) (paper: 256; small-data: auto)")
+                       help="series per step, or 'auto' = min(n_train, 32, max(8, 128 // channels)) (paper: 256; "
+                            "small-data: auto)")
     train.add_argument("--augment", nargs="?", const="default", default=None, metavar="NAMES",
                        help="series augmentation: alone = the default set (jitter, scaling, magnitude_warp, time_warp, "
                             f"window_slice, each with probability 0.5 per series), 'none', or names among "
@@ -141,10 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fraction of each channel's patches masked in pretraining (default: 0.4, PatchTST's)")
     train.add_argument("--pretrain-lr", type=float, default=1e-3, help="pretraining learning rate (default: 1e-3)")
     train.add_argument("--seeds", type=_positive_int, default=None,
-                       help="runs per (lr, dropout) with seeds --seed, --seed+1, ... (paper: 1; small-data: 2)")
+                       help="runs per (lr, dropout) with seeds --seed, --seed+1, ... (paper: 1; small-data: 3)")
     train.add_argument("--ensemble", type=_positive_int, default=None,
                        help="also report the accuracy of the mean probabilities of the k runs best on validation "
-                            "(paper: 1 = off; small-data: 4)")
+                            "(paper: 1 = off; small-data: 3)")
     train.add_argument("--seed", type=int, default=0, help="seed of model init and data order (default: 0)")
     train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no", help="(default: no)")
     train.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")

@@ -1,0 +1,244 @@
+"""PatchTST family with the small-data recipe vs aeon's MiniRocket, MultiRocket and Hydra on the local UCR/UEA sets.
+
+    python benchmarks/timeseries_small.py                   # every local set (9 with aeon 1.6), about an hour on 2 cores
+    python benchmarks/timeseries_small.py --datasets ArrowHead,GunPoint --skip-pretrain   # a quick look
+
+Accuracy and cost come from the command the README shows:
+
+    tstrain --recipe small-data --baseline minirocket,multirocket,hydra --threads 2 --cpu --out OUT/main
+
+run one dataset at a time into the same sweep directory (so the benchmark can pause between sets while
+another job holds ``--lock``), then once more over all sets, which only reads the finished runs and writes
+the reports. Per set: validation-selected best-run test accuracy of each transformer, the accuracy of the
+ensemble of its top runs, the three baselines (seed protocol: official test split 50/50 into validation
+and test), ranks, and wall time per model (its runs, including evaluation) and per baseline (fit + predict,
+numba compilation excluded).
+
+Pretraining with vs without: ``patchtst_jumbo`` with the recipe (3 seeds) on the smallest sets, without
+(the main sweep's runs) and with ``--pretrain-epochs`` (masked-patch reconstruction on the training split).
+
+Writes ``benchmark.json`` and ``benchmark.md`` into ``--out`` and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from jumbokit.timeseries import cli
+from jumbokit.timeseries.data import local_datasets
+from jumbokit.timeseries.models import PATCHTST_MODELS
+from jumbokit.timeseries.train import BASELINES
+from jumbokit.training.rundir import atomic_write_text
+
+PRETRAIN_SETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "PickupGestureWiimoteZ")
+
+
+def wait_for(lock: Path | None, log) -> float:
+    """Sleep while ``lock`` exists (another job is timing); returns the seconds waited."""
+    waited = 0.0
+    while lock is not None and lock.exists():
+        if waited == 0:
+            log(f"{lock} exists: waiting")
+        time.sleep(30)
+        waited += 30
+    return waited
+
+
+def tstrain(args: list[str], quiet: bool = True) -> tuple[int, str]:
+    """Run ``tstrain`` in this process; returns (exit status, what it printed)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf) if quiet else contextlib.nullcontext():
+        code = cli.main(args)
+    return code, buf.getvalue()
+
+
+def run_in_chunks(datasets: list[str], common: list[str], lock: Path | None, log) -> dict:
+    """One tstrain call per dataset (pausing for the lock between them), then one over all of them."""
+    contended = {}
+    for name in datasets:
+        wait_for(lock, log)
+        start = time.perf_counter()
+        code, _ = tstrain(["--datasets", name, *common])
+        if code != 0:
+            raise SystemExit(f"tstrain failed on {name} (exit {code})")
+        contended[name] = bool(lock is not None and lock.exists())
+        log(f"  {name}: {time.perf_counter() - start:.0f} s" + (" (the lock appeared meanwhile)"
+                                                                 if contended[name] else ""))
+    code, printed = tstrain(["--datasets", ",".join(datasets), *common])
+    if code != 0:
+        raise SystemExit(f"tstrain failed (exit {code})")
+    return {"printed": printed, "lock_seen_after": contended}
+
+
+def pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", default=None, help="comma-separated (default: every local UCR/UEA set)")
+    parser.add_argument("--out", default="runs/bench_timeseries_small")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pretrain-sets", default=",".join(PRETRAIN_SETS))
+    parser.add_argument("--pretrain-epochs", type=int, default=100)
+    parser.add_argument("--pretrain-seeds", type=int, default=3)
+    parser.add_argument("--skip-pretrain", action="store_true")
+    parser.add_argument("--tstrain-args", default="", help="extra tstrain flags for every sweep, e.g. '--steps 5' "
+                                                           "(a smoke test; the README numbers use none)")
+    parser.add_argument("--lock", default="/tmp/cpu.lock", help="pause between sets while this file exists ('' = never)")
+    parser.add_argument("--results", default="benchmarks/results/timeseries_small",
+                        help="also copy benchmark.json/.md to this path stem ('' = no)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    lock = Path(args.lock) if args.lock else None
+    out = Path(args.out)
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    datasets = args.datasets.split(",") if args.datasets else local_datasets("UCR") + local_datasets("UEA")
+
+    report: dict = {"datasets": datasets, "torch": torch.__version__, "python": platform.python_version(),
+                    "device": "cpu (fp32)", "threads": args.threads, "cpu_count": os.cpu_count()}
+    started = time.perf_counter()
+    common = ["--recipe", "small-data", "--baseline", ",".join(BASELINES), "--threads", str(args.threads), "--cpu",
+              "--no-progress", "--out", str(out / "main"), *args.tstrain_args.split()]
+    report["command"] = "tstrain " + " ".join(common)
+    log(f"main sweep: {report['command']} on {', '.join(datasets)}")
+    main_run = run_in_chunks(datasets, common, lock, log)
+    results = json.loads((out / "main" / "results.json").read_text())
+    rows = results["summary"]
+    by = {(r["dataset"], r["model"]): r for r in rows}
+    models = list(PATCHTST_MODELS)
+    report.update(main=results["sweep"], lrs=results["lrs"], dropouts=results["dropouts"], ensemble=results["ensemble"],
+                  ranks=results["ranks"], ranks_all=results["ranks_all"], summary=rows,
+                  lock_seen=main_run["lock_seen_after"], tstrain_output=main_run["printed"])
+
+    # accuracy table
+    k = results["ensemble"]
+    lines = ["## Accuracy (test %, seed protocol)", "",
+             f"Best run chosen on validation / ensemble of the top {k} runs (mean probabilities). "
+             "Baselines: one fit each; * = zero-padded to equal length.", "",
+             "| dataset | " + " | ".join(models) + " | " + " | ".join(BASELINES) + " |",
+             "|---|" + "---|" * (len(models) + len(BASELINES))]
+    for d in datasets:
+        cells = [f"{pct(by[(d, m)]['best_test_acc'])} / {pct(by[(d, m)].get('ens_test_acc'))}" for m in models]
+        cells += [pct(by[(d, b)]["best_test_acc"]) + ("*" if by[(d, b)].get("padded") else "") if (d, b) in by
+                  else "-" for b in BASELINES]
+        lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    means = {m: {key: statistics.mean(by[(d, m)][key] for d in datasets if (d, m) in by)
+                 for key in ("best_test_acc", "ens_test_acc")} for m in models + list(BASELINES)
+             if any((d, m) in by for d in datasets)}
+    lines.append("| mean | " + " | ".join(f"{pct(means[m]['best_test_acc'])} / {pct(means[m]['ens_test_acc'])}"
+                                          for m in models)
+                 + " | " + " | ".join(pct(means[b]["best_test_acc"]) if b in means else "-" for b in BASELINES) + " |")
+    ra = results["ranks_all"]
+    lines.append("| mean rank, all 6 (best / ens) | " + " | ".join(
+        f"{ra[m]['best']:.2f} / {ra[m]['ens']:.2f}" for m in models + list(BASELINES) if m in ra) + " |")
+    rt = results["ranks"]
+    lines.append("| mean rank, 3 transformers (best / avg) | " + " | ".join(
+        f"{rt[m]['best']:.2f} / {rt[m]['avg']:.2f}" for m in models) + " |" + " |" * len(BASELINES))
+    lines.append("")
+
+    # targets
+    mr_sets = [d for d in datasets if (d, "minirocket") in by]
+    jumbo = statistics.mean(by[(d, "patchtst_jumbo")]["best_test_acc"] for d in mr_sets)
+    jumbo_ens = statistics.mean(by[(d, "patchtst_jumbo")]["ens_test_acc"] for d in mr_sets)
+    rocket = statistics.mean(by[(d, "minirocket")]["best_test_acc"] for d in mr_sets)
+    best_transformer = min(models, key=lambda m: rt[m]["best"])
+    targets = {
+        "within_1_point_of_minirocket": {"jumbo_best_run": jumbo, "jumbo_ensemble": jumbo_ens, "minirocket": rocket,
+                                         "sets": mr_sets, "met_best_run": jumbo >= rocket - 0.01,
+                                         "met_ensemble": jumbo_ens >= rocket - 0.01},
+        "jumbo_best_rank_of_transformers": {"ranks": {m: rt[m]["best"] for m in models},
+                                            "met": rt["patchtst_jumbo"]["best"] <= min(rt[m]["best"] for m in models)},
+    }
+    report["targets"] = targets
+    gap, gap_ens = 100 * (rocket - jumbo), 100 * (rocket - jumbo_ens)
+    rank_text = ", ".join(f"{m} {rt[m]['best']:.2f}" for m in models)
+    lines += [f"PatchTST+Jumbo mean over the {len(mr_sets)} sets MiniRocket runs: best run {100 * jumbo:.1f}, "
+              f"ensemble {100 * jumbo_ens:.1f} vs MiniRocket {100 * rocket:.1f} (target: within 1 point): "
+              f"best run {'met' if gap <= 1 else f'missed by {gap - 1:.1f} beyond the 1-point margin'}, ensemble "
+              f"{'met' if gap_ens <= 1 else f'missed by {gap_ens - 1:.1f} beyond the 1-point margin'}.",
+              f"Best mean rank (best run) among the transformers: {best_transformer} ({rank_text}): "
+              f"{'met' if targets['jumbo_best_rank_of_transformers']['met'] else 'missed'}.", ""]
+
+    # cost table
+    lines += ["## Cost (wall seconds per set, 2-core CPU, fp32)", "",
+              f"Transformers: all {rows[0]['runs']} runs of the sweep (training + evaluation); baselines: one fit + "
+              "predict on the full train/test split.", "",
+              "| dataset | " + " | ".join(models + list(BASELINES)) + " |", "|---|" + "---|" * (len(models) + 3)]
+    for d in datasets:
+        lines.append(f"| {d} | " + " | ".join(f"{by[(d, m)].get('wall_seconds', by[(d, m)]['train_seconds']):.0f}"
+                                              if (d, m) in by else "-" for m in models + list(BASELINES)) + " |")
+    lines.append("| total | " + " | ".join(f"{sum(by[(d, m)].get('wall_seconds', 0.0) for d in datasets if (d, m) in by):.0f}"
+                                          for m in models + list(BASELINES)) + " |")
+    lines.append("")
+
+    # pretraining with vs without
+    if not args.skip_pretrain:
+        sets = [d for d in args.pretrain_sets.split(",") if d in datasets]
+        arm_args = ["--recipe", "small-data", "--model", "patchtst_jumbo", "--pretrain-epochs",
+                    str(args.pretrain_epochs), "--threads", str(args.threads), "--cpu", "--no-progress", "--out",
+                    str(out / "pretrain"), *args.tstrain_args.split()]
+        log(f"pretraining study: tstrain {' '.join(arm_args)} (without: the main sweep's runs)")
+        run_in_chunks(sets, arm_args, lock, log)
+        res = json.loads((out / "pretrain" / "results.json").read_text())
+        pre_rows = {r["dataset"]: r for r in res["summary"]}
+        runs = {"without": [r for r in results["runs"] if r["model"] == "patchtst_jumbo"], "with": res["runs"]}
+        lines += [f"## Pretraining (patchtst_jumbo, small-data recipe, {results['sweep'].get('seeds', 1)} seeds; "
+                  f"masked-patch reconstruction for {args.pretrain_epochs} epochs of the training split first)", "",
+                  "| dataset | without: mean ± std (test %) | with: mean ± std | difference | with: ensemble "
+                  "(without) | pretraining s |", "|---|---|---|---|---|---|"]
+        diffs, table = [], {}
+        for d in sets:
+            accs = {arm: [r["test_acc"] for r in runs[arm] if r["dataset"] == d] for arm in runs}
+            mean = {arm: statistics.mean(v) for arm, v in accs.items()}
+            std = {arm: statistics.pstdev(v) for arm, v in accs.items()}
+            diffs.append(mean["with"] - mean["without"])
+            ens = {"with": pre_rows[d].get("ens_test_acc"), "without": by[(d, "patchtst_jumbo")].get("ens_test_acc")}
+            table[d] = {"without": accs["without"], "with": accs["with"], "ensemble": ens,
+                        "pretrain_seconds": pre_rows[d].get("pretrain_seconds")}
+            lines.append(f"| {d} | {pct(mean['without'])} ± {100 * std['without']:.1f} | {pct(mean['with'])} ± "
+                         f"{100 * std['with']:.1f} | {100 * diffs[-1]:+.1f} | {pct(ens['with'])} ({pct(ens['without'])}) "
+                         f"| {pre_rows[d].get('pretrain_seconds', 0.0):.0f} |")
+        lines += [f"| mean | | | {100 * statistics.mean(diffs):+.1f} | | |", ""]
+        report["pretraining"] = {"sets": sets, "epochs": args.pretrain_epochs, "per_set": table,
+                                 "mean_difference": statistics.mean(diffs), "command": "tstrain " + " ".join(arm_args)}
+
+    report["benchmark_seconds"] = time.perf_counter() - started
+    header = ["# Small UCR/UEA sets: PatchTST family (small-data recipe) vs MiniRocket, MultiRocket, Hydra", "",
+              f"CPU only ({args.threads} threads, fp32, {os.cpu_count()} cores); {report['command']}; "
+              f"sweep per set and model: lr {', '.join(f'{v:g}' for v in results['lrs'])} x dropout "
+              f"{', '.join(f'{v:g}' for v in results['dropouts'])} x {results['sweep'].get('seeds', 1)} seeds, "
+              f"{results['sweep'].get('steps')} steps each. Whole benchmark: {report['benchmark_seconds'] / 60:.0f} min.",
+              ""]
+    if any(main_run["lock_seen_after"].values()):
+        header += ["Another job's timing lock appeared while these sets ran (their wall times may be inflated): "
+                   + ", ".join(d for d, v in main_run["lock_seen_after"].items() if v), ""]
+    text = "\n".join(header + lines)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps(report, indent=2, default=float) + "\n"
+    atomic_write_text(out / "benchmark.json", payload)
+    atomic_write_text(out / "benchmark.md", text + "\n")
+    if args.results:
+        stem = Path(args.results)
+        atomic_write_text(stem.with_suffix(".json"), payload)
+        atomic_write_text(stem.with_suffix(".md"), text + "\n")
+    print(main_run["printed"])
+    print(text)
+    print(json.dumps({k: report[k] for k in ("targets", "benchmark_seconds")}, indent=2, default=float))
+    print(f"wrote {out / 'benchmark.json'}, {out / 'benchmark.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
