@@ -22,3 +22,14 @@ def _write_ts(folder, name: str, split: str, series: np.ndarray, labels: list[st
 def write_ts():
     """``write_ts(folder, name, split, series (n, L), labels)`` writes a local UCR-style dataset file."""
     return _write_ts
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test with one torch thread (tiny models are fastest that way), restoring the count afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -14,12 +14,7 @@ from jumbokit.timeseries import data as tsdata
 from jumbokit.timeseries.models import PATCHTST_MODELS, max_patches, patch_geometry
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest
 
 
 # ---------------------------------------------------------------- data

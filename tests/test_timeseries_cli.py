@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from jumbokit.timeseries import cli
 from jumbokit.timeseries.train import _ranks, rank_models, summarize
@@ -14,12 +13,7 @@ from jumbokit.timeseries.train import _ranks, rank_models, summarize
 OUTPUTS = ("results.csv", "results.json", "report.md", "accuracy.png", "sweep.json")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest
 
 
 def tiny(out, *extra: str) -> list[str]:

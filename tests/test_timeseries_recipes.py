@@ -23,12 +23,7 @@ RUN_KEYS = {"dataset", "model", "lr", "dropout", "val_acc", "test_acc", "val_los
             "global_tokens", "extra"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest
 
 
 def tiny_series_model(name: str = "patchtst_jumbo", chans: int = 2, seq_len: int = 32, **kw):
