@@ -11,7 +11,7 @@ import jumbokit
 from jumbokit.encoders import flops
 from jumbokit.encoders.tokenizers import series_patch_count
 from jumbokit.timeseries import data as tsdata
-from jumbokit.timeseries.models import PATCHTST_MODELS, max_patches, patch_geometry
+from jumbokit.timeseries.models import PATCHTST_MODELS, capped_patch_geometry, max_patches, patch_geometry
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest
@@ -41,6 +41,10 @@ def test_load_bundled(name, channels, equal, tmp_path):
     np.testing.assert_allclose(np.nanmean(d.train.x, axis=(0, 2)), 0, atol=1e-4)
     train_std = np.nanstd(d.train.x, axis=(0, 2))
     assert np.all((np.abs(train_std - 1) < 1e-3) | (train_std < 1e-3))
+    assert (d.meta["normalize"], d.meta["normalized_as"]) == ("train", "train")
+    auto = tsdata.load_dataset(name, data_dir=tmp_path, normalize="auto")  # similar scales: train statistics
+    assert auto.meta["normalized_as"] == "train" and "normalize=auto: train" in auto.summary()
+    np.testing.assert_array_equal(auto.train.x, d.train.x)
     # per-instance, per-channel normalisation on request
     inst = tsdata.load_dataset(name, data_dir=tmp_path, normalize="instance")
     obs = inst.train.x[0, :, : inst.train.lengths[0]]
@@ -144,6 +148,20 @@ def test_patch_geometry_every_count_is_exact():
         for patches in range(1, max_patches(seq_len) + 1):
             patch_len, stride = patch_geometry(seq_len, patches)
             assert series_patch_count(seq_len, patch_len, stride, True) == patches
+
+
+def test_capped_patch_geometry_only_changes_long_patches():
+    # under the cap: exactly patch_geometry; over it: PatchTST patching (P steps every P // 2), more patches
+    assert capped_patch_geometry(251, 16, 32) == patch_geometry(251, 16)
+    assert capped_patch_geometry(251, 16, None) == patch_geometry(251, 16)
+    assert capped_patch_geometry(1460, 16, 32) == (32, 16)
+    model = jumbokit.create_model("patchtst_jumbo", num_classes=3, seq_len=1460, patches=16, max_patch_len=32)
+    assert (model.config["patch_len"], model.config["stride"]) == (32, 16)
+    assert model.num_patches == series_patch_count(1460, 32, 16, True) == 91
+    assert model(torch.randn(2, 1, 1460)).shape == (2, 3)
+    for bad in (1, 0, 2.5, True):
+        with pytest.raises(ValueError, match="max_patch_len to be an integer >= 2"):
+            capped_patch_geometry(100, 8, bad)
 
 
 def test_very_short_series():
@@ -281,6 +299,27 @@ def test_sweep_written_before_a_new_key_still_resumes(tmp_path):
         _check_out_dir(tmp_path, SweepConfig(min_steps=500).identity())
 
 
+def test_auto_normalization_standardises_each_series_only_when_scales_spread_widely():
+    rng = np.random.default_rng(0)
+    shapes = rng.normal(size=(40, 1, 32))
+    similar = shapes * rng.uniform(0.5, 3.0, size=(40, 1, 1))  # scales within 6x: one per-channel scale is fine
+    wide = shapes * 10.0 ** rng.uniform(-3, 2, size=(40, 1, 1))  # idle to large, as PLAID's currents
+    wide[:5] = 0.0  # some series constant (std 0)
+    assert tsdata.scale_spread(similar) < 10 and tsdata.scale_spread(wide) > tsdata.AUTO_SCALE_SPREAD
+    assert tsdata.resolve_normalization(similar, "auto") == "train"
+    assert tsdata.resolve_normalization(wide, "auto") == "instance"
+    assert tsdata.resolve_normalization(wide, "train") == "train"  # an explicit choice is kept
+    test = wide[:7] * 4.0
+    for train, how in ((similar, "train"), (wide, "instance")):
+        for got, want in zip(tsdata.normalize_splits(train, test, how="auto"),
+                             tsdata.normalize_splits(train, test, how=how)):
+            np.testing.assert_array_equal(got, want)
+    # NaN padding does not count as spread
+    padded = similar.copy()
+    padded[:10, :, 20:] = np.nan
+    assert tsdata.resolve_normalization(padded, "auto") == "train"
+
+
 def test_train_statistics_never_see_the_test_split():
     rng = np.random.default_rng(0)
     train = rng.normal(5.0, 2.0, size=(20, 3, 16))
@@ -293,7 +332,7 @@ def test_train_statistics_never_see_the_test_split():
     assert np.nanmean(norm_test) > 10  # the test split's shifted level survives (not re-centred)
     constant = np.ones((4, 2, 5))
     np.testing.assert_array_equal(tsdata.ChannelScaler.fit(constant).transform(constant), 0)
-    with pytest.raises(ValueError, match="expected one of train, instance, none"):
+    with pytest.raises(ValueError, match="expected one of train, instance, auto, none"):
         tsdata.normalize_splits(train, how="global")
     with pytest.raises(ValueError, match="3 channel"):
         scaler.transform(np.zeros((1, 2, 16)))

@@ -216,8 +216,9 @@ def test_small_data_recipe_and_ensembles(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "best/avg/ens2" in printed
     sweep = json.loads((out / "sweep.json").read_text())
-    assert (sweep["recipe"], sweep["steps"], sweep["batch_size"], sweep["augment"]) == (
-        "small-data", 3, "auto", "jitter,scaling,magnitude_warp,time_warp,window_slice")
+    assert (sweep["recipe"], sweep["steps"], sweep["batch_size"], sweep["augment"], sweep["normalize"]) == (
+        "small-data", 3, "auto", "jitter,scaling,magnitude_warp,time_warp,window_slice", "auto")
+    assert "max_patch_len" not in sweep  # not capped: stored as before
     report = json.loads((out / "results.json").read_text())
     row = report["summary"][0]
     assert row["ens_k"] == 2 and report["ensemble"] == 2

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from ..training.cli import setup_threads
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
-from .data import NORMALIZATIONS
+from .data import AUTO_SCALE_SPREAD, NORMALIZATIONS
 from .models import PATCHTST_MODELS
 
 DESCRIPTION = """\
@@ -30,8 +30,8 @@ sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
 An interrupted sweep resumes (same --out): finished runs are skipped.
 
 Recipes: --recipe paper (default) is the paper's protocol, unchanged. --recipe small-data suits sets of tens
-to hundreds of series: 16 patches, 1000 optimizer steps per run at batch min(n_train, 32, max(8, 128 //
-channels)), series augmentation, lr 1e-3 x dropout 0.1 x 3 seeds, and the ensemble of the 3 runs.
+to hundreds of series: 16 patches, --normalize auto, 1000 optimizer steps per run at batch min(n_train, 32,
+max(8, 128 // channels)), series augmentation, lr 1e-3 x dropout 0.1 x 3 seeds, and the ensemble of the 3 runs.
 Flags given explicitly override the recipe's values."""
 
 
@@ -92,9 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seed: official test set split 50/50 into validation/test (default); "
                            "official: plain train/test (selection on test, optimistic)")
     data.add_argument("--split-seed", type=int, default=0, help="seed of the validation/test split (default: 0)")
-    data.add_argument("--normalize", choices=NORMALIZATIONS, default="train",
-                      help="train: standardise each channel with training-split statistics (default; keeps "
-                           "level and amplitude); instance: each series by its own mean/std (RevIN-style); none")
+    data.add_argument("--normalize", choices=NORMALIZATIONS, default=None,
+                      help="train: standardise each channel with training-split statistics (keeps level and "
+                           "amplitude); instance: each series by its own mean/std (RevIN-style); auto: instance "
+                           f"where the training series' scales differ more than {AUTO_SCALE_SPREAD:g}-fold (90th vs "
+                           "10th percentile of their std), else train; none (paper: train; small-data: auto)")
     data.add_argument("--list", action="store_true",
                       help="list the datasets available locally (bundled, cached, and your own in --data-dir) and exit")
 
@@ -103,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"one or several of {', '.join(PATCHTST_MODELS)}, comma-separated (default: all)")
     model.add_argument("--patches", type=_positive_int, default=None,
                        help="patches per series, 8 or 42 in the paper (paper: 8; small-data: 16)")
+    model.add_argument("--max-patch-len", type=_int_at_least(2, "patch length (>= 2)"), default=None,
+                       help="cap on the patch length: longer series get more patches of this many steps, every "
+                            "half patch (default: no cap, exactly --patches patches)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "
@@ -207,7 +212,9 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"no {'/'.join(archives)} dataset is available locally; name one with --datasets "
                              "(it downloads into --data-dir when online)")
     steps = args.steps if args.steps is not None else (None if args.epochs is not None else recipe["steps"])
-    cfg = SweepConfig(patches=args.patches, epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize,
+    cfg = SweepConfig(patches=args.patches,
+                      max_patch_len=args.max_patch_len if args.max_patch_len is not None else recipe["max_patch_len"],
+                      epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize or recipe["normalize"],
                       branches=args.branches,
                       batch_size=args.batch_size if args.batch_size is not None else recipe["batch_size"],
                       seed=args.seed, protocol=args.protocol, split_seed=args.split_seed,

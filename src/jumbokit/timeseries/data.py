@@ -37,6 +37,9 @@ __all__ = [
     "normalize_instances",
     "normalize_splits",
     "fit_normalizer",
+    "resolve_normalization",
+    "scale_spread",
+    "AUTO_SCALE_SPREAD",
     "check_series",
     "encode_labels",
     "stratified_half_split",
@@ -44,7 +47,10 @@ __all__ = [
 ]
 
 ARCHIVES = ("UCR", "UEA")
-NORMALIZATIONS = ("train", "instance", "none")
+NORMALIZATIONS = ("train", "instance", "auto", "none")
+# "auto" standardises each series on its own when the training series' scales differ by more than this factor
+# (90th / 10th percentile of the per-series std, in any channel); otherwise per channel with training statistics
+AUTO_SCALE_SPREAD = 100.0
 
 
 class DatasetNotFoundError(ValueError):
@@ -297,11 +303,34 @@ def _as_float32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32)
 
 
+def scale_spread(train: np.ndarray) -> float:
+    """How far apart the scales of the training series are: the largest, over channels, ratio of the 90th to
+    the 10th percentile of the per-series std (inf when a tenth of the series are constant). train: (n, C, L)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=RuntimeWarning)
+        std = np.nanstd(train, axis=-1)  # (n, C)
+    low, high = np.nanpercentile(std, 10, axis=0), np.nanpercentile(std, 90, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(high > 0, high / low, 1.0)
+    return float(np.max(ratio))
+
+
+def resolve_normalization(train: np.ndarray, how: str) -> str:
+    """The normalisation ``how`` stands for on this training split: ``"auto"`` is ``"instance"`` when the series'
+    scales spread over more than :data:`AUTO_SCALE_SPREAD` (:func:`scale_spread`; e.g. PLAID's currents, from
+    idle to tens of amperes, where one per-channel scale leaves most series near 0), else ``"train"``."""
+    check_normalization(how)
+    if how != "auto":
+        return how
+    return "instance" if scale_spread(train) > AUTO_SCALE_SPREAD else "train"
+
+
 def fit_normalizer(train: np.ndarray, how: str = "train") -> Callable[[np.ndarray], np.ndarray]:
     """The normalisation ``how`` fitted on ``train`` (n, C, L), as a picklable (n', C, L') -> float32 transform:
     ``"train"`` = per-channel statistics of ``train`` (:class:`ChannelScaler`); ``"instance"`` = each series by
-    its own statistics (:func:`normalize_instances`); ``"none"`` = as is."""
-    check_normalization(how)
+    its own statistics (:func:`normalize_instances`); ``"auto"`` = one of the two (:func:`resolve_normalization`);
+    ``"none"`` = as is."""
+    how = resolve_normalization(train, how)
     if how == "train":
         return ChannelScaler.fit(train).transform
     return normalize_instances if how == "instance" else _as_float32
@@ -393,7 +422,8 @@ class ClassificationData:
         lengths = np.concatenate([self.train.lengths, self.val.lengths, self.test.lengths])
         span = f"{lengths.min()}-{lengths.max()}" if lengths.min() != lengths.max() else f"{lengths.max()}"
         return (f"{self.name}: {self.channels} channel(s), length {span}, {self.num_classes} classes, "
-                f"train/val/test {len(self.train)}/{len(self.val)}/{len(self.test)} ({self.protocol})")
+                f"train/val/test {len(self.train)}/{len(self.val)}/{len(self.test)} ({self.protocol})"
+                + (f", normalize=auto: {self.meta['normalized_as']}" if self.meta.get("normalize") == "auto" else ""))
 
 
 def _lengths(series: np.ndarray | list[np.ndarray]) -> np.ndarray:
@@ -407,7 +437,8 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     """Load a UCR/UEA dataset, pad to its longest series, normalise, encode labels.
 
     normalize: ``"train"`` (default) standardises each channel with statistics of the training split only;
-    ``"instance"`` normalises each series and channel by its own statistics (RevIN-style); ``"none"``.
+    ``"instance"`` normalises each series and channel by its own statistics (RevIN-style); ``"auto"`` picks
+    one of the two from the training split (:func:`resolve_normalization`); ``"none"``.
 
     protocol: "seed" splits the official test set 50/50 (stratified, ``split_seed``) into validation and
     test halves; "official" uses the official test set for both (selection on it is optimistic).
@@ -430,7 +461,8 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     if len(classes) < 2:
         raise ValueError(f"{name}: expected at least 2 classes in the training split, got 1 "
                          f"({classes[0]!r}); classification needs two or more")
-    x_train, x_test = normalize_splits(x_train, x_test, how=normalize)
+    applied = resolve_normalization(x_train, normalize)
+    x_train, x_test = normalize_splits(x_train, x_test, how=applied)
     train = SeriesSplit(x_train, y_train, train_len)
     if protocol == "seed":
         val_idx, test_idx = stratified_half_split(y_test, split_seed)
@@ -442,5 +474,5 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     missing = bool(np.isnan(x_train).any() or np.isnan(x_test).any())
     meta = {"equal_length": bool(train_len.min() == test_len.min() == length), "missing_or_padded": missing,
             "min_length": int(min(train_len.min(), test_len.min())), "max_length": length,
-            "normalize": normalize}
+            "normalize": normalize, "normalized_as": applied}
     return ClassificationData(name, train, val, test, classes, protocol, meta, val_idx, test_idx)

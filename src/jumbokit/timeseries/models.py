@@ -29,7 +29,8 @@ from ..encoders import DEFAULT_CONFIG, flops, register_model
 from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
-__all__ = ["PATCHTST_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER", "patch_geometry", "max_patches",
+__all__ = ["PATCHTST_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER", "patch_geometry", "capped_patch_geometry",
+           "max_patches",
            "patchtst_config"]
 
 JUMBO_MULTIPLIER = 4
@@ -91,15 +92,30 @@ def patch_geometry(seq_len: int, patches: int, strict: bool = False) -> tuple[in
     return -best[1], best[2]
 
 
+def capped_patch_geometry(seq_len: int, patches: int, max_patch_len: int | None = None,
+                          strict: bool = False) -> tuple[int, int]:
+    """:func:`patch_geometry`, except that patches never exceed ``max_patch_len`` steps: a longer series then
+    gets patches of ``max_patch_len`` steps every ``max_patch_len // 2`` (PatchTST's own patching), so more
+    than ``patches`` of them. ``None`` = no cap."""
+    if max_patch_len is not None and (isinstance(max_patch_len, bool) or int(max_patch_len) != max_patch_len
+                                      or max_patch_len < 2):
+        raise ValueError(f"expected max_patch_len to be an integer >= 2 (or None), got {max_patch_len!r}")
+    patch_len, stride = patch_geometry(seq_len, patches, strict=strict)
+    if max_patch_len is None or patch_len <= max_patch_len:
+        return patch_len, stride
+    return int(max_patch_len), int(max_patch_len) // 2
+
+
 def _builder(kind: str):
     def build(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         overrides = dict(overrides)
         patches = overrides.pop("patches", 8)
+        max_patch_len = overrides.pop("max_patch_len", None)
         strict = bool(overrides.pop("strict_patches", False))
         unknown = set(overrides) - set(DEFAULT_CONFIG)
         if unknown:
-            raise ValueError(f"unknown option(s) {unknown_options(unknown, [*DEFAULT_CONFIG, 'patches'])} for model "
-                             f"{kind!r} (encoder options or patches=N)")
+            raise ValueError(f"unknown option(s) {unknown_options(unknown, [*DEFAULT_CONFIG, 'patches', 'max_patch_len'])}"
+                             f" for model {kind!r} (encoder options, patches=N or max_patch_len=P)")
         cfg = {**config, **overrides}
         if cfg.get("seq_len") is None:
             raise ValueError(f"{kind} needs seq_len, the longest series length (it sets the patching and the "
@@ -108,7 +124,7 @@ def _builder(kind: str):
         if len(explicit) == 1:
             raise ValueError(f"pass both patch_len and stride, or neither (and patches=N), got only {explicit[0]}")
         if not explicit:
-            cfg["patch_len"], cfg["stride"] = patch_geometry(cfg["seq_len"], patches, strict=strict)
+            cfg["patch_len"], cfg["stride"] = capped_patch_geometry(cfg["seq_len"], patches, max_patch_len, strict)
         num_patches = series_patch_count(cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg.get("pad_end", True))
         if kind == "patchtst_registers" and overrides.get("num_registers") is None:
             mult = cfg.pop("_match_jumbo_multiplier", JUMBO_MULTIPLIER)

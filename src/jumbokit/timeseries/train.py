@@ -39,7 +39,7 @@ from torch import nn
 from jumbokit.training.optim import epochs_for_min_steps
 from jumbokit.training.rundir import atomic_save_figure, atomic_write_text
 
-from .data import ClassificationData, SeriesSplit, load_dataset, load_raw, pad_series
+from .data import AUTO_SCALE_SPREAD, ClassificationData, SeriesSplit, load_dataset, load_raw, pad_series
 from .models import PATCHTST_MODELS, max_patches, patch_geometry
 
 __all__ = [
@@ -83,14 +83,14 @@ BASELINES = ("minirocket", "multirocket", "hydra")  # aeon's convolution-based c
 LEGACY_SWEEP_KEYS = {"normalize": "instance", "min_steps": 0}
 # keys added with the recipes: left out of sweep.json while at these values, so a sweep of the paper's
 # protocol is defined (and stored) exactly as before
-RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "augment": "none", "mixup_alpha": 0.2,
+RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len": None, "augment": "none", "mixup_alpha": 0.2,
                                "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4, "pretrain_lr": 1e-3, "seeds": 1}
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
-    "paper": dict(patches=8, batch_size=256, steps=None, augment="none", seeds=1, pretrain_epochs=0, lrs=SWEEP_LRS,
+    "paper": dict(patches=8, max_patch_len=None, normalize="train", batch_size=256, steps=None, augment="none", seeds=1, pretrain_epochs=0, lrs=SWEEP_LRS,
                   dropouts=SWEEP_DROPOUTS, ensemble=1),
-    "small-data": dict(patches=16, batch_size="auto", steps=1000, augment="default", seeds=3, pretrain_epochs=0,
+    "small-data": dict(patches=16, max_patch_len=None, normalize="auto", batch_size="auto", steps=1000, augment="default", seeds=3, pretrain_epochs=0,
                        lrs=(1e-3,), dropouts=(0.1,), ensemble=3),
 }
 
@@ -111,6 +111,7 @@ class SweepConfig:
     """What defines a sweep's runs (stored in ``sweep.json``; a resumed sweep must match it)."""
 
     patches: int = 8
+    max_patch_len: int | None = None  # longer series get more patches of this length (None = exactly `patches`)
     epochs: int | None = None  # None: 100, or 20 for LARGE_DATASETS
     batch_size: int | str = 256  # "auto": auto_batch_size(training series, channels)
     weight_decay: float = 0.02
@@ -142,6 +143,7 @@ class SweepConfig:
             ("recipe", self.recipe in RECIPES, f"one of {', '.join(RECIPES)}"),
             ("batch_size", self.batch_size == "auto" or int(self.batch_size) >= 1, "a positive integer or 'auto'"),
             ("steps", self.steps is None or int(self.steps) >= 1, "None or >= 1"),
+            ("max_patch_len", self.max_patch_len is None or int(self.max_patch_len) >= 2, "None or >= 2"),
             ("pretrain_epochs", self.pretrain_epochs >= 0, ">= 0 (0 = no pretraining)"),
             ("pretrain_mask_ratio", 0 < self.pretrain_mask_ratio < 1, "in (0, 1)"),
             ("pretrain_lr", self.pretrain_lr > 0, "> 0"),
@@ -202,9 +204,10 @@ def run_id(lr: float, dropout: float, seed_offset: int = 0) -> str:
 
 # ---------------------------------------------------------------- building blocks
 def build_model(name: str, data: ClassificationData, patches: int, dropout: float = 0.0,
-                strict: bool = True, branches: int = 1) -> nn.Module:
+                strict: bool = True, branches: int = 1, max_patch_len: int | None = None) -> nn.Module:
     """The zoo model for a dataset: channels, length and classes from ``data``; ``dropout`` -> drop_rate.
 
+    ``max_patch_len``: longer series get more patches of this length (see ``capped_patch_geometry``).
     ``branches=n > 1``: the progressive-join training form with n times the layers in blocks of n parallel
     branches, which collapses exactly into the plain model's depth (``model.reparameterize()``)."""
     from ..encoders import create_model, model_config
@@ -217,7 +220,8 @@ def build_model(name: str, data: ClassificationData, patches: int, dropout: floa
     if branches > 1:
         extra = dict(branches=branches, depth=int(model_config(name, seq_len=data.seq_len)["depth"]) * branches)
     return create_model(name, num_classes=data.num_classes, in_chans=data.channels, seq_len=data.seq_len,
-                        patches=patches, strict_patches=strict, drop_rate=float(dropout), **extra)
+                        patches=patches, max_patch_len=max_patch_len, strict_patches=strict,
+                        drop_rate=float(dropout), **extra)
 
 
 def series_loader(split: SeriesSplit, batch_size: int, shuffle: bool, seed: int = 0,
@@ -308,7 +312,8 @@ def _train(data: ClassificationData, model_name: str, lr: float, dropout: float,
     seed = cfg.seed if seed is None else int(seed)
     wall_start = time.perf_counter()
     torch.manual_seed(seed)
-    model = build_model(model_name, data, cfg.patches, dropout, branches=cfg.branches)
+    model = build_model(model_name, data, cfg.patches, dropout, branches=cfg.branches,
+                        max_patch_len=cfg.max_patch_len)
     if pretrained is not None:
         model.load_state_dict(pretrained)
     batch = cfg.batch_for(len(data.train), data.channels)
@@ -370,7 +375,7 @@ def pretrain_run(data: ClassificationData, model_name: str, cfg: SweepConfig, se
 
     seed = cfg.seed if seed is None else int(seed)
     torch.manual_seed(seed)
-    model = build_model(model_name, data, cfg.patches, 0.0, branches=cfg.branches)
+    model = build_model(model_name, data, cfg.patches, 0.0, branches=cfg.branches, max_patch_len=cfg.max_patch_len)
     result = pretrain_series(model, data.train.x, epochs=cfg.pretrain_epochs,
                              batch_size=cfg.batch_for(len(data.train), data.channels), lr=cfg.pretrain_lr,
                              mask_ratio=cfg.pretrain_mask_ratio, seed=seed, progress=progress, cpu=cpu,
@@ -756,7 +761,10 @@ def write_reports(out_dir: Path, rows: list[dict], ranks: dict[str, dict], model
     else:
         protocol = "official train/test (selection on the test set: optimistic)"
     protocol += {"train": "; channels standardised with training-split statistics",
-                 "instance": "; each series normalised by its own statistics", "none": ""}[cfg.normalize]
+                 "instance": "; each series normalised by its own statistics",
+                 "auto": ("; channels standardised with training-split statistics, or each series by its own where "
+                          f"the training series' scales differ more than {AUTO_SCALE_SPREAD:g}-fold"),
+                 "none": ""}[cfg.normalize]
     runs_per = len(lrs) * len(dropouts) * cfg.seeds
     baseline_names = _baseline_columns(rows)
     if baseline_names:
