@@ -17,6 +17,9 @@ numba compilation excluded).
 Pretraining with vs without: ``patchtst_jumbo`` with the recipe (3 seeds) on the smallest sets, without
 (the main sweep's runs) and with ``--pretrain-epochs`` (masked-patch reconstruction on the training split).
 
+Longer training (``--long-sets``, default none): the recipe with ``--steps --long-steps`` on the sets where
+1000 steps leave the training loss high, against the main sweep's runs.
+
 Writes ``benchmark.json`` and ``benchmark.md`` into ``--out`` and prints the tables.
 """
 
@@ -42,6 +45,41 @@ from jumbokit.timeseries.train import BASELINES
 from jumbokit.training.rundir import atomic_write_text
 
 PRETRAIN_SETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "PickupGestureWiimoteZ")
+
+
+def compare_arm(name: str, sets: list[str], base_runs: list[dict], base_rows: dict, arm_dir: Path,
+                models: list[str]) -> tuple[list[str], dict]:
+    """Per set and model: the main sweep's runs vs an arm's runs (mean ± std, best run on validation, ensemble)."""
+    res = json.loads((arm_dir / "results.json").read_text())
+    arm_rows = {(r["dataset"], r["model"]): r for r in res["summary"]}
+    lines = ["| dataset | model | without: mean ± std (test %) | with: mean ± std | difference | best run with "
+             "(without) | ensemble with (without) | wall s with (without) |", "|---|---|---|---|---|---|---|---|"]
+    diffs, table = [], {}
+    for d in sets:
+        for m in models:
+            accs = {"without": [r["test_acc"] for r in base_runs if r["dataset"] == d and r["model"] == m],
+                    "with": [r["test_acc"] for r in res["runs"] if r["dataset"] == d and r["model"] == m]}
+            if not accs["with"] or not accs["without"]:
+                continue
+            mean = {arm: statistics.mean(v) for arm, v in accs.items()}
+            std = {arm: statistics.pstdev(v) for arm, v in accs.items()}
+            diffs.append(mean["with"] - mean["without"])
+            with_row, without_row = arm_rows[(d, m)], base_rows[(d, m)]
+            table[f"{d}/{m}"] = {**accs, "best": {"with": with_row["best_test_acc"],
+                                                   "without": without_row["best_test_acc"]},
+                                 "ensemble": {"with": with_row.get("ens_test_acc"),
+                                              "without": without_row.get("ens_test_acc")},
+                                 "pretrain_seconds": with_row.get("pretrain_seconds"),
+                                 "wall_seconds": {"with": with_row.get("wall_seconds"),
+                                                  "without": without_row.get("wall_seconds")}}
+            lines.append(f"| {d} | {m} | {pct(mean['without'])} ± {100 * std['without']:.1f} | {pct(mean['with'])} ± "
+                         f"{100 * std['with']:.1f} | {100 * diffs[-1]:+.1f} | {pct(with_row['best_test_acc'])} "
+                         f"({pct(without_row['best_test_acc'])}) | {pct(with_row.get('ens_test_acc'))} "
+                         f"({pct(without_row.get('ens_test_acc'))}) | {with_row.get('wall_seconds', 0.0):.0f} "
+                         f"({without_row.get('wall_seconds', 0.0):.0f}) |")
+    mean_diff = statistics.mean(diffs) if diffs else 0.0
+    lines += [f"| mean | | | | {100 * mean_diff:+.1f} | | | |", ""]
+    return lines, {"arm": name, "sets": sets, "per_set": table, "mean_difference": mean_diff}
 
 
 def wait_for(lock: Path | None, log) -> float:
@@ -94,6 +132,9 @@ def main(argv=None) -> int:
     parser.add_argument("--pretrain-epochs", type=int, default=100)
     parser.add_argument("--pretrain-seeds", type=int, default=3)
     parser.add_argument("--skip-pretrain", action="store_true")
+    parser.add_argument("--long-sets", default="", help="comma-separated sets for the longer-training arm (default: "
+                                                        "none), e.g. ACSF1,OSULeaf")
+    parser.add_argument("--long-steps", type=int, default=3000, help="steps per run of the longer-training arm")
     parser.add_argument("--tstrain-args", default="", help="extra tstrain flags for every sweep, e.g. '--steps 5' "
                                                            "(a smoke test; the README numbers use none)")
     parser.add_argument("--lock", default="/tmp/cpu.lock", help="pause between sets while this file exists ('' = never)")
@@ -191,28 +232,24 @@ def main(argv=None) -> int:
                     str(out / "pretrain"), *args.tstrain_args.split()]
         log(f"pretraining study: tstrain {' '.join(arm_args)} (without: the main sweep's runs)")
         run_in_chunks(sets, arm_args, lock, log)
-        res = json.loads((out / "pretrain" / "results.json").read_text())
-        pre_rows = {r["dataset"]: r for r in res["summary"]}
-        runs = {"without": [r for r in results["runs"] if r["model"] == "patchtst_jumbo"], "with": res["runs"]}
         lines += [f"## Pretraining (patchtst_jumbo, small-data recipe, {results['sweep'].get('seeds', 1)} seeds; "
-                  f"masked-patch reconstruction for {args.pretrain_epochs} epochs of the training split first)", "",
-                  "| dataset | without: mean ± std (test %) | with: mean ± std | difference | with: ensemble "
-                  "(without) | pretraining s |", "|---|---|---|---|---|---|"]
-        diffs, table = [], {}
-        for d in sets:
-            accs = {arm: [r["test_acc"] for r in runs[arm] if r["dataset"] == d] for arm in runs}
-            mean = {arm: statistics.mean(v) for arm, v in accs.items()}
-            std = {arm: statistics.pstdev(v) for arm, v in accs.items()}
-            diffs.append(mean["with"] - mean["without"])
-            ens = {"with": pre_rows[d].get("ens_test_acc"), "without": by[(d, "patchtst_jumbo")].get("ens_test_acc")}
-            table[d] = {"without": accs["without"], "with": accs["with"], "ensemble": ens,
-                        "pretrain_seconds": pre_rows[d].get("pretrain_seconds")}
-            lines.append(f"| {d} | {pct(mean['without'])} ± {100 * std['without']:.1f} | {pct(mean['with'])} ± "
-                         f"{100 * std['with']:.1f} | {100 * diffs[-1]:+.1f} | {pct(ens['with'])} ({pct(ens['without'])}) "
-                         f"| {pre_rows[d].get('pretrain_seconds', 0.0):.0f} |")
-        lines += [f"| mean | | | {100 * statistics.mean(diffs):+.1f} | | |", ""]
-        report["pretraining"] = {"sets": sets, "epochs": args.pretrain_epochs, "per_set": table,
-                                 "mean_difference": statistics.mean(diffs), "command": "tstrain " + " ".join(arm_args)}
+                  f"masked-patch reconstruction for {args.pretrain_epochs} epochs of the training split first)", ""]
+        arm_lines, arm = compare_arm("pretraining", sets, results["runs"], by, out / "pretrain", ["patchtst_jumbo"])
+        lines += arm_lines
+        report["pretraining"] = {**arm, "epochs": args.pretrain_epochs, "command": "tstrain " + " ".join(arm_args)}
+
+    # longer training
+    long_sets = [d for d in args.long_sets.split(",") if d in datasets]
+    if long_sets:
+        arm_args = ["--recipe", "small-data", "--steps", str(args.long_steps), "--threads", str(args.threads), "--cpu",
+                    "--no-progress", "--out", str(out / f"steps{args.long_steps}"), *args.tstrain_args.split()]
+        log(f"longer training: tstrain {' '.join(arm_args)}")
+        run_in_chunks(long_sets, arm_args, lock, log)
+        lines += [f"## Longer training ({args.long_steps} steps instead of {results['sweep'].get('steps')}, "
+                  f"small-data recipe otherwise, {results['sweep'].get('seeds', 1)} seeds)", ""]
+        arm_lines, arm = compare_arm("steps", long_sets, results["runs"], by, out / f"steps{args.long_steps}", models)
+        lines += arm_lines
+        report["longer_training"] = {**arm, "steps": args.long_steps, "command": "tstrain " + " ".join(arm_args)}
 
     report["benchmark_seconds"] = time.perf_counter() - started
     header = ["# Small UCR/UEA sets: PatchTST family (small-data recipe) vs MiniRocket, MultiRocket, Hydra", "",
