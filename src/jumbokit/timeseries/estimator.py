@@ -50,7 +50,8 @@ class PatchTSTClassifier(BaseClassifier):
     weight_decay : float, default=0.02
     normalize : str, default="train"
         ``"train"``: per-channel mean/std of the training data, applied at prediction too; ``"instance"``:
-        each series and channel by its own statistics (RevIN-style; drops level and amplitude); ``"none"``.
+        each series and channel by its own statistics (RevIN-style; drops level and amplitude); ``"auto"``:
+        ``"instance"`` when the training series' scales differ more than 100-fold, else ``"train"``; ``"none"``.
     random_state : int or None, default=None
         Seed of initialisation and data order; None draws one.
     verbose : bool, default=False
