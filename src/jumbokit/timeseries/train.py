@@ -708,7 +708,9 @@ def _training_text(cfg: SweepConfig) -> str:
             length += f", raised to reach at least {cfg.min_steps} optimizer steps"
     batch = ("batch min(n_train, 32, max(8, 128 // channels))" if cfg.batch_size == "auto"
              else f"batch {cfg.batch_size}")
-    text = (f"{cfg.patches} patches; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}; "
+    patching = f"{cfg.patches} patches" + (f" (more where they would exceed {cfg.max_patch_len} steps)"
+                                           if cfg.max_patch_len else "")
+    text = (f"{patching}; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}; "
             f"warm-up {int(100 * cfg.warmup_fraction)}% then cosine to {cfg.min_lr:g}; seed {cfg.seed}")
     if cfg.seeds > 1:
         text += f" to {cfg.seed + cfg.seeds - 1} ({cfg.seeds} seeds per grid point)"
