@@ -146,6 +146,12 @@ def main(argv=None) -> int:
     out = Path(args.out)
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     datasets = args.datasets.split(",") if args.datasets else local_datasets("UCR") + local_datasets("UEA")
+    for flag, names in (("--pretrain-sets", args.pretrain_sets), ("--long-sets", args.long_sets)):
+        unknown = [d for d in names.split(",") if d and d not in datasets]
+        if unknown and (flag == "--long-sets" or args.datasets is None):
+            raise SystemExit(f"{flag}: {', '.join(unknown)} not among the benchmark's sets ({', '.join(datasets)})")
+    if args.long_steps < 1:
+        raise SystemExit(f"--long-steps must be >= 1, got {args.long_steps}")
 
     report: dict = {"datasets": datasets, "torch": torch.__version__, "python": platform.python_version(),
                     "device": "cpu (fp32)", "threads": args.threads, "cpu_count": os.cpu_count()}
@@ -241,8 +247,9 @@ def main(argv=None) -> int:
     # longer training
     long_sets = [d for d in args.long_sets.split(",") if d in datasets]
     if long_sets:
-        arm_args = ["--recipe", "small-data", "--steps", str(args.long_steps), "--threads", str(args.threads), "--cpu",
-                    "--no-progress", "--out", str(out / f"steps{args.long_steps}"), *args.tstrain_args.split()]
+        arm_args = ["--recipe", "small-data", "--steps", str(args.long_steps), "--threads", str(args.threads),
+                    "--cpu", "--no-progress", "--out", str(out / f"steps{args.long_steps}"),
+                    *args.tstrain_args.split()]
         log(f"longer training: tstrain {' '.join(arm_args)}")
         run_in_chunks(long_sets, arm_args, lock, log)
         lines += [f"## Longer training ({args.long_steps} steps instead of {results['sweep'].get('steps')}, "

@@ -314,10 +314,15 @@ def test_auto_normalization_standardises_each_series_only_when_scales_spread_wid
         for got, want in zip(tsdata.normalize_splits(train, test, how="auto"),
                              tsdata.normalize_splits(train, test, how=how)):
             np.testing.assert_array_equal(got, want)
-    # NaN padding does not count as spread
-    padded = similar.copy()
-    padded[:10, :, 20:] = np.nan
+    # NaN padding is not data: padding series to a common length leaves the spread exactly as it was
+    # (padding read as zeros would shrink the padded series' std and change it)
+    padded = np.concatenate([similar, np.full((40, 1, 64), np.nan)], axis=-1)
+    padded[20:, :, 32:] = rng.normal(size=(20, 1, 64))  # half the series are longer
+    unpadded_short = tsdata.scale_spread(similar[:20])
+    assert tsdata.scale_spread(padded[:20]) == unpadded_short
     assert tsdata.resolve_normalization(padded, "auto") == "train"
+    # a real set whose currents span idle to tens of amperes
+    assert tsdata.load_dataset("PLAID", normalize="auto").meta["normalized_as"] == "instance"
 
 
 def test_train_statistics_never_see_the_test_split():

@@ -227,7 +227,7 @@ def test_branched_run_collapses_to_the_plain_depth(tmp_path, monkeypatch):
         ts_train.build_model("patchtst", data, 8, branches=0)
 
 
-@pytest.mark.parametrize("how", ["train", "instance", "none"])
+@pytest.mark.parametrize("how", ["train", "instance", "auto", "none"])
 def test_fitted_estimator_pickles_with_its_normalizer(how):
     import pickle
 

@@ -30,8 +30,7 @@ from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
 __all__ = ["PATCHTST_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER", "patch_geometry", "capped_patch_geometry",
-           "max_patches",
-           "patchtst_config"]
+           "max_patches", "patchtst_config"]
 
 JUMBO_MULTIPLIER = 4
 PATCHTST_BASE: dict[str, Any] = dict(
@@ -114,8 +113,9 @@ def _builder(kind: str):
         strict = bool(overrides.pop("strict_patches", False))
         unknown = set(overrides) - set(DEFAULT_CONFIG)
         if unknown:
-            raise ValueError(f"unknown option(s) {unknown_options(unknown, [*DEFAULT_CONFIG, 'patches', 'max_patch_len'])}"
-                             f" for model {kind!r} (encoder options, patches=N or max_patch_len=P)")
+            known = [*DEFAULT_CONFIG, "patches", "max_patch_len"]
+            raise ValueError(f"unknown option(s) {unknown_options(unknown, known)} for model {kind!r} "
+                             "(encoder options, patches=N or max_patch_len=P)")
         cfg = {**config, **overrides}
         if cfg.get("seq_len") is None:
             raise ValueError(f"{kind} needs seq_len, the longest series length (it sets the patching and the "
