@@ -32,10 +32,10 @@ def test_image_flops_match_counter(kind):
     assert encoder_flops(model) == counted_flops(model, x)
 
 
-@pytest.mark.parametrize("kind", ["cls", "jumbo"])
-def test_series_flops_match_counter(kind):
+@pytest.mark.parametrize("kind, conv_stem", [("cls", 0), ("jumbo", 0), ("jumbo", 8)])
+def test_series_flops_match_counter(kind, conv_stem):
     model = Encoder(tokenizer="series", seq_len=30, patch_len=6, stride=3, in_chans=2, dim=32, depth=2,
-                    num_heads=4, mlp_hidden=64, num_classes=0, **CONFIGS[kind]).eval()
+                    num_heads=4, mlp_hidden=64, num_classes=0, conv_stem=conv_stem, **CONFIGS[kind]).eval()
     assert encoder_flops(model) == counted_flops(model, torch.randn(1, 2, 30))
 
 

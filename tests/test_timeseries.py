@@ -264,6 +264,60 @@ def test_padded_steps_do_not_change_outputs(name):
     torch.testing.assert_close(alone, reference[:1], rtol=1e-4, atol=1e-5)
 
 
+def test_conv_stem_pools_observed_steps_within_each_patch():
+    from jumbokit.encoders.tokenizers import ConvPatchFeatures
+
+    torch.manual_seed(0)
+    stem = ConvPatchFeatures(8, 16, patch_len=6, stride=3)
+    values = torch.randn(2, 3, 30)
+    observed = torch.ones_like(values, dtype=torch.bool)
+    observed[0, 1, 10:] = False   # a shorter channel
+    observed[1, 2, 4:8] = False   # missing steps inside
+    values = values.masked_fill(~observed, 0.0)  # missing steps reach the stem as 0
+    tokens = stem(values, observed)
+    assert tokens.shape == (6, series_patch_count(30, 6, 3, False), 16)
+    feats = stem.convs(values.reshape(6, 1, 30))
+    seen = observed.reshape(6, 30)
+    for seq in range(6):
+        for n in range(tokens.shape[1]):
+            window = slice(3 * n, 3 * n + 6)
+            inside = feats[seq, :, window][:, seen[seq, window]]
+            pooled = (torch.cat([inside.amax(1), inside.mean(1)]) if inside.shape[1]
+                      else torch.zeros(16))  # a window with no observed step pools to 0
+            torch.testing.assert_close(tokens[seq, n], stem.proj(pooled), rtol=1e-5, atol=1e-6)
+    # nothing missing: the unmasked fast path gives the same tokens
+    torch.testing.assert_close(stem(values), stem(values, torch.ones_like(observed)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", PATCHTST_MODELS)
+def test_conv_stem_models(name):
+    torch.manual_seed(0)
+    plain = jumbokit.create_model(name, num_classes=3, in_chans=2, seq_len=64, patches=8)
+    assert plain.patch_embed.conv is None and not any(".conv" in k for k in plain.state_dict())
+    model = jumbokit.create_model(name, num_classes=3, in_chans=2, seq_len=64, patches=8, conv_stem=16)
+    assert model.config["conv_stem"] == 16 and model.patch_embed.conv is not None
+    x = torch.randn(3, 2, 64)
+    x[0, :, 20:] = float("nan")
+    x[1, 1, 30:35] = float("nan")
+    logits = model(x)
+    assert logits.shape == (3, 3) and torch.isfinite(logits).all()
+    logits.sum().backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), pname
+    # the stem's features reach the tokens: removing it changes them
+    with torch.no_grad():
+        with_stem = model.patch_embed(x).tokens
+        conv, model.patch_embed.conv = model.patch_embed.conv, None
+        without = model.patch_embed(x).tokens
+        model.patch_embed.conv = conv
+    assert not torch.allclose(with_stem, without)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="conv_stem"):
+            jumbokit.create_model(name, num_classes=3, seq_len=64, conv_stem=bad)
+    with pytest.raises(ValueError, match="conv_stem applies to series tokenizers only"):
+        jumbokit.create_model("vit_pico_jumbo", num_classes=3, img_size=16, conv_stem=8)
+
+
 def test_save_load_roundtrip(tmp_path):
     model = jumbokit.create_model("patchtst_jumbo", num_classes=3, in_chans=2, seq_len=50, patches=8).eval()
     jumbokit.save(model, tmp_path / "m")

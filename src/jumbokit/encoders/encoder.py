@@ -32,6 +32,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "patch_len": None,
     "stride": None,
     "pad_end": True,
+    "conv_stem": 0,  # width of convolutional patch features added to the linear projection (0 = none)
     # shared
     "in_chans": 3,
     "pos_embed": "learn",
@@ -145,6 +146,9 @@ class Encoder(nn.Module):
         self.depth = depth
 
         if cfg["tokenizer"] == "image":
+            if cfg["conv_stem"]:
+                raise ValueError(f"conv_stem applies to series tokenizers only, got conv_stem={cfg['conv_stem']!r} "
+                                 "with tokenizer='image'")
             self.patch_embed: ImagePatchTokenizer | SeriesPatchTokenizer = ImagePatchTokenizer(
                 cfg["img_size"], cfg["patch_size"], cfg["in_chans"], dim,
                 dynamic_img_size=cfg["dynamic_img_size"], dynamic_img_pad=cfg["dynamic_img_pad"],
@@ -155,7 +159,8 @@ class Encoder(nn.Module):
                 raise ValueError(f"a series encoder needs {missing}; got seq_len={cfg['seq_len']}, "
                                  f"patch_len={cfg['patch_len']}, stride={cfg['stride']}")
             self.patch_embed = SeriesPatchTokenizer(
-                cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg["in_chans"], dim, pad_end=cfg["pad_end"]
+                cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg["in_chans"], dim, pad_end=cfg["pad_end"],
+                conv_stem=cfg["conv_stem"],
             )
         else:
             raise ValueError(f"unknown tokenizer {cfg['tokenizer']!r}; expected 'image' or 'series'")

@@ -18,6 +18,7 @@ __all__ = [
     "Tokens",
     "ImagePatchTokenizer",
     "SeriesPatchTokenizer",
+    "ConvPatchFeatures",
     "sincos_pos_embed_2d",
     "sincos_pos_embed_1d",
     "resample_pos_embed",
@@ -187,6 +188,10 @@ class SeriesPatchTokenizer(nn.Module):
     patch is projected linearly to width D. NaN steps count as missing: they enter the projection as 0,
     and a patch with no observed step is marked in the padding mask (True = ignore).
 
+    ``conv_stem=W`` adds shift-tolerant features to each token (:class:`ConvPatchFeatures`): two 1-D
+    convolutions run over the whole channel, and the max and mean of their W responses within each patch
+    window are projected to width D and added to the linear projection.
+
     Args:
         seq_len: the length the position table is built for (longer/shorter inputs resample it).
         patch_len: steps per patch.
@@ -194,6 +199,7 @@ class SeriesPatchTokenizer(nn.Module):
         in_chans: channels C.
         dim: token width D.
         pad_end: extend the end by ``stride`` steps so the tail gets a patch.
+        conv_stem: width W of the convolutional patch features (0 = the linear projection only).
     """
 
     kind = "series"
@@ -206,6 +212,7 @@ class SeriesPatchTokenizer(nn.Module):
         in_chans: int = 1,
         dim: int = 128,
         pad_end: bool = True,
+        conv_stem: int = 0,
     ) -> None:
         super().__init__()
         if patch_len <= 0 or stride <= 0 or seq_len <= 0:
@@ -223,14 +230,20 @@ class SeriesPatchTokenizer(nn.Module):
                              "use a shorter patch_len or pad_end=True")
         self.grid_size = (self.num_patches,)
         self.proj = nn.Linear(patch_len, dim)
+        if isinstance(conv_stem, bool) or int(conv_stem) != conv_stem or conv_stem < 0:
+            raise ValueError(f"expected conv_stem to be a width >= 0 (0 = none), got {conv_stem!r}")
+        self.conv = ConvPatchFeatures(int(conv_stem), dim, patch_len, stride) if conv_stem else None
 
     def forward(self, x: torch.Tensor) -> Tokens:
-        patches, observed = self.patchify(x)  # (B, C, N, P)
+        values, observed = self.padded(x)  # (B, C, L')
+        patches = values.unfold(-1, self.patch_len, self.stride)  # (B, C, N, P)
         batch, chans, num, _ = patches.shape
         tokens = self.proj(patches.reshape(batch * chans, num, self.patch_len))
+        if self.conv is not None:
+            tokens = tokens + self.conv(values, observed)
         pad_mask = None
         if observed is not None:
-            pad_mask = ~observed.any(-1).reshape(batch * chans, -1)
+            pad_mask = ~observed.unfold(-1, self.patch_len, self.stride).any(-1).reshape(batch * chans, -1)
             if not pad_mask.any():
                 pad_mask = None
         return Tokens(tokens, (num,), pad_mask, chans)
@@ -240,6 +253,13 @@ class SeriesPatchTokenizer(nn.Module):
         as 0, and ``observed`` (B, C, N, P) bool (True = an observed step), or None when nothing is missing.
 
         With ``pad_end`` the series is first extended by ``stride`` copies of its last observed value."""
+        values, observed = self.padded(x)
+        patches = values.unfold(-1, self.patch_len, self.stride)
+        return patches, None if observed is None else observed.unfold(-1, self.patch_len, self.stride)
+
+    def padded(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Series (B, C, L) -> the (B, C, L') steps patching reads (missing steps as 0, ``pad_end`` applied)
+        and their (B, C, L') observed mask, or None when nothing is missing."""
         if x.ndim == 2:
             x = x[:, None, :]
         if x.ndim != 3:
@@ -258,10 +278,7 @@ class SeriesPatchTokenizer(nn.Module):
                 values = torch.cat([values, values[..., -1:].expand(-1, -1, self.stride)], dim=-1)
         if values.shape[-1] < self.patch_len:
             raise ValueError(f"a series of {length} steps is shorter than one patch of {self.patch_len} steps")
-        patches = values.unfold(-1, self.patch_len, self.stride)
-        if not has_missing:
-            return patches, None
-        return patches, observed.unfold(-1, self.patch_len, self.stride)
+        return values, observed if has_missing else None
 
     def _pad_with_last_observed(self, values: torch.Tensor, observed: torch.Tensor):
         """Append ``stride`` copies of each channel's last observed value; padding counts as observed
@@ -282,3 +299,41 @@ class SeriesPatchTokenizer(nn.Module):
 
     def positions(self, pos_embed: torch.Tensor, grid: tuple[int, ...]) -> torch.Tensor:
         return resample_pos_embed(pos_embed, self.grid_size, grid)
+
+
+class ConvPatchFeatures(nn.Module):
+    """Convolutional patch features for series: (B, C, L') -> (B*C, N, D), one token per patch window.
+
+    Each channel passes through Conv1d(1, W/2, 7) -> GELU -> Conv1d(W/2, W, 5) -> GELU ("same" padding);
+    within each window of ``patch_len`` steps every ``stride`` the max and the mean of the W responses are
+    taken (over observed steps only), and the 2W values are projected to width D. Unlike a linear map of the
+    raw patch, these features barely change when a pattern shifts inside its patch.
+    """
+
+    def __init__(self, width: int, dim: int, patch_len: int, stride: int) -> None:
+        super().__init__()
+        if width < 2:
+            raise ValueError(f"expected a conv_stem width >= 2, got {width}")
+        self.width, self.patch_len, self.stride = width, patch_len, stride
+        self.convs = nn.Sequential(
+            nn.Conv1d(1, width // 2, 7, padding=3), nn.GELU(), nn.Conv1d(width // 2, width, 5, padding=2), nn.GELU(),
+        )
+        self.proj = nn.Linear(2 * width, dim)
+
+    def forward(self, values: torch.Tensor, observed: torch.Tensor | None = None) -> torch.Tensor:
+        batch, chans, length = values.shape
+        feats = self.convs(values.reshape(batch * chans, 1, length))  # (B*C, W, L')
+        window = dict(kernel_size=self.patch_len, stride=self.stride)
+        if observed is None:
+            peak, mean = F.max_pool1d(feats, **window), F.avg_pool1d(feats, **window)
+        else:
+            seen = observed.reshape(batch * chans, 1, length).to(feats.dtype)
+            peak = F.max_pool1d(feats.masked_fill(seen == 0, float("-inf")), **window)
+            peak = peak.masked_fill(torch.isinf(peak), 0.0)  # windows with no observed step
+            mean = F.avg_pool1d(feats * seen, **window) / F.avg_pool1d(seen, **window).clamp_min(1.0 / self.patch_len)
+        return self.proj(torch.cat([peak, mean], dim=1).transpose(1, 2))  # (B*C, N, D)
+
+    def flops(self, length: int, num_patches: int, dim: int) -> int:
+        """Forward FLOPs per channel-series of ``length`` padded steps (convolutions and projection)."""
+        half = self.width // 2
+        return 2 * length * (7 * half + 5 * half * self.width) + 2 * num_patches * 2 * self.width * dim

@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--max-patch-len", type=_int_at_least(2, "patch length (>= 2)"), default=None,
                        help="cap on the patch length: longer series get more patches of this many steps, every "
                             "half patch (default: no cap, exactly --patches patches)")
+    model.add_argument("--conv-stem", type=_int_at_least(0, "width (>= 0)"), default=None, metavar="W",
+                       help="add convolutional patch features of width W to each token: two 1-D convolutions over "
+                            "the series, max and mean within each patch (default: the recipe's; 0 = linear "
+                            "patches only, as PatchTST)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "
@@ -214,6 +218,7 @@ def _run(args: argparse.Namespace) -> int:
     steps = args.steps if args.steps is not None else (None if args.epochs is not None else recipe["steps"])
     cfg = SweepConfig(patches=args.patches,
                       max_patch_len=args.max_patch_len if args.max_patch_len is not None else recipe["max_patch_len"],
+                      conv_stem=args.conv_stem if args.conv_stem is not None else recipe["conv_stem"],
                       epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize or recipe["normalize"],
                       branches=args.branches,
                       batch_size=args.batch_size if args.batch_size is not None else recipe["batch_size"],

@@ -83,15 +83,16 @@ BASELINES = ("minirocket", "multirocket", "hydra")  # aeon's convolution-based c
 LEGACY_SWEEP_KEYS = {"normalize": "instance", "min_steps": 0}
 # keys added with the recipes: left out of sweep.json while at these values, so a sweep of the paper's
 # protocol is defined (and stored) exactly as before
-RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len": None, "augment": "none",
+RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len": None, "conv_stem": 0,
+                               "augment": "none",
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
                                "pretrain_lr": 1e-3, "seeds": 1}
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
-    "paper": dict(patches=8, max_patch_len=None, normalize="train", batch_size=256, steps=None, augment="none",
+    "paper": dict(patches=8, max_patch_len=None, conv_stem=0, normalize="train", batch_size=256, steps=None, augment="none",
                   seeds=1, pretrain_epochs=0, lrs=SWEEP_LRS, dropouts=SWEEP_DROPOUTS, ensemble=1),
-    "small-data": dict(patches=16, max_patch_len=None, normalize="auto", batch_size="auto", steps=1000,
+    "small-data": dict(patches=16, max_patch_len=None, conv_stem=0, normalize="auto", batch_size="auto", steps=1000,
                        augment="default", seeds=3, pretrain_epochs=0, lrs=(1e-3,), dropouts=(0.1,), ensemble=3),
 }
 
@@ -113,6 +114,7 @@ class SweepConfig:
 
     patches: int = 8
     max_patch_len: int | None = None  # longer series get more patches of this length (None = exactly `patches`)
+    conv_stem: int = 0  # width of convolutional patch features added to each token (0 = linear patches only)
     epochs: int | None = None  # None: 100, or 20 for LARGE_DATASETS
     batch_size: int | str = 256  # "auto": auto_batch_size(training series, channels)
     weight_decay: float = 0.02
@@ -145,6 +147,7 @@ class SweepConfig:
             ("batch_size", self.batch_size == "auto" or int(self.batch_size) >= 1, "a positive integer or 'auto'"),
             ("steps", self.steps is None or int(self.steps) >= 1, "None or >= 1"),
             ("max_patch_len", self.max_patch_len is None or int(self.max_patch_len) >= 2, "None or >= 2"),
+            ("conv_stem", self.conv_stem == 0 or int(self.conv_stem) >= 2, "0 (none) or a width >= 2"),
             ("pretrain_epochs", self.pretrain_epochs >= 0, ">= 0 (0 = no pretraining)"),
             ("pretrain_mask_ratio", 0 < self.pretrain_mask_ratio < 1, "in (0, 1)"),
             ("pretrain_lr", self.pretrain_lr > 0, "> 0"),
@@ -205,10 +208,12 @@ def run_id(lr: float, dropout: float, seed_offset: int = 0) -> str:
 
 # ---------------------------------------------------------------- building blocks
 def build_model(name: str, data: ClassificationData, patches: int, dropout: float = 0.0,
-                strict: bool = True, branches: int = 1, max_patch_len: int | None = None) -> nn.Module:
+                strict: bool = True, branches: int = 1, max_patch_len: int | None = None,
+                conv_stem: int = 0) -> nn.Module:
     """The zoo model for a dataset: channels, length and classes from ``data``; ``dropout`` -> drop_rate.
 
     ``max_patch_len``: longer series get more patches of this length (see ``capped_patch_geometry``).
+    ``conv_stem=W``: add convolutional patch features of width W to each token (``ConvPatchFeatures``).
     ``branches=n > 1``: the progressive-join training form with n times the layers in blocks of n parallel
     branches, which collapses exactly into the plain model's depth (``model.reparameterize()``)."""
     from ..encoders import create_model, model_config
@@ -222,7 +227,7 @@ def build_model(name: str, data: ClassificationData, patches: int, dropout: floa
         extra = dict(branches=branches, depth=int(model_config(name, seq_len=data.seq_len)["depth"]) * branches)
     return create_model(name, num_classes=data.num_classes, in_chans=data.channels, seq_len=data.seq_len,
                         patches=patches, max_patch_len=max_patch_len, strict_patches=strict,
-                        drop_rate=float(dropout), **extra)
+                        drop_rate=float(dropout), conv_stem=int(conv_stem), **extra)
 
 
 def series_loader(split: SeriesSplit, batch_size: int, shuffle: bool, seed: int = 0,
@@ -314,7 +319,7 @@ def _train(data: ClassificationData, model_name: str, lr: float, dropout: float,
     wall_start = time.perf_counter()
     torch.manual_seed(seed)
     model = build_model(model_name, data, cfg.patches, dropout, branches=cfg.branches,
-                        max_patch_len=cfg.max_patch_len)
+                        max_patch_len=cfg.max_patch_len, conv_stem=cfg.conv_stem)
     if pretrained is not None:
         model.load_state_dict(pretrained)
     batch = cfg.batch_for(len(data.train), data.channels)
@@ -376,7 +381,8 @@ def pretrain_run(data: ClassificationData, model_name: str, cfg: SweepConfig, se
 
     seed = cfg.seed if seed is None else int(seed)
     torch.manual_seed(seed)
-    model = build_model(model_name, data, cfg.patches, 0.0, branches=cfg.branches, max_patch_len=cfg.max_patch_len)
+    model = build_model(model_name, data, cfg.patches, 0.0, branches=cfg.branches, max_patch_len=cfg.max_patch_len,
+                        conv_stem=cfg.conv_stem)
     result = pretrain_series(model, data.train.x, epochs=cfg.pretrain_epochs,
                              batch_size=cfg.batch_for(len(data.train), data.channels), lr=cfg.pretrain_lr,
                              mask_ratio=cfg.pretrain_mask_ratio, seed=seed, progress=progress, cpu=cpu,
@@ -711,6 +717,8 @@ def _training_text(cfg: SweepConfig) -> str:
              else f"batch {cfg.batch_size}")
     patching = f"{cfg.patches} patches" + (f" (more where they would exceed {cfg.max_patch_len} steps)"
                                            if cfg.max_patch_len else "")
+    if cfg.conv_stem:
+        patching += f" + convolutional patch features of width {cfg.conv_stem}"
     text = (f"{patching}; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}; "
             f"warm-up {int(100 * cfg.warmup_fraction)}% then cosine to {cfg.min_lr:g}; seed {cfg.seed}")
     if cfg.seeds > 1:
