@@ -86,6 +86,17 @@ def test_collapse_is_exact(tokenizer: str, kind: str, n: int) -> None:
         assert (ref.global_tokens - out.global_tokens).abs().max().item() <= TOL
 
 
+def test_collapse_keeps_the_series_conv_stem() -> None:
+    torch.manual_seed(0)
+    model = branched(tiny_config("series", "jumbo", depth=4, conv_stem=8), 2)
+    model.set_join(1.0)
+    plain = jumbokit.reparameterize(model).eval()
+    assert plain.patch_embed.conv is not None
+    x = tiny_input("series", missing=True)
+    with torch.no_grad():
+        assert (model(x) - plain(x)).abs().max().item() <= TOL
+
+
 @pytest.mark.parametrize("qk_form", ["concat", "product"])
 @pytest.mark.parametrize("join_values", [True, False])
 @pytest.mark.parametrize("rescale", [True, False])

@@ -219,6 +219,7 @@ def test_small_data_recipe_and_ensembles(tmp_path, capsys):
     assert (sweep["recipe"], sweep["steps"], sweep["batch_size"], sweep["augment"], sweep["normalize"]) == (
         "small-data", 3, "auto", "jitter,scaling,magnitude_warp,time_warp,window_slice", "auto")
     assert "max_patch_len" not in sweep  # not capped: stored as before
+    assert sweep["conv_stem"] == 32
     report = json.loads((out / "results.json").read_text())
     row = report["summary"][0]
     assert row["ens_k"] == 2 and report["ensemble"] == 2
@@ -263,6 +264,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
         (["--steps", "0"], "--steps: expected a positive integer, got 0"),
         (["--batch-size", "big"], "--batch-size: expected a positive integer, got 'big'"),
         (["--seeds", "0"], "--seeds: expected a positive integer, got 0"),
+        (["--conv-stem", "-4"], "--conv-stem: expected a non-negative integer, got -4"),
         (["--recipe", "tiny"], "invalid choice: 'tiny'"),
     ]:
         with pytest.raises(SystemExit) as exc:
@@ -273,6 +275,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
         (["--baseline", "minirocket,rocketx"], "unknown baseline(s) 'rocketx'"),
         (["--augment", "jiter"], "did you mean 'jitter'"),
         (["--pretrain-epochs", "1", "--pretrain-mask-ratio", "1.5"], "pretrain_mask_ratio must be in (0, 1)"),
+        (["--conv-stem", "1"], "conv_stem must be 0 (none) or a width >= 2, got 1"),
     ]:
         assert cli.main(tiny(out, *args)) == 2
         err = capsys.readouterr().err
@@ -300,6 +303,28 @@ def test_estimator_small_data_options():
     X = [rng.normal(size=(2, n)) for n in rng.integers(20, 33, size=12)]  # unequal lengths
     y = np.array(["a", "b", "c"] * 4)
     clf = PatchTSTClassifier(model="patchtst", patches=4, steps=3, batch_size="auto", augment="jitter,time_warp,mixup",
-                             pretrain_epochs=1, random_state=0).fit(X, y)
+                             pretrain_epochs=1, conv_stem=8, random_state=0).fit(X, y)
     assert len(clf.history_) == 1 and clf.history_[-1]["step"] == 3
+    assert clf.network_.config["conv_stem"] == 8
     np.testing.assert_allclose(clf.predict_proba(X).sum(1), 1, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chosen, expected", [(None, "workqueue"), ("omp", "omp")])
+def test_rocket_baselines_run_numba_on_workqueue_threads(chosen, expected):
+    """numba's OpenMP workers slow later torch training in the same process 2x; a user's own choice is kept."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import numba, numpy as np\n"
+              "from jumbokit.timeseries.train import numba_beside_torch\n"
+              "numba_beside_torch()\n"
+              "def g(x):\n    s = 0.0\n    for i in numba.prange(x.shape[0]):\n        s += x[i]\n    return s\n"
+              "numba.njit(parallel=True)(g)(np.ones(8))\n"
+              "print(numba.threading_layer())\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    if chosen:
+        env["NUMBA_THREADING_LAYER"] = chosen
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == expected

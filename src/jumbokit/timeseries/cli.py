@@ -30,8 +30,9 @@ sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
 An interrupted sweep resumes (same --out): finished runs are skipped.
 
 Recipes: --recipe paper (default) is the paper's protocol, unchanged. --recipe small-data suits sets of tens
-to hundreds of series: 16 patches, --normalize auto, 1000 optimizer steps per run at batch min(n_train, 32,
-max(8, 128 // channels)), series augmentation, lr 1e-3 x dropout 0.1 x 3 seeds, and the ensemble of the 3 runs.
+to hundreds of series: 16 patches with convolutional patch features (--conv-stem 32), --normalize auto, 1000
+optimizer steps per run at batch min(n_train, 32, max(8, 128 // channels)), series augmentation, lr 1e-3 x
+dropout 0.1 x 3 seeds, and the ensemble of the 3 runs.
 Flags given explicitly override the recipe's values."""
 
 
@@ -108,10 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--max-patch-len", type=_int_at_least(2, "patch length (>= 2)"), default=None,
                        help="cap on the patch length: longer series get more patches of this many steps, every "
                             "half patch (default: no cap, exactly --patches patches)")
-    model.add_argument("--conv-stem", type=_int_at_least(0, "width (>= 0)"), default=None, metavar="W",
+    model.add_argument("--conv-stem", type=_non_negative_int, default=None, metavar="W",
                        help="add convolutional patch features of width W to each token: two 1-D convolutions over "
-                            "the series, max and mean within each patch (default: the recipe's; 0 = linear "
-                            "patches only, as PatchTST)")
+                            "the series, max and mean within each patch; 0 = linear patches only, as PatchTST "
+                            "(paper: 0; small-data: 32)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "

@@ -47,6 +47,9 @@ class PatchTSTClassifier(BaseClassifier):
         magnitude_warp, time_warp, window_slice, mixup (see ``jumbokit.timeseries.augment``).
     pretrain_epochs : int, default=0
         Masked-patch pretraining on the training series for this many epochs before fine-tuning.
+    conv_stem : int, default=0
+        Width of convolutional patch features added to each token (two 1-D convolutions over the series,
+        max and mean within each patch); 0 = linear patches only, as PatchTST.
     weight_decay : float, default=0.02
     normalize : str, default="train"
         ``"train"``: per-channel mean/std of the training data, applied at prediction too; ``"instance"``:
@@ -71,7 +74,7 @@ class PatchTSTClassifier(BaseClassifier):
     def __init__(self, model: str = "patchtst_jumbo", patches: int = 8, epochs: int = 100, lr: float = 1e-3,
                  dropout: float = 0.1, batch_size: int | str = 256, weight_decay: float = 0.02, normalize: str = "train",
                  random_state: int | None = None, verbose: bool = False, steps: int | None = None,
-                 augment: str = "none", pretrain_epochs: int = 0) -> None:
+                 augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -82,6 +85,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.steps = steps
         self.augment = augment
         self.pretrain_epochs = pretrain_epochs
+        self.conv_stem = conv_stem
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -108,7 +112,8 @@ class PatchTSTClassifier(BaseClassifier):
         with warnings.catch_warnings():
             warnings.simplefilter("always" if self.verbose else "ignore")
             net = create_model(self.model, num_classes=self.n_classes_, in_chans=int(x.shape[1]),
-                               seq_len=self.seq_len_, patches=int(self.patches), drop_rate=float(self.dropout))
+                               seq_len=self.seq_len_, patches=int(self.patches), drop_rate=float(self.dropout),
+                               conv_stem=self.conv_stem)
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         protocol = SweepConfig(batch_size=self.batch_size if self.batch_size == "auto" else int(self.batch_size),
                                weight_decay=float(self.weight_decay), seed=seed, augment=self.augment,
