@@ -316,11 +316,9 @@ def test_rocket_baselines_run_numba_on_workqueue_threads(chosen, expected):
     import subprocess
     import sys
 
-    script = ("import numba, numpy as np\n"
-              "from jumbokit.timeseries.train import numba_beside_torch\n"
-              "numba_beside_torch()\n"
-              "def g(x):\n    s = 0.0\n    for i in numba.prange(x.shape[0]):\n        s += x[i]\n    return s\n"
-              "numba.njit(parallel=True)(g)(np.ones(8))\n"
+    script = ("import numba\n"
+              "from jumbokit.timeseries.train import _warm_up\n"
+              "_warm_up('minirocket', 1, 2)\n"  # the baselines' first fit
               "print(numba.threading_layer())\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
     if chosen:
