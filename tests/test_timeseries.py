@@ -311,8 +311,8 @@ def test_conv_stem_models(name):
         without = model.patch_embed(x).tokens
         model.patch_embed.conv = conv
     assert not torch.allclose(with_stem, without)
-    for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match="conv_stem"):
+    for bad in (-1, 1, 1.5, True):
+        with pytest.raises(ValueError, match="conv_stem to be 0 \\(none\\) or an integer width >= 2"):
             jumbokit.create_model(name, num_classes=3, seq_len=64, conv_stem=bad)
     with pytest.raises(ValueError, match="conv_stem applies to series tokenizers only"):
         jumbokit.create_model("vit_pico_jumbo", num_classes=3, img_size=16, conv_stem=8)

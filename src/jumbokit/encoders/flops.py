@@ -91,9 +91,11 @@ def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int 
     else:
         embed = 2 * num_patches * dim * config["patch_len"]
         width = config.get("conv_stem", 0)
-        if width:  # ConvPatchFeatures: two convolutions over the padded series, then the pooled projection
+        if width:  # ConvPatchFeatures over the padded series
+            from .tokenizers import conv_stem_flops
+
             steps = config["seq_len"] + (config["stride"] if config.get("pad_end", True) else 0)
-            embed += 2 * steps * (7 * (width // 2) + 5 * (width // 2) * width) + 2 * num_patches * 2 * width * dim
+            embed += conv_stem_flops(width, steps, num_patches, dim)
         seqs = channels if channels is not None else config.get("in_chans", 1)
     return seqs * (depth * per_layer + embed)
 

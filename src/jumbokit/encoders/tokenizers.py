@@ -19,6 +19,7 @@ __all__ = [
     "ImagePatchTokenizer",
     "SeriesPatchTokenizer",
     "ConvPatchFeatures",
+    "conv_stem_flops",
     "sincos_pos_embed_2d",
     "sincos_pos_embed_1d",
     "resample_pos_embed",
@@ -230,20 +231,20 @@ class SeriesPatchTokenizer(nn.Module):
                              "use a shorter patch_len or pad_end=True")
         self.grid_size = (self.num_patches,)
         self.proj = nn.Linear(patch_len, dim)
-        if isinstance(conv_stem, bool) or int(conv_stem) != conv_stem or conv_stem < 0:
-            raise ValueError(f"expected conv_stem to be a width >= 0 (0 = none), got {conv_stem!r}")
+        if isinstance(conv_stem, bool) or int(conv_stem) != conv_stem or conv_stem < 0 or conv_stem == 1:
+            raise ValueError(f"expected conv_stem to be 0 (none) or an integer width >= 2, got {conv_stem!r}")
         self.conv = ConvPatchFeatures(int(conv_stem), dim, patch_len, stride) if conv_stem else None
 
     def forward(self, x: torch.Tensor) -> Tokens:
         values, observed = self.padded(x)  # (B, C, L')
-        patches = values.unfold(-1, self.patch_len, self.stride)  # (B, C, N, P)
+        patches = self._windows(values)  # (B, C, N, P)
         batch, chans, num, _ = patches.shape
         tokens = self.proj(patches.reshape(batch * chans, num, self.patch_len))
         if self.conv is not None:
             tokens = tokens + self.conv(values, observed)
         pad_mask = None
         if observed is not None:
-            pad_mask = ~observed.unfold(-1, self.patch_len, self.stride).any(-1).reshape(batch * chans, -1)
+            pad_mask = ~self._windows(observed).any(-1).reshape(batch * chans, -1)
             if not pad_mask.any():
                 pad_mask = None
         return Tokens(tokens, (num,), pad_mask, chans)
@@ -254,8 +255,11 @@ class SeriesPatchTokenizer(nn.Module):
 
         With ``pad_end`` the series is first extended by ``stride`` copies of its last observed value."""
         values, observed = self.padded(x)
-        patches = values.unfold(-1, self.patch_len, self.stride)
-        return patches, None if observed is None else observed.unfold(-1, self.patch_len, self.stride)
+        return self._windows(values), None if observed is None else self._windows(observed)
+
+    def _windows(self, steps: torch.Tensor) -> torch.Tensor:
+        """(B, C, L') -> (B, C, N, P) patch windows (a view)."""
+        return steps.unfold(-1, self.patch_len, self.stride)
 
     def padded(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Series (B, C, L) -> the (B, C, L') steps patching reads (missing steps as 0, ``pad_end`` applied)
@@ -333,7 +337,9 @@ class ConvPatchFeatures(nn.Module):
             mean = F.avg_pool1d(feats * seen, **window) / F.avg_pool1d(seen, **window).clamp_min(1.0 / self.patch_len)
         return self.proj(torch.cat([peak, mean], dim=1).transpose(1, 2))  # (B*C, N, D)
 
-    def flops(self, length: int, num_patches: int, dim: int) -> int:
-        """Forward FLOPs per channel-series of ``length`` padded steps (convolutions and projection)."""
-        half = self.width // 2
-        return 2 * length * (7 * half + 5 * half * self.width) + 2 * num_patches * 2 * self.width * dim
+
+def conv_stem_flops(width: int, steps: int, num_patches: int, dim: int) -> int:
+    """Forward FLOPs of :class:`ConvPatchFeatures` per channel-series of ``steps`` padded steps (the two
+    convolutions and the projection; GELU and pooling are not counted)."""
+    half = width // 2
+    return 2 * steps * (7 * half + 5 * half * width) + 2 * num_patches * 2 * width * dim

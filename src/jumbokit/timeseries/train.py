@@ -405,19 +405,20 @@ def parse_baselines(spec: str | Sequence[str] | None) -> list[str]:
     return names
 
 
-def numba_beside_torch() -> None:
+def _numba_beside_torch() -> None:
     """Run numba's parallel code on its ``workqueue`` threads unless the user chose a layer
-    (``NUMBA_THREADING_LAYER``). Its default OpenMP layer leaves worker threads that halve the speed of torch
-    training later in the same process (a tstrain step took 60 ms instead of 29 after a MiniRocket fit, 2-core
-    CPU); with ``workqueue`` it stays at 24-29 ms. Takes effect only before numba's first parallel call."""
-    if "NUMBA_THREADING_LAYER" not in os.environ:
-        import numba
+    (``NUMBA_THREADING_LAYER`` or ``numba.config.THREADING_LAYER``). Its default OpenMP layer leaves worker
+    threads that halve the speed of torch training later in the same process (a tstrain step took 60 ms
+    instead of 29 after a MiniRocket fit, 2-core CPU); with ``workqueue`` it stays at 24-29 ms. Takes effect
+    only before numba's first parallel call."""
+    import numba
 
+    if "NUMBA_THREADING_LAYER" not in os.environ and numba.config.THREADING_LAYER == "default":
         numba.config.THREADING_LAYER = "workqueue"
 
 
 def _rocket(name: str, seed: int, n_jobs: int):
-    numba_beside_torch()
+    _numba_beside_torch()
     from aeon.classification.convolution_based import HydraClassifier, MiniRocketClassifier, MultiRocketClassifier
 
     cls = {"minirocket": MiniRocketClassifier, "multirocket": MultiRocketClassifier, "hydra": HydraClassifier}[name]
