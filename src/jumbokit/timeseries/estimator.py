@@ -3,7 +3,7 @@
     from jumbokit.timeseries.estimator import PatchTSTClassifier
     clf = PatchTSTClassifier(model="patchtst_jumbo", epochs=50).fit(X_train, y_train)   # X: (n, C, L) or list
     clf.predict(X_test); clf.predict_proba(X_test)
-    PatchTSTClassifier(steps=1000, batch_size="auto", augment="default", pretrain_epochs=100)   # small sets
+    PatchTSTClassifier(steps=1000, batch_size="auto", augment="default", conv_stem=32, patches=16)   # small sets
 
 Unequal-length collections (lists of (C, L_i) arrays) and missing values (NaN) are padded/masked,
 never truncated; channels are standardised with the training data's statistics (``normalize="train"``,
