@@ -239,6 +239,17 @@ def test_small_data_recipe_and_ensembles(tmp_path, capsys):
     assert runs[best]["test_acc"] == row["best_test_acc"]
 
 
+def test_auto_steps_follow_series_length():
+    assert [ts_train.auto_steps(n) for n in (24, 361, 400, 401, 1460)] == [1000, 1000, 1000, 3000, 3000]
+    assert ts_train.RECIPES["small-data"]["steps"] == "auto"
+    cfg = ts_train.SweepConfig(steps="auto")
+    assert (cfg.steps_for(150), cfg.steps_for(427)) == (1000, 3000)
+    assert ts_train.SweepConfig(steps=7).steps_for(1344) == 7 and ts_train.SweepConfig().steps_for(1344) is None
+    assert "3000 for series longer than 400 steps" in ts_train._training_text(cfg)
+    with pytest.raises(ValueError, match="steps must be a positive integer or 'auto', got 'many'"):
+        ts_train.SweepConfig(steps="many")
+
+
 def test_auto_batch_size():
     assert [ts_train.auto_batch_size(n) for n in (5, 20, 36, 67, 537)] == [5, 20, 32, 32, 32]
     assert [ts_train.auto_batch_size(270, c) for c in (1, 3, 6, 12, 64)] == [32, 32, 21, 10, 8]
@@ -261,8 +272,8 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
     for args, message in [
         (["--ensemble", "0"], "--ensemble: expected a positive integer, got 0"),
         (["--pretrain-epochs", "-1"], "--pretrain-epochs: expected a non-negative integer, got -1"),
-        (["--steps", "0"], "--steps: expected a positive integer, got 0"),
-        (["--batch-size", "big"], "--batch-size: expected a positive integer, got 'big'"),
+        (["--steps", "0"], "--steps: expected a positive integer or 'auto', got '0'"),
+        (["--batch-size", "big"], "--batch-size: expected a positive integer or 'auto', got 'big'"),
         (["--seeds", "0"], "--seeds: expected a positive integer, got 0"),
         (["--conv-stem", "-4"], "--conv-stem: expected a non-negative integer, got -4"),
         (["--recipe", "tiny"], "invalid choice: 'tiny'"),

@@ -31,8 +31,8 @@ An interrupted sweep resumes (same --out): finished runs are skipped.
 
 Recipes: --recipe paper (default) is the paper's protocol, unchanged. --recipe small-data suits sets of tens
 to hundreds of series: 16 patches with convolutional patch features (--conv-stem 32), --normalize auto, 1000
-optimizer steps per run at batch min(n_train, 32, max(8, 128 // channels)), series augmentation, lr 1e-3 x
-dropout 0.1 x 3 seeds, and the ensemble of the 3 runs.
+optimizer steps per run (3000 for series longer than 400 steps) at batch min(n_train, 32, max(8, 128 //
+channels)), series augmentation, lr 1e-3 x dropout 0.1 x 3 seeds, and the ensemble of the 3 runs.
 Flags given explicitly override the recipe's values."""
 
 
@@ -67,10 +67,13 @@ _positive_int = _int_at_least(1, "positive")
 _non_negative_int = _int_at_least(0, "non-negative")
 
 
-def _batch_size(text: str) -> int | str:
+def _int_or_auto(text: str) -> int | str:
     if text.strip().lower() == "auto":
         return "auto"
-    return _positive_int(text)
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}") from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,9 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="learning rate(s), comma-separated, instead of the sweep's 3e-3,1e-3,3e-4,1e-4")
     train.add_argument("--dropout", type=_float_list, default=None,
                        help="dropout rate(s), comma-separated, instead of the sweep's 0,0.1,0.2")
-    train.add_argument("--steps", type=_positive_int, default=None,
-                       help="optimizer steps per run, whatever the set size (instead of epochs; small-data: 1000)")
-    train.add_argument("--batch-size", type=_batch_size, default=None,
+    train.add_argument("--steps", type=_int_or_auto, default=None,
+                       help="optimizer steps per run, whatever the set size (instead of epochs), or 'auto' = 1000, "
+                            "3000 for series longer than 400 steps (small-data: auto)")
+    train.add_argument("--batch-size", type=_int_or_auto, default=None,
                        help="series per step, or 'auto' = min(n_train, 32, max(8, 128 // channels)) (paper: 256; "
                             "small-data: auto)")
     train.add_argument("--augment", nargs="?", const="default", default=None, metavar="NAMES",

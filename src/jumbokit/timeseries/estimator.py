@@ -3,7 +3,7 @@
     from jumbokit.timeseries.estimator import PatchTSTClassifier
     clf = PatchTSTClassifier(model="patchtst_jumbo", epochs=50).fit(X_train, y_train)   # X: (n, C, L) or list
     clf.predict(X_test); clf.predict_proba(X_test)
-    PatchTSTClassifier(steps=1000, batch_size="auto", augment="default", conv_stem=32, patches=16)   # small sets
+    PatchTSTClassifier(steps="auto", batch_size="auto", augment="default", conv_stem=32, patches=16)   # small sets
 
 Unequal-length collections (lists of (C, L_i) arrays) and missing values (NaN) are padded/masked,
 never truncated; channels are standardised with the training data's statistics (``normalize="train"``,
@@ -35,8 +35,9 @@ class PatchTSTClassifier(BaseClassifier):
         Patches per series (of the longest training series); shorter series are padded and masked.
         Series too short for this many patches use patch length 1 (with a warning).
     epochs : int, default=100
-    steps : int or None, default=None
-        A fixed number of optimizer steps instead of ``epochs`` (the small-data recipe uses 1000).
+    steps : int, "auto" or None, default=None
+        A fixed number of optimizer steps instead of ``epochs``; ``"auto"``: the small-data recipe's 1000,
+        or 3000 for series longer than 400 steps.
     lr : float, default=1e-3
         Peak learning rate (AdamW, 10% linear warm-up, cosine decay to 1e-8).
     dropout : float, default=0.1
@@ -73,7 +74,7 @@ class PatchTSTClassifier(BaseClassifier):
 
     def __init__(self, model: str = "patchtst_jumbo", patches: int = 8, epochs: int = 100, lr: float = 1e-3,
                  dropout: float = 0.1, batch_size: int | str = 256, weight_decay: float = 0.02, normalize: str = "train",
-                 random_state: int | None = None, verbose: bool = False, steps: int | None = None,
+                 random_state: int | None = None, verbose: bool = False, steps: int | str | None = None,
                  augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0) -> None:
         self.model = model
         self.patches = patches
@@ -117,14 +118,15 @@ class PatchTSTClassifier(BaseClassifier):
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         protocol = SweepConfig(batch_size=self.batch_size if self.batch_size == "auto" else int(self.batch_size),
                                weight_decay=float(self.weight_decay), seed=seed, augment=self.augment,
-                               steps=None if self.steps is None else int(self.steps),
+                               steps=self.steps if self.steps in (None, "auto") else int(self.steps),
                                pretrain_epochs=int(self.pretrain_epochs))
         batch = protocol.batch_for(len(codes), int(x.shape[1]))
         if protocol.pretrain_epochs:
             pretrain_series(net, x, epochs=protocol.pretrain_epochs, batch_size=batch, lr=protocol.pretrain_lr,
                             mask_ratio=protocol.pretrain_mask_ratio, seed=seed, progress=bool(self.verbose))
-        loader = series_loader(split, batch, shuffle=True, seed=seed, steps=protocol.steps)
-        epochs = 1 if protocol.steps is not None else int(self.epochs)
+        steps = protocol.steps_for(self.seq_len_)
+        loader = series_loader(split, batch, shuffle=True, seed=seed, steps=steps)
+        epochs = 1 if steps is not None else int(self.epochs)
         cfg = train_config(protocol, float(self.lr), epochs, progress=bool(self.verbose))
         result = fit(net, loader, series_loss(protocol, self.n_classes_, seed), cfg)
         self.network_ = result.model.eval()
