@@ -1,6 +1,6 @@
 """PatchTST family with the small-data recipe vs aeon's MiniRocket, MultiRocket and Hydra on the local UCR/UEA sets.
 
-    python benchmarks/timeseries_small.py                   # every local set (9 with aeon 1.6), 85 min on 2 cores
+    python benchmarks/timeseries_small.py                   # every local set (9 with aeon 1.6), ~130 min on 2 cores
     python benchmarks/timeseries_small.py --datasets ArrowHead,GunPoint --skip-pretrain   # a quick look
 
 Accuracy and cost come from the command the README shows:

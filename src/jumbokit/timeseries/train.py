@@ -7,10 +7,11 @@ model is scored on the validation and test halves. Per dataset and model, "best"
 of the run with the best validation accuracy (ties: lower validation loss, then sweep order) and "avg"
 is the mean test accuracy over the runs. Models are ranked per dataset and the ranks averaged.
 
-Recipes (``RECIPES``): ``paper`` is the protocol above, unchanged. ``small-data`` trains for a fixed number
-of optimizer steps at a batch size that suits the set (``batch_size="auto"``), with convolutional patch features
-(``conv_stem=32``), series augmentation, a smaller grid and several seeds; ``ensemble=k`` averages the predicted probabilities of the k runs ranked best
-on validation. ``pretrain_epochs`` pretrains each model by masked-patch reconstruction on the training split
+Recipes (``RECIPES``): ``paper`` is the protocol above, unchanged. ``small-data`` trains for a number of
+optimizer steps that suits the series length (``steps="auto"``: :func:`auto_steps`) at a batch size that suits the
+set (``batch_size="auto"``), with convolutional patch features (``conv_stem=32``), series augmentation, a smaller
+grid and several seeds; ``ensemble=k`` averages the predicted probabilities of the k runs ranked best on
+validation. ``pretrain_epochs`` pretrains each model by masked-patch reconstruction on the training split
 (never validation or test) before fine-tuning (``jumbokit.timeseries.pretrain``).
 
 A sweep directory holds ``sweep.json`` (what defines the sweep), ``runs/<dataset>/<model>/<run>.json``
