@@ -113,8 +113,8 @@ SMALL_DATA_STEPS, LONG_SERIES_STEPS = 1000, 3000
 
 def auto_steps(seq_len: int) -> int:
     """The small-data training length: 1000 optimizer steps, 3000 for series longer than 400 steps, where
-    1000 steps leave the training loss high (on ACSF1, OSULeaf and PLAID 3000 steps raised every model's
-    mean accuracy; on the shorter PickupGestureWiimoteZ they overfit)."""
+    1000 steps leave the training loss high (on ACSF1, OSULeaf and PLAID 3000 steps raised every model's mean
+    accuracy; on shorter series the effect varied by set: ArrowHead gained, PickupGestureWiimoteZ lost)."""
     return LONG_SERIES_STEPS if int(seq_len) > LONG_SERIES else SMALL_DATA_STEPS
 
 
