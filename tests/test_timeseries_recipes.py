@@ -248,6 +248,11 @@ def test_auto_steps_follow_series_length():
     assert "3000 for series longer than 400 steps" in ts_train._training_text(cfg)
     with pytest.raises(ValueError, match="steps must be a positive integer or 'auto', got 'many'"):
         ts_train.SweepConfig(steps="many")
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    series, labels = np.zeros((4, 1, 16)), np.array([0, 1, 0, 1])
+    with pytest.raises(ValueError, match="steps must be a positive integer or 'auto', got 'many'"):
+        PatchTSTClassifier(steps="many").fit(series, labels)
 
 
 def test_auto_batch_size():

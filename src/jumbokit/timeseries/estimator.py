@@ -118,7 +118,8 @@ class PatchTSTClassifier(BaseClassifier):
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         protocol = SweepConfig(batch_size=self.batch_size if self.batch_size == "auto" else int(self.batch_size),
                                weight_decay=float(self.weight_decay), seed=seed, augment=self.augment,
-                               steps=self.steps if self.steps in (None, "auto") else int(self.steps),
+                               steps=(self.steps if self.steps is None or isinstance(self.steps, str)
+                                      else int(self.steps)),
                                pretrain_epochs=int(self.pretrain_epochs))
         batch = protocol.batch_for(len(codes), int(x.shape[1]))
         if protocol.pretrain_epochs:
