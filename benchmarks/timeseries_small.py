@@ -41,17 +41,10 @@ import torch
 from jumbokit.timeseries import cli
 from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.models import PATCHTST_MODELS
-from jumbokit.timeseries.train import BASELINES, LONG_SERIES, LONG_SERIES_STEPS, SMALL_DATA_STEPS
+from jumbokit.timeseries.train import BASELINES, steps_text
 from jumbokit.training.rundir import atomic_write_text
 
 PRETRAIN_SETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "PickupGestureWiimoteZ")
-
-
-def steps_text(sweep: dict) -> str:
-    """A stored sweep's training length in words."""
-    if sweep.get("steps") == "auto":
-        return f"{SMALL_DATA_STEPS} steps ({LONG_SERIES_STEPS} for series longer than {LONG_SERIES} steps)"
-    return f"{sweep.get('steps')} steps"
 
 
 def compare_arm(name: str, sets: list[str], base_runs: list[dict], base_rows: dict, arm_dir: Path,
@@ -259,9 +252,8 @@ def main(argv=None) -> int:
                     *args.tstrain_args.split()]
         log(f"longer training: tstrain {' '.join(arm_args)}")
         run_in_chunks(long_sets, arm_args, lock, log)
-        lines += [f"## Longer training ({args.long_steps} steps instead of the recipe's "
-                  f"{steps_text(results['sweep'])}, "
-                  f"small-data recipe otherwise, {results['sweep'].get('seeds', 1)} seeds)", ""]
+        lines += [f"## Longer training ({steps_text(args.long_steps)} instead of the recipe's "
+                  f"{steps_text(results['sweep']['steps'])}, small-data recipe otherwise, {results['sweep'].get('seeds', 1)} seeds)", ""]
         arm_lines, arm = compare_arm("steps", long_sets, results["runs"], by, out / f"steps{args.long_steps}", models)
         lines += arm_lines
         report["longer_training"] = {**arm, "steps": args.long_steps, "command": "tstrain " + " ".join(arm_args)}
@@ -273,7 +265,7 @@ def main(argv=None) -> int:
               f"CPU only ({args.threads} threads, fp32, {os.cpu_count()} cores); {report['command']}; "
               f"sweep per set and model: lr {', '.join(f'{v:g}' for v in results['lrs'])} x dropout "
               f"{', '.join(f'{v:g}' for v in results['dropouts'])} x {results['sweep'].get('seeds', 1)} seeds, "
-              f"{steps_text(results['sweep'])} each. Main sweep and baselines as recorded: "
+              f"{steps_text(results['sweep']['steps'])}. Main sweep and baselines as recorded: "
               f"{report['recorded_seconds'] / 60:.0f} min of runs; this invocation: "
               f"{report['benchmark_seconds'] / 60:.0f} min (finished runs are reused).", ""]
     if any(main_run["lock_seen_after"].values()):

@@ -255,6 +255,21 @@ def test_auto_steps_follow_series_length():
         PatchTSTClassifier(steps="many").fit(series, labels)
 
 
+def test_small_data_recipe_sets_steps_from_series_length(tmp_path, monkeypatch):
+    # ItalyPowerDemand's series have 24 steps: with the threshold at 10 they count as long
+    monkeypatch.setattr(ts_train, "LONG_SERIES", 10)
+    monkeypatch.setattr(ts_train, "LONG_SERIES_STEPS", 3)
+    out = tmp_path / "auto"
+    assert cli.main(tiny(out, "--recipe", "small-data", "--seeds", "1", "--ensemble", "1")) == 0
+    assert json.loads((out / "sweep.json").read_text())["steps"] == "auto"
+    run = json.loads((out / "runs" / "ItalyPowerDemand" / "patchtst" / "lr0.001_do0.1.json").read_text())
+    assert run["steps"] == 3
+    monkeypatch.undo()
+    help_text = " ".join(cli.build_parser().format_help().split())
+    assert (f"'auto' = {ts_train.SMALL_DATA_STEPS}, {ts_train.LONG_SERIES_STEPS} for series longer than "
+            f"{ts_train.LONG_SERIES} steps") in help_text
+
+
 def test_auto_batch_size():
     assert [ts_train.auto_batch_size(n) for n in (5, 20, 36, 67, 537)] == [5, 20, 32, 32, 32]
     assert [ts_train.auto_batch_size(270, c) for c in (1, 3, 6, 12, 64)] == [32, 32, 21, 10, 8]

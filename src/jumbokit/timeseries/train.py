@@ -52,6 +52,7 @@ __all__ = [
     "RECIPES",
     "auto_batch_size",
     "auto_steps",
+    "steps_text",
     "SweepConfig",
     "RunResult",
     "SweepMismatchError",
@@ -116,6 +117,14 @@ def auto_steps(seq_len: int) -> int:
     1000 steps leave the training loss high (on ACSF1, OSULeaf and PLAID 3000 steps raised every model's mean
     accuracy; on shorter series the effect varied by set: ArrowHead gained, PickupGestureWiimoteZ lost)."""
     return LONG_SERIES_STEPS if int(seq_len) > LONG_SERIES else SMALL_DATA_STEPS
+
+
+def steps_text(steps: int | str) -> str:
+    """A fixed training length (a step count or "auto") in words."""
+    if steps == "auto":
+        return (f"{SMALL_DATA_STEPS} optimizer steps per run ({LONG_SERIES_STEPS} for series longer than "
+                f"{LONG_SERIES} steps)")
+    return f"{steps} optimizer steps per run"
 
 
 class SweepMismatchError(ValueError):
@@ -740,11 +749,8 @@ def _plot(path: Path, rows: list[dict], models: Sequence[str]) -> None:
 
 def _training_text(cfg: SweepConfig) -> str:
     """How each run trains, in words (the paper's sentence when the paper's recipe is used)."""
-    if cfg.steps == "auto":
-        length = (f"{SMALL_DATA_STEPS} optimizer steps per run ({LONG_SERIES_STEPS} for series longer than "
-                  f"{LONG_SERIES} steps)")
-    elif cfg.steps is not None:
-        length = f"{cfg.steps} optimizer steps per run"
+    if cfg.steps is not None:
+        length = steps_text(cfg.steps)
     else:
         length = (f"{cfg.epochs} epochs" if cfg.epochs is not None
                   else "100 epochs (20 for Sleep, Tiselac, FaceDetection)")
