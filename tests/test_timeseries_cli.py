@@ -91,6 +91,25 @@ def test_tstrain_bad_input(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--patches", "0"])
     assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--datasets", "GunPoint", "--ema", "1.5"] + common)
+    assert exc.value.code == 2 and "--ema: expected a decay in [0, 1)" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_tstrain_ema_scores_the_weight_average(tmp_path):
+    """--ema reaches the runs (other scores than the last weights), sweep.json and the report; off by default
+    and then absent from sweep.json, so earlier sweeps resume."""
+    def run(out, *extra):
+        assert cli.main(tiny(out, "--model", "patchtst", *extra)) == 0
+        record = json.loads(next((out / "runs").rglob("*.json")).read_text())
+        return json.loads((out / "sweep.json").read_text()), record
+
+    plain_sweep, plain = run(tmp_path / "plain")
+    ema_sweep, ema = run(tmp_path / "ema", "--ema", "0.5")
+    assert "ema_decay" not in json.dumps(plain_sweep) and '"ema_decay": 0.5' in json.dumps(ema_sweep)
+    assert ema["val_loss"] != plain["val_loss"]
+    assert "moving average of the weights (decay 0.5)" in (tmp_path / "ema" / "report.md").read_text()
 
 
 def test_tstrain_nan_only_channel_and_one_class(tmp_path, capsys, write_ts):

@@ -334,10 +334,12 @@ def test_estimator_small_data_options():
     X = [rng.normal(size=(2, n)) for n in rng.integers(20, 33, size=12)]  # unequal lengths
     y = np.array(["a", "b", "c"] * 4)
     clf = PatchTSTClassifier(model="patchtst", patches=4, steps=3, batch_size="auto", augment="jitter,time_warp,mixup",
-                             pretrain_epochs=1, conv_stem=8, random_state=0).fit(X, y)
+                             pretrain_epochs=1, conv_stem=8, ema_decay=0.5, random_state=0).fit(X, y)
     assert len(clf.history_) == 1 and clf.history_[-1]["step"] == 3
     assert clf.network_.config["conv_stem"] == 8
     np.testing.assert_allclose(clf.predict_proba(X).sum(1), 1, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"ema_decay must be in \[0, 1\) \(0 = off\), got 1.5"):
+        PatchTSTClassifier(ema_decay=1.5).fit(X, y)
 
 
 @pytest.mark.parametrize("chosen, expected", [(None, "workqueue"), ("omp", "omp")])

@@ -12,6 +12,7 @@ from jumbokit.data import build_dataset, make_loader
 from jumbokit.training import (
     RunDir,
     TrainConfig,
+    WeightEMA,
     build_optimizer,
     classification_loss,
     evaluate_classifier,
@@ -153,7 +154,7 @@ def test_lars_step_matches_a_hand_computation(weight_decay):
 @pytest.mark.parametrize(
     "kwargs, field",
     [({"epochs": 0}, "epochs"), ({"optimizer": "adam"}, "optimizer"), ({"mixed_precision": "fp8"}, "mixed_precision"),
-     ({"grad_accum": 0}, "grad_accum"), ({"lr": 1e-3, "min_lr": 1e-2}, "min_lr")],
+     ({"grad_accum": 0}, "grad_accum"), ({"lr": 1e-3, "min_lr": 1e-2}, "min_lr"), ({"ema_decay": 1.0}, "ema_decay")],
 )
 def test_train_config_rejects_bad_values(kwargs, field):
     with pytest.raises(ValueError, match=field):
@@ -262,11 +263,12 @@ def _interrupting(loss_fn, calls: int):
     return wrapped
 
 
-@pytest.mark.parametrize("checkpoint_steps, stop_after", [(0, 14), (4, 10)])
-def test_resume_ends_where_uninterrupted_run_ends(digits8, tmp_path, checkpoint_steps, stop_after):
+@pytest.mark.parametrize("checkpoint_steps, stop_after, ema_decay", [(0, 14, 0.0), (4, 10, 0.0), (4, 10, 0.9)])
+def test_resume_ends_where_uninterrupted_run_ends(digits8, tmp_path, checkpoint_steps, stop_after, ema_decay):
     """Stop inside epoch 3 (end-of-epoch checkpoints) or mid-epoch (step checkpoints), resume with 'latest':
-    parameters, optimizer state and logged epoch metrics equal those of an uninterrupted run."""
-    cfg = quiet(epochs=4, checkpoint_steps=checkpoint_steps, grad_clip=1.0)
+    parameters (the weight average, with EMA), optimizer state and logged epoch metrics equal those of an
+    uninterrupted run."""
+    cfg = quiet(epochs=4, checkpoint_steps=checkpoint_steps, grad_clip=1.0, ema_decay=ema_decay)
     loader = make_loader(digits8, 16, seed=5)
     full = fit(tiny_model(), loader, classification_loss(), cfg, out_dir=tmp_path / "full")
 
@@ -275,7 +277,8 @@ def test_resume_ends_where_uninterrupted_run_ends(digits8, tmp_path, checkpoint_
         fit(tiny_model(), make_loader(digits8, 16, seed=5), _interrupting(classification_loss(), stop_after), cfg,
             out_dir=part_dir)
     assert RunDir(part_dir).latest_checkpoint() is not None
-    resumed_cfg = quiet(epochs=4, checkpoint_steps=checkpoint_steps, grad_clip=1.0, resume="latest")
+    resumed_cfg = quiet(epochs=4, checkpoint_steps=checkpoint_steps, grad_clip=1.0, resume="latest",
+                        ema_decay=ema_decay)
     resumed = fit(tiny_model(seed=99), make_loader(digits8, 16, seed=5), classification_loss(), resumed_cfg,
                   out_dir=part_dir)
 
@@ -285,6 +288,49 @@ def test_resume_ends_where_uninterrupted_run_ends(digits8, tmp_path, checkpoint_
     assert resumed.history[-1]["train_loss"] == pytest.approx(full.history[-1]["train_loss"], abs=0)
     steps = [r["step"] for r in RunDir(part_dir).read_metrics() if r["kind"] == "train"]
     assert steps == sorted(set(steps))  # no duplicated lines after resuming
+
+
+def test_weight_ema_follows_its_warmed_up_decay():
+    model = nn.Sequential(nn.Linear(2, 1), nn.BatchNorm1d(1))
+    ema = WeightEMA(model, decay=0.5)
+    expected = model[0].weight.detach().clone()
+    for step, value in enumerate([1.0, -2.0, 4.0, 0.5] + [3.0] * 10):
+        with torch.no_grad():
+            model[0].weight.fill_(value)
+            model[1].running_mean.fill_(value)
+        ema.update(model, step)
+        decay = min(0.5, (1 + step) / (10 + step))
+        expected = decay * expected + (1 - decay) * value
+        torch.testing.assert_close(ema.module[0].weight, expected)
+        assert ema.module[1].running_mean.item() == value  # buffers are copied, not averaged
+    assert ema.decay_at(0) == pytest.approx(0.1) and ema.decay_at(100) == 0.5
+    assert not any(p.requires_grad for p in ema.module.parameters())
+    with pytest.raises(ValueError, match="EMA decay in \\(0, 1\\), got 1.0"):
+        WeightEMA(model, decay=1.0)
+
+
+def test_fit_with_ema_scores_and_returns_the_average(digits8, tmp_path):
+    """eval_fn sees the average every epoch; the returned and saved model is the average, not the last weights."""
+    seen = []
+
+    def eval_fn(model):
+        seen.append(params_of(model))
+        return {}
+
+    loader = make_loader(digits8, 16, seed=5)
+    last = fit(tiny_model(), loader, classification_loss(), quiet(epochs=2)).model
+    averaged = fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(), quiet(epochs=2, ema_decay=0.9),
+                   out_dir=tmp_path, eval_fn=eval_fn).model
+    assert len(seen) == 2
+    for k, v in params_of(averaged).items():
+        torch.testing.assert_close(seen[-1][k], v, rtol=0, atol=0)
+    assert not torch.allclose(averaged.fc1.weight, last.fc1.weight)
+    from safetensors.torch import load_file
+
+    torch.testing.assert_close(load_file(tmp_path / "model.safetensors")["fc1.weight"], averaged.fc1.weight)
+    with pytest.raises(ValueError, match="saved with ema_decay=0.9.*ema_decay=0.0"):
+        fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(), quiet(epochs=3, resume="latest"),
+            out_dir=tmp_path)
 
 
 def test_resume_with_other_model_config_is_refused(tmp_path):

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..training.cli import setup_threads
+from ..training.cli import ema_decay_arg, setup_threads
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
 from .data import AUTO_SCALE_SPREAD, NORMALIZATIONS
@@ -155,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--pretrain-mask-ratio", type=float, default=0.4,
                        help="fraction of each channel's patches masked in pretraining (default: 0.4, PatchTST's)")
     train.add_argument("--pretrain-lr", type=float, default=1e-3, help="pretraining learning rate (default: 1e-3)")
+    train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
+                       help="score the exponential moving average of the weights, updated after every step with this "
+                            "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
     train.add_argument("--seeds", type=_positive_int, default=None,
                        help="runs per (lr, dropout) with seeds --seed, --seed+1, ... (paper: 1; small-data: 3)")
     train.add_argument("--ensemble", type=_positive_int, default=None,
@@ -233,7 +236,7 @@ def _run(args: argparse.Namespace) -> int:
                       pretrain_epochs=args.pretrain_epochs if args.pretrain_epochs is not None
                       else recipe["pretrain_epochs"],
                       pretrain_mask_ratio=args.pretrain_mask_ratio, pretrain_lr=args.pretrain_lr,
-                      seeds=args.seeds if args.seeds is not None else recipe["seeds"])
+                      seeds=args.seeds if args.seeds is not None else recipe["seeds"], ema_decay=args.ema)
     ensemble = args.ensemble if args.ensemble is not None else recipe["ensemble"]
     out_dir = Path(args.out) if args.out else _default_out(args)
     lrs = tuple(args.lr) if args.lr else tuple(recipe["lrs"])

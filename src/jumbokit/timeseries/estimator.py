@@ -52,6 +52,9 @@ class PatchTSTClassifier(BaseClassifier):
         Width of convolutional patch features added to each token (two 1-D convolutions over the series,
         max and mean within each patch); 0 = linear patches only, as PatchTST.
     weight_decay : float, default=0.02
+    ema_decay : float, default=0.0
+        > 0: predict with the exponential moving average of the weights (updated after every step with this
+        decay, e.g. 0.998) instead of the last weights.
     normalize : str, default="train"
         ``"train"``: per-channel mean/std of the training data, applied at prediction too; ``"instance"``:
         each series and channel by its own statistics (RevIN-style; drops level and amplitude); ``"auto"``:
@@ -75,7 +78,7 @@ class PatchTSTClassifier(BaseClassifier):
     def __init__(self, model: str = "patchtst_jumbo", patches: int = 8, epochs: int = 100, lr: float = 1e-3,
                  dropout: float = 0.1, batch_size: int | str = 256, weight_decay: float = 0.02, normalize: str = "train",
                  random_state: int | None = None, verbose: bool = False, steps: int | str | None = None,
-                 augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0) -> None:
+                 augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -87,6 +90,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.augment = augment
         self.pretrain_epochs = pretrain_epochs
         self.conv_stem = conv_stem
+        self.ema_decay = ema_decay
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -120,7 +124,7 @@ class PatchTSTClassifier(BaseClassifier):
                                weight_decay=float(self.weight_decay), seed=seed, augment=self.augment,
                                steps=(self.steps if self.steps is None or isinstance(self.steps, str)
                                       else int(self.steps)),
-                               pretrain_epochs=int(self.pretrain_epochs))
+                               pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay))
         batch = protocol.batch_for(len(codes), int(x.shape[1]))
         if protocol.pretrain_epochs:
             pretrain_series(net, x, epochs=protocol.pretrain_epochs, batch_size=batch, lr=protocol.pretrain_lr,

@@ -90,7 +90,7 @@ LEGACY_SWEEP_KEYS = {"normalize": "instance", "min_steps": 0}
 RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len": None, "conv_stem": 0,
                                "augment": "none",
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
-                               "pretrain_lr": 1e-3, "seeds": 1}
+                               "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0}
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
@@ -158,6 +158,7 @@ class SweepConfig:
     pretrain_mask_ratio: float = 0.4
     pretrain_lr: float = 1e-3
     seeds: int = 1  # runs per grid point, with seeds seed, seed+1, ...
+    ema_decay: float = 0.0  # > 0: score the exponential moving average of the weights (TrainConfig.ema_decay)
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
@@ -178,6 +179,7 @@ class SweepConfig:
             ("pretrain_lr", self.pretrain_lr > 0, "> 0"),
             ("mixup_alpha", self.mixup_alpha > 0, "> 0"),
             ("seeds", self.seeds >= 1, ">= 1"),
+            ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1) (0 = off)"),
         ]
         for name, ok, expected in checks:
             if not ok:
@@ -318,7 +320,7 @@ def train_config(cfg: SweepConfig, lr: float, epochs: int, progress: bool = Fals
     return TrainConfig(epochs=epochs, lr=lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999), optimizer="adamw",
                        warmup_fraction=cfg.warmup_fraction, min_lr=cfg.min_lr, schedule="cosine",
                        mixed_precision=cfg.mixed_precision, seed=cfg.seed if seed is None else seed,
-                       checkpoint_every=0, progress=progress, cpu=cpu, save_model=False)
+                       checkpoint_every=0, progress=progress, cpu=cpu, save_model=False, ema_decay=cfg.ema_decay)
 
 
 def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
@@ -770,6 +772,8 @@ def _training_text(cfg: SweepConfig) -> str:
     if cfg.augment != "none":
         text += f" Augmentation: {cfg.augment.replace(',', ', ')} (each with probability 0.5 per series"
         text += f"; mixup alpha {cfg.mixup_alpha:g})." if "mixup" in cfg.augment else ")."
+    if cfg.ema_decay:
+        text += f" Scored: the exponential moving average of the weights (decay {cfg.ema_decay:g})."
     if cfg.pretrain_epochs:
         text += (f" Masked-patch pretraining on the training split first: {cfg.pretrain_epochs} epochs, mask ratio "
                  f"{cfg.pretrain_mask_ratio:g}, lr {cfg.pretrain_lr:g}.")

@@ -20,6 +20,7 @@ from .cli import (
 )
 from .threads import ThreadChoice, add_threads_arg, configure_threads
 from .config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
+from .ema import WeightEMA
 from .evaluate import evaluate_classifier, topk_correct
 from .loop import (
     FitResult,
@@ -42,5 +43,5 @@ __all__ = [
     "model_fingerprint", "config_differences", "resolve_resume", "save_final_model", "add_common_args", "check_count_flags", "train_config_from_args",
     "default_out_dir", "prepare_out_dir", "run_cli", "one_line", "atomic_save_figure", "atomic_write_json", "atomic_write_text",
     "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "setup_threads", "configure_threads",
-    "add_threads_arg", "ThreadChoice", "configure_tf32",
+    "add_threads_arg", "ThreadChoice", "configure_tf32", "WeightEMA",
 ]

@@ -14,6 +14,17 @@ from .rundir import RunDir, list_checkpoints
 from .threads import ThreadChoice, add_threads_arg, configure_threads
 
 
+def ema_decay_arg(text: str) -> float:
+    """argparse type of ``--ema``: a decay in [0, 1) (0 = off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a decay in [0, 1) (0 = off), e.g. 0.998, got {text!r}")
+    return value
+
+
 def add_common_args(
     parser: argparse.ArgumentParser,
     *,
@@ -78,6 +89,9 @@ def add_common_args(
     opt.add_argument("--betas", type=float, nargs=2, default=list(betas), help="AdamW betas (default: %(default)s)")
     opt.add_argument("--grad-clip", type=float, default=grad_clip, help="max gradient norm (default: off)")
     opt.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    opt.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
+                     help="keep an exponential moving average of the weights with this decay (e.g. 0.9998), "
+                          "evaluate and save it instead of the last weights (default: 0, off)")
     return parser
 
 
@@ -115,7 +129,7 @@ def train_config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainC
         mixed_precision=args.mixed_precision, tf32=getattr(args, "tf32", True), seed=args.seed, checkpoint_every=args.checkpoint_every,
         checkpoint_steps=getattr(args, "checkpoint_steps", 0),
         resume=args.resume, log_every=args.log_every, progress=not args.no_progress, cpu=args.cpu,
-        log_with=args.log_with,
+        log_with=args.log_with, ema_decay=getattr(args, "ema", 0.0),
     )
     values.update(overrides)
     if values["lr"] is None:

@@ -20,6 +20,9 @@ class TrainConfig:
     ``checkpoint_steps`` adds mid-epoch checkpoints every that many optimizer steps (0 = off).
     ``resume``: None (fresh), "latest" (newest checkpoint in out_dir; fresh start if none) or a checkpoint /
     run directory path.
+    ``ema_decay`` > 0 keeps an exponential moving average of the weights, updated after every optimizer step
+    with decay ``min(ema_decay, (1 + t) / (10 + t))`` at update t (timm's warm-up); the per-epoch evaluation, the
+    returned model and the saved weights are then the average (0 = off).
     """
 
     epochs: int = 100
@@ -46,6 +49,7 @@ class TrainConfig:
     tf32: bool = True  # CUDA only: fp32 matmuls / convolutions on TF32 tensor cores (see configure_tf32)
     log_with: str | None = None  # accelerate tracker, e.g. "tensorboard"
     save_model: bool = True  # write model.safetensors + model_config.json at the end
+    ema_decay: float = 0.0  # weight EMA (0 = off), e.g. 0.998
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # JSON round trips give lists
@@ -69,6 +73,7 @@ class TrainConfig:
             ("checkpoint_steps", self.checkpoint_steps >= 0, ">= 0 (0 = off)"),
             ("keep_checkpoints", self.keep_checkpoints >= 1, ">= 1"),
             ("log_every", self.log_every >= 1, ">= 1"),
+            ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1) (0 = off)"),
             ("betas", len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "two numbers in [0, 1)"),
         ]
         for name, ok, expected in checks:

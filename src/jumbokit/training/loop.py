@@ -25,6 +25,7 @@ from accelerate.utils import extract_model_from_parallel
 from torch import nn
 
 from .config import TrainConfig
+from .ema import WeightEMA
 from .optim import build_optimizer, set_lr, warmup_steps_for
 from .rundir import CHECKPOINT_RE, RunDir, atomic_write_json, checkpoint_name, list_checkpoints
 
@@ -346,7 +347,14 @@ def fit(
 
     counters = _Counters()
     history: list[dict] = []
+    ema = WeightEMA(unwrapped, cfg.ema_decay) if cfg.ema_decay > 0 else None
+    if ema is not None:
+        acc.register_for_checkpointing(ema)
     if resume_from is not None:
+        saved_ema = float(saved_state.get("train", {}).get("ema_decay", 0.0))
+        if (saved_ema > 0) != (ema is not None):
+            raise ValueError(f"{resume_from} was saved with ema_decay={saved_ema}, but this run has "
+                             f"ema_decay={cfg.ema_decay}; resume with the same setting (on or off)")
         acc.load_state(str(resume_from))
         counters.load(saved_state)
         if run is not None:
@@ -414,6 +422,8 @@ def fit(
             window_n += 1
             if not acc.sync_gradients:
                 continue
+            if ema is not None:
+                ema.update(unwrapped, counters.step)
             counters.step += 1
             bar.update(1)
             if counters.step % cfg.log_every == 0:
@@ -447,11 +457,12 @@ def fit(
         record: dict[str, Any] = {"kind": "epoch", "epoch": epoch + 1, "step": counters.step, "lr": lr,
                                   "train_loss": train_loss, "epoch_time_s": round(time.time() - started, 3)}
         if eval_fn is not None and main:
-            was_training = unwrapped.training
-            unwrapped.eval()
+            scored = ema.module if ema is not None else unwrapped
+            was_training = scored.training
+            scored.eval()
             with acc.autocast():
-                record.update(_scalar_logs(eval_fn(unwrapped)))
-            unwrapped.train(was_training)
+                record.update(_scalar_logs(eval_fn(scored)))
+            scored.train(was_training)
         history.append(record)
         if main:
             if run is not None:
@@ -471,6 +482,8 @@ def fit(
         if run is not None and due:
             saved.append(_save_checkpoint(acc, run, counters, True, ckpt_extra, cfg.keep_checkpoints))
     bar.close()
+    if ema is not None:  # the returned and saved model is the average
+        unwrapped.load_state_dict(ema.module.state_dict())
 
     if run is not None and cfg.save_model and main:
         save_final_model(unwrapped, run.path)
