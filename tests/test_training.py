@@ -276,7 +276,9 @@ def test_resume_ends_where_uninterrupted_run_ends(digits8, tmp_path, checkpoint_
     with pytest.raises(StopAfter):
         fit(tiny_model(), make_loader(digits8, 16, seed=5), _interrupting(classification_loss(), stop_after), cfg,
             out_dir=part_dir)
-    assert RunDir(part_dir).latest_checkpoint() is not None
+    latest = RunDir(part_dir).latest_checkpoint()
+    assert latest is not None
+    assert (latest / "ema.safetensors").is_file() == (ema_decay > 0) and not list(latest.glob("custom_checkpoint*"))
     resumed_cfg = quiet(epochs=4, checkpoint_steps=checkpoint_steps, grad_clip=1.0, resume="latest",
                         ema_decay=ema_decay)
     resumed = fit(tiny_model(seed=99), make_loader(digits8, 16, seed=5), classification_loss(), resumed_cfg,

@@ -8,8 +8,8 @@
 
 The decay warms up as ``min(decay, (1 + t) / (10 + t))`` at update ``t`` (as timm's ``ModelEmaV3``), so the
 first updates follow the model closely instead of keeping its random initialisation for thousands of steps.
-Buffers are copied, not averaged. ``state_dict`` holds the averaged copy, so an Accelerate checkpoint
-(``register_for_checkpointing``) resumes it exactly.
+Buffers are copied, not averaged. :func:`jumbokit.training.fit` stores ``module`` in every checkpoint as
+``ema.safetensors`` and restores it on resume.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from .optim import build_optimizer, set_lr, warmup_steps_for
 from .rundir import CHECKPOINT_RE, RunDir, atomic_write_json, checkpoint_name, list_checkpoints
 
 STATE_FILE = "trainer_state.json"
+EMA_FILE = "ema.safetensors"  # the weight average in a checkpoint (TrainConfig.ema_decay)
 # config keys that change regularisation only; a checkpoint may be resumed with other values of these
 _REGULARISATION_KEYS = {"drop_rate", "attn_drop_rate", "drop_path_rate", "head_drop_rate", "proj_drop_rate"}
 
@@ -253,8 +254,10 @@ def _check_finite(loss: float, where: str, cfg: TrainConfig) -> None:
         raise FloatingPointError(f"loss is {loss} {where}; lower the learning rate (lr={cfg.lr}) or enable grad_clip")
 
 
-def _save_checkpoint(acc, run: RunDir, counters: _Counters, end_of_epoch: bool, extra: dict, keep: int) -> Path:
-    """``accelerator.save_state`` into a temp folder, then rename (every process writes its RNG state)."""
+def _save_checkpoint(acc, run: RunDir, counters: _Counters, end_of_epoch: bool, extra: dict, keep: int,
+                     ema: WeightEMA | None = None) -> Path:
+    """``accelerator.save_state`` into a temp folder (plus the weight average as ``EMA_FILE``), then rename
+    (every process writes its RNG state)."""
     epoch_label = counters.epoch if end_of_epoch else counters.epoch + 1
     name = checkpoint_name(epoch_label, counters.step, end_of_epoch)
     final = run.checkpoints_dir / name
@@ -266,6 +269,10 @@ def _save_checkpoint(acc, run: RunDir, counters: _Counters, end_of_epoch: bool, 
     acc.save_state(str(tmp))
     acc.wait_for_everyone()
     if acc.is_main_process:
+        if ema is not None:  # safetensors, not accelerate's custom-state pickle: checkpoints are never unpickled
+            from safetensors.torch import save_model
+
+            save_model(ema.module, str(tmp / EMA_FILE))
         atomic_write_json(tmp / STATE_FILE, {**counters.to_dict(), **extra})
         if final.exists():
             shutil.rmtree(final)
@@ -348,14 +355,16 @@ def fit(
     counters = _Counters()
     history: list[dict] = []
     ema = WeightEMA(unwrapped, cfg.ema_decay) if cfg.ema_decay > 0 else None
-    if ema is not None:
-        acc.register_for_checkpointing(ema)
     if resume_from is not None:
         saved_ema = float(saved_state.get("train", {}).get("ema_decay", 0.0))
         if (saved_ema > 0) != (ema is not None):
             raise ValueError(f"{resume_from} was saved with ema_decay={saved_ema}, but this run has "
                              f"ema_decay={cfg.ema_decay}; resume with the same setting (on or off)")
         acc.load_state(str(resume_from))
+        if ema is not None:
+            from safetensors.torch import load_model
+
+            load_model(ema.module, str(resume_from / EMA_FILE), device=str(acc.device))
         counters.load(saved_state)
         if run is not None:
             if main:
@@ -449,7 +458,7 @@ def fit(
             ):
                 _check_finite(acc.reduce(epoch_loss, "sum").item(), f"in epoch {epoch + 1} before step "
                                                                     f"{counters.step}", cfg)
-                saved.append(_save_checkpoint(acc, run, counters, False, ckpt_extra, cfg.keep_checkpoints))
+                saved.append(_save_checkpoint(acc, run, counters, False, ckpt_extra, cfg.keep_checkpoints, ema))
 
         counters.epoch, counters.batch_in_epoch = epoch + 1, 0
         train_loss = acc.reduce(epoch_loss / max(1, epoch_batches), "mean").item()
@@ -480,7 +489,7 @@ def fit(
                     step=counters.step)
         due = cfg.checkpoint_every and ((epoch + 1) % cfg.checkpoint_every == 0 or epoch + 1 == cfg.epochs)
         if run is not None and due:
-            saved.append(_save_checkpoint(acc, run, counters, True, ckpt_extra, cfg.keep_checkpoints))
+            saved.append(_save_checkpoint(acc, run, counters, True, ckpt_extra, cfg.keep_checkpoints, ema))
     bar.close()
     if ema is not None:  # the returned and saved model is the average
         unwrapped.load_state_dict(ema.module.state_dict())
