@@ -309,13 +309,15 @@ def fit(
             ``cfg.log_every`` optimizer steps), mid-epoch checkpoint or epoch end, never later than a checkpoint.
         out_dir: run directory (config.json, metrics.jsonl, checkpoints/, model.safetensors); None = no files.
         eval_fn: ``eval_fn(unwrapped_model) -> metrics`` run on the main process after every epoch
-            (the model is in eval mode; wrap in ``torch.no_grad`` inside).
+            (the model is in eval mode; wrap in ``torch.no_grad`` inside); with ``cfg.ema_decay`` > 0 it gets
+            the weight average (``WeightEMA.module``).
         accelerator: reuse an Accelerator (default: ``make_accelerator(cfg, out_dir)``).
         params: param groups for the optimizer (default: ``param_groups(model)`` with no-decay groups).
         run_config: extra entries written to ``config.json`` next to the train config (dataset record, args).
         on_epoch_end: ``on_epoch_end(epoch, unwrapped_model, record)`` on the main process (plots, samples).
     Returns:
-        FitResult(history, final, model (unwrapped), accelerator).
+        FitResult(history, final, model (unwrapped; holding the weight average when ``cfg.ema_decay`` > 0),
+        accelerator).
     """
     from accelerate.utils import set_seed
     from tqdm.auto import tqdm
