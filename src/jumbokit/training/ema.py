@@ -39,14 +39,17 @@ class WeightEMA(nn.Module):
     @torch.no_grad()
     def update(self, model: nn.Module, update: int) -> None:
         """Move the average towards ``model``'s current weights (``update``: optimizer steps taken before)."""
-        pairs = list(zip(self.module.parameters(), model.parameters(), strict=True))
-        floats = [(a, c.detach()) for a, c in pairs if a.is_floating_point()]
-        if floats:  # one fused kernel per device and dtype, as torch's AveragedModel does
-            torch._foreach_lerp_([a for a, _ in floats], [c for _, c in floats], 1.0 - self.decay_at(update))
-        for averaged, current in [(a, c) for a, c in pairs if not a.is_floating_point()]:
-            averaged.copy_(current)
-        for averaged, current in zip(self.module.buffers(), model.buffers(), strict=True):
-            averaged.copy_(current)
+        averaged, current = [], []
+        for mine, theirs in zip(self.module.parameters(), model.parameters(), strict=True):
+            if mine.is_floating_point():
+                averaged.append(mine)
+                current.append(theirs.detach())
+            else:
+                mine.copy_(theirs)
+        if averaged:  # one fused kernel per device and dtype, as torch's AveragedModel does
+            torch._foreach_lerp_(averaged, current, 1.0 - self.decay_at(update))
+        for mine, theirs in zip(self.module.buffers(), model.buffers(), strict=True):
+            mine.copy_(theirs)
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
