@@ -312,8 +312,9 @@ def test_weight_ema_follows_its_warmed_up_decay():
 
 
 def test_fit_with_ema_scores_and_returns_the_average(digits8, tmp_path):
-    """eval_fn sees the average every epoch; the returned and saved model is the average, not the last weights."""
-    seen = []
+    """eval_fn and on_epoch_end see the average every epoch; the returned and saved model is the average, not
+    the last weights."""
+    seen, shown = [], []
 
     def eval_fn(model):
         seen.append(params_of(model))
@@ -322,10 +323,11 @@ def test_fit_with_ema_scores_and_returns_the_average(digits8, tmp_path):
     loader = make_loader(digits8, 16, seed=5)
     last = fit(tiny_model(), loader, classification_loss(), quiet(epochs=2)).model
     averaged = fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(), quiet(epochs=2, ema_decay=0.9),
-                   out_dir=tmp_path, eval_fn=eval_fn).model
-    assert len(seen) == 2
+                   out_dir=tmp_path, eval_fn=eval_fn, on_epoch_end=lambda e, m, r: shown.append(params_of(m))).model
+    assert len(seen) == len(shown) == 2
     for k, v in params_of(averaged).items():
         torch.testing.assert_close(seen[-1][k], v, rtol=0, atol=0)
+        torch.testing.assert_close(shown[-1][k], v, rtol=0, atol=0)
     assert not torch.allclose(averaged.fc1.weight, last.fc1.weight)
     from safetensors.torch import load_file
 

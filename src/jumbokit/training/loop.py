@@ -314,7 +314,8 @@ def fit(
         accelerator: reuse an Accelerator (default: ``make_accelerator(cfg, out_dir)``).
         params: param groups for the optimizer (default: ``param_groups(model)`` with no-decay groups).
         run_config: extra entries written to ``config.json`` next to the train config (dataset record, args).
-        on_epoch_end: ``on_epoch_end(epoch, unwrapped_model, record)`` on the main process (plots, samples).
+        on_epoch_end: ``on_epoch_end(epoch, unwrapped_model, record)`` on the main process (plots, samples);
+            the weight average too with ``cfg.ema_decay`` > 0.
     Returns:
         FitResult(history, final, model (unwrapped; holding the weight average when ``cfg.ema_decay`` > 0),
         accelerator).
@@ -357,6 +358,7 @@ def fit(
     counters = _Counters()
     history: list[dict] = []
     ema = WeightEMA(unwrapped, cfg.ema_decay) if cfg.ema_decay > 0 else None
+    scored = ema.module if ema is not None else unwrapped  # what eval_fn and on_epoch_end see
     if resume_from is not None:
         saved_ema = float(saved_state.get("train", {}).get("ema_decay", 0.0))
         if (saved_ema > 0) != (ema is not None):
@@ -468,7 +470,6 @@ def fit(
         record: dict[str, Any] = {"kind": "epoch", "epoch": epoch + 1, "step": counters.step, "lr": lr,
                                   "train_loss": train_loss, "epoch_time_s": round(time.time() - started, 3)}
         if eval_fn is not None and main:
-            scored = ema.module if ema is not None else unwrapped
             was_training = scored.training
             scored.eval()
             with acc.autocast():
@@ -485,7 +486,7 @@ def fit(
                 )
                 bar.write(f"epoch {epoch + 1}/{cfg.epochs}  {shown}")
             if on_epoch_end is not None:
-                on_epoch_end(epoch, unwrapped, record)
+                on_epoch_end(epoch, scored, record)
         if cfg.log_with:
             acc.log({f"epoch/{k}": v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"},
                     step=counters.step)
