@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,14 +12,12 @@ import jumbokit
 
 pytest.importorskip("imagecorruptions")
 torch.set_num_threads(1)
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "sar_adapt.py"
 
 
 @pytest.fixture(scope="module")
 def recipe():
-    spec = importlib.util.spec_from_file_location("sar_adapt_recipe", RECIPE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    import jumbokit.recipes.sar_adapt as module
+
     return module
 
 

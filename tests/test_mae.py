@@ -210,14 +210,9 @@ def test_bad_inputs():
 
 # ----------------------------------------------------------------------------------------- recipes
 def load_recipe(name: str):
-    import importlib.util
-    from pathlib import Path
+    import importlib
 
-    path = Path(__file__).resolve().parents[1] / "recipes" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"jumbokit.recipes.{name}")
 
 
 def test_resume_refuses_a_different_model_config(tmp_path):

@@ -238,16 +238,10 @@ def test_evolution_beats_random_search_at_equal_evaluations():
 
 def test_recipes_end_to_end(tmp_path):
     """Supernet training -> search -> retraining the winner from scratch, on a few digits."""
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1] / "recipes"
+    import importlib
 
     def recipe(name):
-        spec = importlib.util.spec_from_file_location(name, root / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        return importlib.import_module(f"jumbokit.recipes.{name}")
 
     sn = tmp_path / "supernet"
     recipe("nas_supernet").main(["--epochs", "1", "--max-train-samples", "32", "--batch-size", "16",

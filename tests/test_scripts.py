@@ -19,12 +19,9 @@ def test_script_help(script):
 
 
 def _recipe(name: str):
-    import importlib.util
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(f"{name}_recipe_under_test", ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"jumbokit.recipes.{name}")
 
 
 @pytest.mark.parametrize("recipe", ["supervised", "mae_pretrain", "linear_probe", "sar_adapt"])
@@ -41,7 +38,7 @@ def test_zero_batch_size_is_named_in_one_line(recipe, capsys):
 
 def test_mae_recipe_imports_no_heavy_optional_packages():
     """The main job starts without the time-series, plotting and corruption packages (seconds of imports)."""
-    code = ("import sys; sys.path.insert(0, 'recipes'); import mae_pretrain; mae_pretrain.build_parser(); "
+    code = ("import sys; import jumbokit.recipes.mae_pretrain as mae_pretrain; mae_pretrain.build_parser(); "
             "import jumbokit.data, jumbokit.ssl, jumbokit.training; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'aeon', 'sktime', 'matplotlib', 'imagecorruptions', 'numba', 'timm'}))")

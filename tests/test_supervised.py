@@ -2,7 +2,6 @@
 schedule, branch flags and bad input."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -21,9 +20,8 @@ RECIPE = ROOT / "recipes" / "supervised.py"
 
 
 def load_recipe():
-    spec = importlib.util.spec_from_file_location("supervised_recipe", RECIPE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    import jumbokit.recipes.supervised as module
+
     return module
 
 

@@ -205,3 +205,31 @@ def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
     return [p for *_, p in sorted(found)]
 
 
+
+
+def find_latest_run(root: str | os.PathLike = "runs", prefix: str = "", dataset: str | None = None) -> Path | None:
+    """The newest run directory under ``root`` whose name starts with ``prefix`` (e.g. "mae_pretrain"), that
+    holds a final ``model.safetensors`` and, when ``dataset`` is given, a ``data`` record for that dataset in its
+    ``config.json``; None when there is none. Newest = latest ``model.safetensors``."""
+    best: tuple[float, Path] | None = None
+    root = Path(root)
+    for model_file in root.glob(f"{prefix}*/model.safetensors") if root.is_dir() else []:
+        run = model_file.parent
+        if dataset is not None and str(read_data_record(run).get("dataset")) != dataset:
+            continue
+        mtime = model_file.stat().st_mtime
+        if best is None or mtime > best[0]:
+            best = (mtime, run)
+    return None if best is None else best[1]
+
+
+def read_data_record(run_or_file: str | os.PathLike) -> dict[str, Any]:
+    """The ``data`` record (dataset, mean/std, img_size, in_chans, classes) that a run stored in its
+    ``config.json``; ``{}`` when the run (or the folder of a weights file) has none or it cannot be read."""
+    path = Path(run_or_file)
+    config = (path if path.is_dir() else path.parent) / RunDir.CONFIG
+    try:
+        record = json.loads(config.read_text()).get("data")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return {}
+    return record if isinstance(record, dict) else {}
