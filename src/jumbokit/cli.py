@@ -55,3 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def export_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``jumbokit-export`` (= ``jumbokit export``)."""
+    return main(["export", *(sys.argv[1:] if argv is None else argv)])
