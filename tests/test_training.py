@@ -292,6 +292,24 @@ def test_resume_ends_where_uninterrupted_run_ends(digits8, tmp_path, checkpoint_
     assert steps == sorted(set(steps))  # no duplicated lines after resuming
 
 
+def test_resume_keeps_config_and_appends_a_resume_record(digits8, tmp_path):
+    """config.json is the run's first record: a resume leaves it byte for byte and appends one line to
+    resumes.jsonl (time, checkpoint, position, processes, training length, the caller's entries)."""
+    fit(tiny_model(), make_loader(digits8, 32), classification_loss(), quiet(epochs=1), out_dir=tmp_path,
+        run_config={"args": {"epochs": 1}})
+    first = (tmp_path / "config.json").read_text()
+    assert RunDir(tmp_path).read_resumes() == []
+    for epochs in (2, 3):
+        fit(tiny_model(), make_loader(digits8, 32), classification_loss(), quiet(epochs=epochs, resume="latest"),
+            out_dir=tmp_path, run_config={"args": {"epochs": epochs}},
+            resume_record={"changed": {"epochs": [epochs - 1, epochs]}})
+    assert (tmp_path / "config.json").read_text() == first
+    records = RunDir(tmp_path).read_resumes()
+    assert [(r["epoch"], r["step"], r["epochs"], r["total_steps"]) for r in records] == [(1, 3, 2, 6), (2, 6, 3, 9)]
+    assert records[0]["checkpoint"].endswith("epoch_0001_00000003") and records[0]["num_processes"] == 1
+    assert records[1]["changed"] == {"epochs": [2, 3]} and records[1]["time"][:2] == "20"
+
+
 def test_weight_ema_follows_its_warmed_up_decay():
     model = nn.Sequential(nn.Linear(2, 1), nn.BatchNorm1d(1))
     ema = WeightEMA(model, decay=0.5)

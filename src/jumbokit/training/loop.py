@@ -247,6 +247,17 @@ class _Counters:
         self.epoch, self.step, self.batch_in_epoch = data["epoch"], data["step"], data["batch_in_epoch"]
 
 
+def resume_entry(checkpoint: Path, counters: "_Counters", num_processes: int, cfg: TrainConfig,
+                 total_steps: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``resumes.jsonl`` line of one resume: when, from which checkpoint, where in training, on how many
+    processes, the training length now, plus ``extra`` (entries given by the caller)."""
+    from datetime import datetime, timezone
+
+    return {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "checkpoint": str(checkpoint),
+            "epoch": counters.epoch, "step": counters.step, "num_processes": num_processes,
+            "epochs": cfg.epochs, "total_steps": total_steps, **(extra or {})}
+
+
 def _check_finite(loss: float, where: str, cfg: TrainConfig) -> None:
     """The NaN/inf guard. It runs where the loop reads values back anyway (logging steps, epoch ends, checkpoints):
     a check per micro-batch would stall an accelerator on a host sync every time."""
@@ -294,6 +305,7 @@ def fit(
     params: Iterable | None = None,
     *,
     run_config: dict[str, Any] | None = None,
+    resume_record: dict[str, Any] | None = None,
     on_epoch_end: Callable[[int, nn.Module, dict], None] | None = None,
 ) -> FitResult:
     """Train ``model`` on ``train_loader`` with ``loss_fn`` for ``cfg.epochs`` epochs.
@@ -314,6 +326,9 @@ def fit(
         accelerator: reuse an Accelerator (default: ``make_accelerator(cfg, out_dir)``).
         params: param groups for the optimizer (default: ``param_groups(model)`` with no-decay groups).
         run_config: extra entries written to ``config.json`` next to the train config (dataset record, args).
+            ``config.json`` is written once, when the run starts; a resume leaves it as it is.
+        resume_record: extra entries for the line a resume appends to ``resumes.jsonl`` (e.g. the flags that
+            changed); that line always holds time, checkpoint, epoch, step, num_processes, epochs, total_steps.
         on_epoch_end: ``on_epoch_end(epoch, unwrapped_model, record)`` on the main process (plots, samples);
             the weight average too with ``cfg.ema_decay`` > 0.
     Returns:
@@ -379,7 +394,7 @@ def fit(
 
     if run is not None and resume_from is None and main:
         run.write_text(RunDir.METRICS, "")  # a fresh run starts a fresh log
-    if run is not None:
+    if run is not None and (resume_from is None or not (run / RunDir.CONFIG).exists()):
         run.update_config(
             **(run_config or {}),
             train=cfg.to_dict(),
@@ -389,6 +404,8 @@ def fit(
             total_steps=total_steps,
             warmup_steps=warmup,
         )
+    if run is not None and resume_from is not None:
+        run.append_resume(resume_entry(resume_from, counters, acc.num_processes, cfg, total_steps, resume_record))
     if cfg.log_with:
         flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in cfg.to_dict().items()}
         acc.init_trackers("jumbokit", config=flat)

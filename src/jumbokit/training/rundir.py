@@ -95,6 +95,7 @@ class RunDir:
 
     CONFIG = "config.json"
     METRICS = "metrics.jsonl"
+    RESUMES = "resumes.jsonl"
     REPORT = "report.md"
     RESULTS = "results.csv"
     CHECKPOINTS = "checkpoints"
@@ -138,16 +139,15 @@ class RunDir:
     def read_config(self) -> dict[str, Any]:
         return self.read_json(self.CONFIG)
 
-    def append_metrics(self, record: dict[str, Any]) -> None:
-        """Append one JSON line to ``metrics.jsonl`` (a line is small; appends are flushed at once)."""
+    def _append_line(self, name: str, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        with open(self.path / self.METRICS, "a") as fh:
+        with open(self.path / name, "a") as fh:
             fh.write(to_json(record, indent=None) + "\n")
             fh.flush()
 
-    def read_metrics(self) -> list[dict[str, Any]]:
-        file = self.path / self.METRICS
+    def _read_lines(self, name: str) -> list[dict[str, Any]]:
+        file = self.path / name
         if not file.exists():
             return []
         out = []
@@ -159,6 +159,22 @@ class RunDir:
                 except json.JSONDecodeError:  # a line cut short by a crash
                     continue
         return out
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        """Append one JSON line to ``metrics.jsonl`` (a line is small; appends are flushed at once)."""
+        self._append_line(self.METRICS, record)
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        return self._read_lines(self.METRICS)
+
+    def append_resume(self, record: dict[str, Any]) -> None:
+        """Append one JSON line to ``resumes.jsonl``: a run's ``config.json`` is its first record and stays as
+        written; each resume adds a line instead (time, checkpoint, position, changed settings)."""
+        self._append_line(self.RESUMES, record)
+
+    def read_resumes(self) -> list[dict[str, Any]]:
+        """The ``resumes.jsonl`` records, oldest first (``[]`` for a run never resumed)."""
+        return self._read_lines(self.RESUMES)
 
     def truncate_metrics(self, max_step: int) -> None:
         """Drop metric lines logged after optimizer step ``max_step`` (used when resuming from a checkpoint)."""
