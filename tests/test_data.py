@@ -37,13 +37,14 @@ def write_image(path, size=(12, 10), mode="RGB", seed=0):
 
 @pytest.fixture
 def image_tree(tmp_path):
-    """ImageNet-style tree: train/ (2 classes x 3 images, one grayscale) and val/ (2 x 1)."""
+    """ImageNet-style tree: train/ (2 classes x 3 images, one grayscale) and val/ (2 x 1), 80x72 px (above the
+    small-image limit, so ImageNet's defaults apply)."""
     root = tmp_path / "imgs"
     for split, n in (("train", 3), ("val", 1)):
         for c, name in enumerate(("cat", "dog")):
             for i in range(n):
                 mode = "L" if (c, i) == (1, 2) else "RGB"
-                write_image(root / split / name / f"{i}.png", mode=mode, seed=10 * c + i)
+                write_image(root / split / name / f"{i}.png", size=(80, 72), mode=mode, seed=10 * c + i)
     return root
 
 

@@ -6,34 +6,36 @@ train = build_dataset("digits", "train", task="supervised", img_size=32, in_chan
 loader = make_loader(train, batch_size=64)          # EpochSampler: order depends on (seed, epoch) only
 train.num_classes, train.classes, train.mean, train.std, train.info()
 ```
+
+Front doors add the shared flags with ``add_data_args(parser)`` and build with
+``data_settings_from_args(args).build(split, task)``.
 """
-from .dataset import (
+from .choices import DataChoices, FileProbe, image_statistics, probe_files, resolve_choices
+from .cli import AUGMENTATION_HELP, DataSettings, add_data_args, data_settings_from_args
+from .dataset import ImageDataset, build_dataset, read_data_info
+from .defaults import (
     DEFAULTS,
     DIGITS_MEAN,
     DIGITS_STD,
     IMAGENET_MEAN,
     IMAGENET_STD,
+    SMALL_IMAGE_MAX_SIDE,
     DatasetDefaults,
-    DatasetSpec,
-    EpochSampler,
-    ImageDataset,
-    build_dataset,
-    make_loader,
     dataset_defaults,
     normalization,
-    parse_dataset_spec,
-    read_data_info,
-    steps_per_epoch,
 )
 from .errors import CorruptImageError, DataError, SplitNotFoundError
+from .loader import EpochSampler, make_loader, steps_per_epoch
 from .sources import DIGITS_SPLIT_SIZES, IMG_EXTENSIONS, SPLITS, digits_split_indices
-from .transforms import TASKS, build_transform, denormalize, make_mixup
+from .spec import DatasetSpec, parse_dataset_spec
+from .transforms import TASKS, TRAIN_CROPS, build_transform, denormalize, make_mixup
 
 __all__ = [
-    "DEFAULTS", "DIGITS_MEAN", "DIGITS_STD", "IMAGENET_MEAN", "IMAGENET_STD", "DatasetDefaults", "DatasetSpec",
-    "EpochSampler", "ImageDataset", "build_dataset", "dataset_defaults", "make_loader", "normalization",
-    "parse_dataset_spec",
-    "read_data_info", "steps_per_epoch", "CorruptImageError", "DataError", "SplitNotFoundError",
-    "DIGITS_SPLIT_SIZES", "IMG_EXTENSIONS", "SPLITS", "digits_split_indices", "TASKS", "build_transform",
-    "denormalize", "make_mixup",
+    "DEFAULTS", "DIGITS_MEAN", "DIGITS_STD", "IMAGENET_MEAN", "IMAGENET_STD", "SMALL_IMAGE_MAX_SIDE",
+    "DatasetDefaults", "DatasetSpec", "EpochSampler", "ImageDataset", "build_dataset", "dataset_defaults",
+    "make_loader", "normalization", "parse_dataset_spec", "read_data_info", "steps_per_epoch", "CorruptImageError",
+    "DataError", "SplitNotFoundError", "DIGITS_SPLIT_SIZES", "IMG_EXTENSIONS", "SPLITS", "digits_split_indices",
+    "TASKS", "TRAIN_CROPS", "build_transform", "denormalize", "make_mixup", "DataChoices", "FileProbe",
+    "image_statistics", "probe_files", "resolve_choices", "AUGMENTATION_HELP", "DataSettings", "add_data_args",
+    "data_settings_from_args",
 ]

@@ -4,6 +4,10 @@ Tasks:
 - ``"mae"``: RandomResizedCrop(scale 0.2-1) + horizontal flip (MAE's pretraining augmentation).
 - ``"supervised"``: RandomResizedCrop(crop_scale) + flip + optional timm RandAugment.
 - ``"eval"``: resize to ``img_size / crop_pct`` + center crop (no randomness).
+
+The training crop of ``"mae"`` / ``"supervised"`` is one of ``train_crop="rrc"`` (RandomResizedCrop, above),
+``"pad"`` (resize to ``img_size``, then CIFAR-style RandomCrop with ``padding`` zero pixels on each side) or
+``"none"`` (the evaluation transform: no crop, flip or RandAugment, like timm's ``no_aug``).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from torchvision import transforms as T
 from torchvision.transforms import InterpolationMode
 
 TASKS = ("mae", "supervised", "eval")
+TRAIN_CROPS = ("rrc", "pad", "none")
 
 _INTERPOLATIONS = {
     "bicubic": InterpolationMode.BICUBIC,
@@ -42,10 +47,13 @@ def build_transform(
     std: Sequence[float],
     *,
     crop_scale: tuple[float, float] | None = None,
+    ratio: tuple[float, float] | None = None,
     hflip: float = 0.5,
     randaugment: str | None = None,
     crop_pct: float = 0.875,
     interpolation: str = "bicubic",
+    train_crop: str = "rrc",
+    padding: int = 0,
 ) -> T.Compose:
     """Build the transform for ``task`` on PIL images already converted to the model's channel mode.
 
@@ -54,10 +62,12 @@ def build_transform(
         img_size: output side length in pixels.
         mean, std: per-channel normalisation (length = channels).
         crop_scale: RandomResizedCrop area range; default (0.2, 1) for MAE, (0.08, 1) for supervised.
+        ratio: RandomResizedCrop aspect-ratio range (default 3/4 to 4/3).
         hflip: horizontal flip probability (train tasks).
         randaugment: timm RandAugment config string, e.g. "rand-m9-mstd0.5-inc1" (supervised only).
         crop_pct: eval center-crop fraction (resize to img_size / crop_pct, then crop img_size).
         interpolation: "bicubic" | "bilinear" | "nearest".
+        train_crop: "rrc" | "pad" | "none" (see the module docstring); ``padding``: pixels for "pad".
     Returns:
         a callable mapping a PIL image to a float tensor (C, img_size, img_size).
     """
@@ -65,12 +75,19 @@ def build_transform(
     interp = _interpolation(interpolation)
     if not 0.0 < crop_pct <= 1.0:
         raise ValueError(f"crop_pct must be in (0, 1], got {crop_pct}")
+    if train_crop not in TRAIN_CROPS:
+        raise ValueError(f"train_crop must be one of {', '.join(TRAIN_CROPS)}, got {train_crop!r}")
     normalize = [T.ToTensor(), T.Normalize(mean=list(mean), std=list(std))]
-    if task == "eval":
+    if task == "eval" or train_crop == "none":
         resize_to = int(round(img_size / crop_pct))
         return T.Compose([T.Resize(resize_to, interpolation=interp), T.CenterCrop(img_size), *normalize])
-    scale = crop_scale if crop_scale is not None else ((0.2, 1.0) if task == "mae" else (0.08, 1.0))
-    ops: list = [T.RandomResizedCrop(img_size, scale=tuple(scale), interpolation=interp)]
+    if train_crop == "pad":
+        ops: list = [T.Resize(img_size, interpolation=interp), T.CenterCrop(img_size),
+                     T.RandomCrop(img_size, padding=padding)]
+    else:
+        scale = crop_scale if crop_scale is not None else ((0.2, 1.0) if task == "mae" else (0.08, 1.0))
+        ops = [T.RandomResizedCrop(img_size, scale=tuple(scale), ratio=tuple(ratio or (3.0 / 4.0, 4.0 / 3.0)),
+                                   interpolation=interp)]
     if hflip > 0:
         ops.append(T.RandomHorizontalFlip(p=hflip))
     if randaugment and task == "supervised":
