@@ -41,20 +41,9 @@ def add_common_args(
     img_size: int | None = None,
 ) -> argparse.ArgumentParser:
     """Add the flags every image recipe shares; recipe-specific defaults are passed as keywords."""
-    data = parser.add_argument_group("data")
-    data.add_argument("--dataset", default=dataset,
-                      help="digits | folder:PATH (ImageFolder, PATH/train + PATH/val) | hf:NAME[:split] "
-                           "(Hugging Face: local imagefolder dir or hub name) (default: %(default)s)")
-    data.add_argument("--img-size", type=int, default=img_size,
-                      help="input side in pixels (default: 32 for digits, 224 otherwise)")
-    data.add_argument("--in-chans", type=int, default=None, choices=(1, 3),
-                      help="image channels; images are converted (default: the dataset's, or the checkpoint's)")
-    data.add_argument("--num-workers", type=int, default=None,
-                      help="DataLoader workers (default: 0 for digits, min(8, cpus) for files)")
-    data.add_argument("--skip-corrupt", action="store_true",
-                      help="decode every image first and skip unreadable files (reported with a count)")
-    data.add_argument("--max-train-samples", type=int, default=None,
-                      help="use a seeded random subset of the training split (quick runs)")
+    from jumbokit.data.cli import add_data_args
+
+    add_data_args(parser, dataset=dataset, img_size=img_size)  # the "data" and "augmentation" groups
 
     run = parser.add_argument_group("run")
     if model is not None:
