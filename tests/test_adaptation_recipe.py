@@ -1,6 +1,7 @@
 """recipes/sar_adapt.py end to end on tiny models, and its answers to bad input."""
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 from pathlib import Path
@@ -39,15 +40,15 @@ def run_cli(recipe, argv, capsys):
 
     with pytest.raises(SystemExit) as exit_info:
         wrapper(lambda: recipe.main(argv))
-    err = capsys.readouterr().err.strip()
-    return exit_info.value.code, err
+    err = capsys.readouterr().err.strip()  # log lines (the CPU thread count) may precede the error line
+    return exit_info.value.code, err[err.find("error:"):] if "error:" in err else err
 
 
 def test_end_to_end_writes_table_csv_report_and_plot(recipe, tmp_path, capsys):
     run = make_run(tmp_path / "supervised_run", kind="jumbo")
     out = tmp_path / "tta"
     summary = recipe.main(["--checkpoint", str(run), "--corruptions", "fog,gaussian_noise", "--severity", "5",
-                           "--max-samples", "12", "--setting", "label_shift", "--fisher-size", "8",
+                           "--max-eval-samples", "12", "--setting", "label_shift", "--fisher-size", "8",
                            "--out", str(out), "--no-progress", "--cpu"])
     printed = capsys.readouterr().out
     assert "No adapt" in printed and "SAR" in printed and "Avg" in printed and "images/s" in printed
@@ -57,10 +58,10 @@ def test_end_to_end_writes_table_csv_report_and_plot(recipe, tmp_path, capsys):
     for method in ("none", "tent", "eata", "sar"):  # each accuracy is a whole number of its samples
         mine = {r["corruption"]: r for r in summary["rows"] if r["method"] == method}
         for corruption in ("fog", "gaussian_noise"):
-            hits = float(mine[corruption]["accuracy"]) * int(mine[corruption]["samples"]) / 100
-            assert int(mine[corruption]["samples"]) > 0 and abs(hits - round(hits)) < 1e-9
-        average = (float(mine["fog"]["accuracy"]) + float(mine["gaussian_noise"]["accuracy"])) / 2
-        assert float(mine["avg"]["accuracy"]) == pytest.approx(average)
+            hits = float(mine[corruption]["top1"]) * int(mine[corruption]["n"]) / 100
+            assert int(mine[corruption]["n"]) > 0 and abs(hits - round(hits)) < 1e-9
+        average = (float(mine["fog"]["top1"]) + float(mine["gaussian_noise"]["top1"])) / 2
+        assert float(mine["avg"]["top1"]) == pytest.approx(average)
     assert (out / "accuracy.png").stat().st_size > 0 and "| Method |" in (out / "report.md").read_text()
     assert summary["normalisation"] == {"mean": [0.309], "std": [0.349]}
 
@@ -87,7 +88,7 @@ def test_weights_that_are_not_a_tensor_state_dict_are_one_line(recipe, tmp_path,
 
 def test_class_count_mismatch(recipe, tmp_path, capsys):
     run = make_run(tmp_path / "r", num_classes=5)
-    code, err = run_cli(recipe, ["--checkpoint", str(run), "--corruptions", "fog", "--max-samples", "4",
+    code, err = run_cli(recipe, ["--checkpoint", str(run), "--corruptions", "fog", "--max-eval-samples", "4",
                                  "--no-progress", "--cpu"], capsys)
     assert code == 2 and "predicts 5 classes" in err and "10" in err
 
@@ -103,7 +104,7 @@ def test_missing_imagenet_c_parts_are_named(recipe, tmp_path, capsys):
 
 def test_small_images_are_explained_or_upsampled(recipe, tmp_path, capsys):
     run = make_run(tmp_path / "r", img_size=16)
-    argv = ["--checkpoint", str(run), "--corruptions", "fog", "--max-samples", "4", "--methods", "none",
+    argv = ["--checkpoint", str(run), "--corruptions", "fog", "--max-eval-samples", "4", "--methods", "none",
             "--no-progress", "--cpu", "--out", str(tmp_path / "o")]
     code, err = run_cli(recipe, argv, capsys)
     assert code == 2 and "at least 32x32" in err and "--upsample-small" in err
@@ -117,20 +118,25 @@ def test_bare_run_without_runs_says_how_to_create_one(recipe, tmp_path, capsys, 
     assert code == 2 and "recipes/supervised.py" in err
 
 
-def test_bare_run_finds_the_newest_supervised_digits_run(recipe, tmp_path, monkeypatch):
+def test_bare_run_finds_the_newest_supervised_digits_run(tmp_path, monkeypatch):
+    from jumbokit.adaptation.source import find_source_run
+    from jumbokit.training.rundir import find_latest_run
+
     monkeypatch.chdir(tmp_path)
     make_run(tmp_path / "runs" / "supervised_vit_pico_reg16_digits")
-    assert recipe.find_latest_run("runs", "digits") == Path("runs") / "supervised_vit_pico_reg16_digits"
-    assert recipe.find_latest_run("runs", "folder:/x") is None
+    make_run(tmp_path / "runs" / "mae_pretrain_vit_pico_reg16_digits")
+    expected = Path("runs") / "supervised_vit_pico_reg16_digits"
+    assert find_latest_run("runs", "supervised", "digits") == expected == find_source_run("runs", "digits")
+    assert find_latest_run("runs", "supervised", "folder:/x") is None
 
 
 def test_mixed_setting_reports_each_corruption_of_the_single_stream(recipe, tmp_path, capsys):
     run = make_run(tmp_path / "r")
-    summary = recipe.main(["--checkpoint", str(run), "--corruptions", "fog,snow,contrast", "--max-samples", "8",
+    summary = recipe.main(["--checkpoint", str(run), "--corruptions", "fog,snow,contrast", "--max-eval-samples", "8",
                            "--methods", "none,sar", "--setting", "mixed", "--batch-size", "6",
                            "--out", str(tmp_path / "o"), "--no-progress", "--cpu"])
     capsys.readouterr()
-    per = {(r["method"], r["corruption"]): r["samples"] for r in summary["rows"]}
+    per = {(r["method"], r["corruption"]): r["n"] for r in summary["rows"]}
     assert per[("sar", "fog")] == per[("sar", "snow")] == 8 and per[("sar", "avg")] == 24
     assert all(t["nan_batches"] == 0 for t in summary["throughput"])
 
@@ -140,13 +146,53 @@ def test_corruptions_written_to_disk_give_the_same_results_as_generated_ones(rec
 
     root = tmp_path / "digits-c"
     assert write_main(["--dataset", "digits", "--out", str(root), "--corruptions", "fog,impulse_noise",
-                       "--severities", "5", "--max-samples", "10"]) == 0
+                       "--severity", "5", "--max-eval-samples", "10"]) == 0
     assert {p.name for p in (root / "fog" / "5").iterdir()} <= {str(c) for c in range(10)}
     run = make_run(tmp_path / "r")
     common = ["--checkpoint", str(run), "--corruptions", "fog,impulse_noise", "--methods", "none", "--no-progress",
-              "--cpu", "--max-samples", "10"]
+              "--cpu", "--max-eval-samples", "10"]
     disk = recipe.main(common + ["--imagenet-c", str(root), "--out", str(tmp_path / "a")])
     fly = recipe.main(common + ["--out", str(tmp_path / "b")])
     capsys.readouterr()
-    assert [r["accuracy"] for r in disk["rows"]] == [r["accuracy"] for r in fly["rows"]]
+    assert [r["top1"] for r in disk["rows"]] == [r["top1"] for r in fly["rows"]]
     assert write_main(["--dataset", "digits", "--out", str(root), "--corruptions", "blur"]) == 2
+
+
+def test_an_mae_encoder_is_named_before_any_corruption_is_generated(recipe, tmp_path, capsys, monkeypatch):
+    import jumbokit.adaptation.data as data
+
+    encoder = jumbokit.create_model("vit_pico_jumbo", img_size=32, patch_size=8, in_chans=1, num_classes=0, dim=16,
+                                    num_heads=2, depth=2)
+    run = tmp_path / "mae_pretrain_run"
+    jumbokit.save(encoder, run)
+    (run / "config.json").write_text(json.dumps({"recipe": "mae_pretrain", "data": {"dataset": "digits"}}))
+    monkeypatch.setattr(data, "build_corrupted_sets", lambda *a, **k: pytest.fail("corruptions were generated"))
+    code, err = run_cli(recipe, ["--checkpoint", str(run), "--out", str(tmp_path / "o"), "--no-progress"], capsys)
+    assert code == 2 and err == (
+        f"error: {run} holds an encoder without a classifier head (an MAE run?); train a head first with "
+        "`jumbokit linear-probe` or fine-tune with `jumbokit supervised`")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_partial_imagenet_c_tree_suggests_the_corruptions_present(recipe, tmp_path, capsys):
+    root = tmp_path / "imagenet-c"
+    (root / "fog" / "5").mkdir(parents=True)
+    code, err = run_cli(recipe, ["--checkpoint", str(make_run(tmp_path / "r")), "--imagenet-c", str(root),
+                                 "--corruptions", "fog,snow", "--methods", "none", "--no-progress"], capsys)
+    assert code == 2 and "snow (all severities)" in err and "pass --corruptions fog to use the ones present" in err
+
+
+def test_help_shows_each_default_once(recipe):
+    parser = recipe.build_parser()
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        text = formatter._expand_help(action)
+        assert text.count("default") == 1, (action.option_strings, text)
+        assert "seed 002" not in text and "(seed:" not in text
+
+
+def test_severity_list_is_checked_in_one_line(recipe, tmp_path, capsys):
+    code, err = run_cli(recipe, ["--checkpoint", str(make_run(tmp_path / "r")), "--severity", "3,7"], capsys)
+    assert code == 2 and err == "error: --severity expects one value or a comma list of integers in 1-5, got '3,7'"

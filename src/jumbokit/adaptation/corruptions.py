@@ -9,7 +9,7 @@ model's own mean and std.
 
 Write a generated set to disk (so runs can reuse it)::
 
-    python -m jumbokit.adaptation.corruptions --dataset digits --out data/digits-c --severities 3,5
+    python -m jumbokit.adaptation.corruptions --dataset digits --out data/digits-c --severity 3,5
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ __all__ = [
     "clean_image_transforms",
     "corrupt_image",
     "load_imagenet_c",
+    "parse_severities",
     "resolve_corruptions",
     "write_imagenet_c",
 ]
@@ -82,6 +83,17 @@ def _check_severity(severity: int) -> int:
     if int(severity) not in SEVERITIES:
         raise ValueError(f"severity must be an integer in 1-5, got {severity!r}")
     return int(severity)
+
+
+def parse_severities(text: str | int) -> list[int]:
+    """``--severity``: one value or a comma list of integers in 1-5 ("5", "3,5") -> [3, 5] in the given order."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v not in SEVERITIES for v in values):
+        raise ValueError(f"--severity expects one value or a comma list of integers in 1-5, got {str(text)!r}")
+    return list(dict.fromkeys(values))
 
 
 def _sample_seed(seed: int, corruption: str, severity: int, index: int) -> int:
@@ -326,7 +338,7 @@ def check_imagenet_c(
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"ImageNet-C root {root} does not exist (expected ROOT/<corruption>/<severity>/<class>/)")
-    missing = []
+    missing, present = [], []
     for corruption in corruptions:
         if not (root / corruption).is_dir():
             missing.append(f"{corruption} (all severities)")
@@ -334,8 +346,13 @@ def check_imagenet_c(
         absent = [str(s) for s in severities if not (root / corruption / str(s)).is_dir()]
         if absent:
             missing.append(f"{corruption} severity {','.join(absent)}")
+        else:
+            present.append(corruption)
     if missing:
-        raise FileNotFoundError(f"ImageNet-C root {root} is missing: {'; '.join(missing)}")
+        hint = (f"; pass --corruptions {','.join(present)} to use the ones present" if present else
+                "; none of the requested corruptions has every requested severity there (see --corruptions, "
+                "--severity)")
+        raise FileNotFoundError(f"ImageNet-C root {root} is missing: {'; '.join(missing)}{hint}")
 
 
 class ImageNetCFolder(ImageFolder):
@@ -401,10 +418,6 @@ def load_imagenet_c(
     return sets
 
 
-def _parse_ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m jumbokit.adaptation.corruptions``: write a corrupted copy of a dataset split to disk."""
     parser = argparse.ArgumentParser(
@@ -412,34 +425,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write corruptions of an image dataset split in the ImageNet-C folder layout "
                     "(ROOT/<corruption>/<severity>/<class>/<image>.png).",
     )
-    parser.add_argument("--dataset", default="digits", help="digits | folder:PATH | hf:NAME[:split] (default: digits)")
-    parser.add_argument("--split", default="test", help="split to corrupt (default: test)")
+    parser.add_argument("--dataset", default="digits",
+                        help="digits | folder:PATH | hf:NAME[:split] (default: %(default)s)")
+    parser.add_argument("--split", default="test", help="split to corrupt (default: %(default)s)")
     parser.add_argument("--out", required=True, help="root folder to write")
     parser.add_argument("--img-size", type=int, default=None, help="evaluation image size (default: the dataset's)")
     parser.add_argument("--in-chans", type=int, default=None, help="1 or 3 channels (default: the dataset's)")
-    parser.add_argument("--corruptions", default="common", help="common | extra | all | comma-separated names")
-    parser.add_argument("--severities", default="1,2,3,4,5", help="comma-separated, 1-5 (default: all)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-samples", type=int, default=None, help="seeded subset of the split (quick runs)")
+    parser.add_argument("--corruptions", default="common",
+                        help="common | extra | all | comma-separated names (default: %(default)s)")
+    parser.add_argument("--severity", default="1,2,3,4,5",
+                        help="severity 1-5, or a comma list (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the subset and the noise (default: %(default)s)")
+    parser.add_argument("--max-eval-samples", type=int, default=None,
+                        help="seeded subset of the split (default: all of it)")
     parser.add_argument("--upsample-small", action="store_true",
-                        help="upsample images below 32 px for corrupting (else they are an error)")
-    parser.add_argument("--overwrite", action="store_true", help="rewrite existing corruption/severity folders")
+                        help="upsample images below 32 px for corrupting, else they are an error (default: off)")
+    parser.add_argument("--overwrite", action="store_true", help="rewrite existing corruption/severity folders (default: off)")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars (default: off)")
+    parser.add_argument("--debug", action="store_true", help="print the full traceback of errors (default: off)")
     args = parser.parse_args(argv)
     try:
         from jumbokit.data import build_dataset
+        from jumbokit.logs import configure_logging
 
+        configure_logging()
+
+        severities = parse_severities(args.severity)
+        corruptions = resolve_corruptions(args.corruptions)
         clean = build_dataset(args.dataset, args.split, task="eval", img_size=args.img_size, in_chans=args.in_chans,
-                              max_samples=args.max_samples, seed=args.seed)
+                              max_samples=args.max_eval_samples, seed=args.seed, progress=not args.no_progress)
         geometry, _ = clean_image_transforms(clean.img_size, clean.mean, clean.std, clean.crop_pct, clean.interpolation)
         root = write_imagenet_c(
-            clean, args.out, resolve_corruptions(args.corruptions), _parse_ints(args.severities), geometry=geometry,
+            clean, args.out, corruptions, severities, geometry=geometry,
             seed=args.seed, class_names=clean.classes,
             small_images="upsample" if args.upsample_small else "error", overwrite=args.overwrite,
+            progress=not args.no_progress,
         )
     except (ValueError, FileNotFoundError, OSError) as err:
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
         print(f"error: {err}", file=sys.stderr)
         return 2
-    n = len(resolve_corruptions(args.corruptions)) * len(_parse_ints(args.severities))
+    n = len(corruptions) * len(severities)
     print(f"wrote {n} corruption/severity folders of {len(clean)} images each under {root}")
     return 0
 

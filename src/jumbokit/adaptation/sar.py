@@ -40,10 +40,9 @@ from .tent import (
 )
 from .tent import collect_params as collect_norm_params
 
-__all__ = ["SAR", "collect_params", "configure_model", "num_blocks", "block_index", "recovery_threshold"]
+__all__ = ["SAR", "collect_params", "configure_model", "recovery_threshold"]
 
 _PLUGIN_NORM_PATTERN = re.compile(r"(?:^|\.)(?:layer_norms|norms|jumbo_norms?)\.(\d+)(?:\.|$)")  # per-layer plug-in norms
-_BLOCK_PATTERN = re.compile(r"(?:^|\.)blocks\.(\d+)(?:\.|$)")
 _FINAL_NORMS = ("norm", "fc_norm", "head_norm")
 REFERENCE_RESET_CONSTANT = 0.2  # the reference's threshold, an entropy in nats for 1000 classes
 REFERENCE_CLASSES = 1000
@@ -58,20 +57,6 @@ def recovery_threshold(num_classes: int, reset_constant: float = REFERENCE_RESET
     if num_classes < 2:
         raise ValueError(f"SAR needs at least 2 classes, got {num_classes}")
     return reset_constant * math.log(num_classes) / math.log(REFERENCE_CLASSES)
-
-
-def num_blocks(model: nn.Module) -> int:
-    """Number of transformer blocks wherever they sit (across stages), or 0 when the model has none."""
-    return len(transformer_blocks(model))
-
-
-def block_index(layer_name: str) -> int | None:
-    """Layer index a norm layer belongs to (``blocks.7.norm1`` -> 7, ``global_tokens.jumbo_norms.7`` -> 7)."""
-    for pattern in (_BLOCK_PATTERN, _PLUGIN_NORM_PATTERN):
-        match = pattern.search(layer_name)
-        if match:
-            return int(match.group(1))
-    return None
 
 
 def _plugin_layer(layer_name: str, blocks: set[str]) -> str | int | None:
