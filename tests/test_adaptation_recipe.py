@@ -186,7 +186,7 @@ def test_help_shows_each_default_once(recipe):
     parser = recipe.build_parser()
     formatter = parser._get_formatter()
     for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
+        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
             continue
         text = formatter._expand_help(action)
         assert text.count("default") == 1, (action.option_strings, text)
@@ -196,3 +196,11 @@ def test_help_shows_each_default_once(recipe):
 def test_severity_list_is_checked_in_one_line(recipe, tmp_path, capsys):
     code, err = run_cli(recipe, ["--checkpoint", str(make_run(tmp_path / "r")), "--severity", "3,7"], capsys)
     assert code == 2 and err == "error: --severity expects one value or a comma list of integers in 1-5, got '3,7'"
+
+
+def test_shared_data_flags_that_do_not_apply_are_refused(recipe, tmp_path, capsys):
+    run = str(make_run(tmp_path / "r"))
+    code, err = run_cli(recipe, ["--checkpoint", run, "--max-train-samples", "5"], capsys)
+    assert code == 2 and "--max-train-samples does not apply" in err and "--max-eval-samples" in err
+    code, err = run_cli(recipe, ["--checkpoint", run, "--in-chans", "3", "--no-progress"], capsys)
+    assert code == 2 and err == "error: the source takes 1-channel images; drop --in-chans 3"

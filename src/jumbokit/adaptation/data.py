@@ -26,7 +26,8 @@ __all__ = ["CleanSets", "CorruptionSpec", "build_corrupted_sets", "check_class_c
 class CorruptionSpec:
     """What to corrupt: ``dataset`` (None: the source's own), its ``split``, or an ``imagenet_c`` tree;
     ``max_eval_samples`` a seeded subset of the split; ``passes`` streams over the split, each with fresh
-    corruption noise; the clean ``fisher_split`` gives EATA's Fisher (``fisher_size`` samples)."""
+    corruption noise; the clean ``fisher_split`` gives EATA's Fisher (``fisher_size`` samples); ``skip_corrupt``
+    leaves out unreadable image files."""
 
     dataset: str | None = None
     split: str = "test"
@@ -38,6 +39,7 @@ class CorruptionSpec:
     upsample_small: bool = False
     fisher_split: str = "val"
     fisher_size: int = 2000
+    skip_corrupt: bool = False
     seed: int = 0
 
     def check(self) -> None:
@@ -78,7 +80,8 @@ def _clean_split(spec: CorruptionSpec, info: dict[str, Any], split: str, max_sam
     return build_dataset(spec.dataset_name(info), split, task="eval", img_size=int(info["img_size"]),
                          in_chans=int(info["in_chans"]), mean=info["mean"], std=info["std"],
                          crop_pct=float(info["crop_pct"]), interpolation=info["interpolation"],
-                         max_samples=max_samples, seed=spec.seed, progress=progress)
+                         max_samples=max_samples, skip_corrupt=spec.skip_corrupt, seed=spec.seed,
+                         progress=progress)
 
 
 def load_clean_sets(spec: CorruptionSpec, info: dict[str, Any], with_fisher: bool,

@@ -131,11 +131,13 @@ def _jumbokit_source(path: Path) -> tuple[nn.Module, dict[str, Any], str]:
 
 def _normalisation(info: dict[str, Any], checkpoint: str, mean: Sequence[float] | None,
                    std: Sequence[float] | None) -> None:
-    """Apply ``mean``/``std`` overrides to ``info`` in place and check they fit the model's channels."""
+    """Apply ``mean``/``std`` overrides (one value, or one per channel) to ``info`` in place and check they fit
+    the model's channels."""
+    channels = int(info["in_chans"])
     if mean is not None:
-        info["mean"] = list(mean)
+        info["mean"] = list(mean) * (channels if len(mean) == 1 else 1)
     if std is not None:
-        info["std"] = list(std)
+        info["std"] = list(std) * (channels if len(std) == 1 else 1)
     if not info.get("mean") or not info.get("std"):
         raise ValueError(
             f"the normalisation of {checkpoint} is unknown (no data record in its config.json); pass the mean "

@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     from jumbokit.adaptation.wild import SETTINGS
+    from jumbokit.data.cli import add_data_args
     from jumbokit.training.threads import add_threads_arg
 
     p = argparse.ArgumentParser(description="Test-time adaptation (none/Tent/EATA/SAR) on corrupted test sets; "
@@ -31,13 +32,22 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--checkpoint", default=None,
                      help="jumbokit run directory, .safetensors file, or timm model name (with --weights) "
                           "(default: the newest supervised run under runs/ for --dataset, digits if not given)")
-    src.add_argument("--weights", default=None, help="weights file (.safetensors or .pth) for a timm model name (default: none)")
-    src.add_argument("--mean", default=None, help="normalisation mean, comma-separated (default: the source's)")
-    src.add_argument("--std", default=None, help="normalisation std, comma-separated (default: the source's)")
-    data = p.add_argument_group("data")
-    data.add_argument("--dataset", default=None,
-                      help="clean dataset (digits | folder:PATH | hf:NAME): corruptions are generated from its "
-                           "--split; also the clean set for EATA's Fisher (default: the source's dataset)")
+    src.add_argument("--weights", default=None,
+                     help="weights file (.safetensors or .pth) for a timm model name (default: none)")
+    src.add_argument("--mean", type=float, nargs="+", default=None, metavar="M",
+                     help="normalisation mean, one value or one per channel (default: the source's)")
+    src.add_argument("--std", type=float, nargs="+", default=None, metavar="S",
+                     help="normalisation std, one value or one per channel (default: the source's)")
+    add_data_args(p, augment=False)  # --dataset, --img-size, --in-chans, --num-workers, --skip-corrupt
+    _set_help(p, "dataset", "clean dataset: digits | folder:PATH | hf:NAME[:split]; corruptions are generated from "
+                            "its --split, EATA's Fisher uses its --fisher-split (default: the source's dataset)")
+    _set_help(p, "img_size", "evaluate at this input side in pixels (default: the source's)")
+    _set_help(p, "num_workers", "DataLoader workers (default: 0 for generated corruptions, min(8, cpus) for an "
+                                "ImageNet-C tree)")
+    _set_help(p, "in_chans", "image channels; must be the source's (default: the source's)")
+    _set_help(p, "max_train_samples", argparse.SUPPRESS)  # nothing is trained here: refused with a hint
+    p.set_defaults(dataset=None)
+    data = p.add_argument_group("corruptions")
     data.add_argument("--split", default="test", help="split of --dataset to corrupt (default: %(default)s)")
     data.add_argument("--imagenet-c", default=None,
                       help="ROOT of an ImageNet-C tree ROOT/<corruption>/<severity>/<class>/ (default: generate)")
@@ -53,7 +63,6 @@ def build_parser() -> argparse.ArgumentParser:
                       help="stream each generated corruption this many times over the clean split, with fresh "
                            "corruption noise every pass; small sets such as digits give only a few updates per "
                            "corruption in one pass (default: %(default)s)")
-    data.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (default: %(default)s)")
     run = p.add_argument_group("adaptation")
     run.add_argument("--methods", default="none,tent,eata,sar",
                      help="comma-separated subset of none,tent,eata,sar (default: %(default)s)")
@@ -88,8 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _floats(text: str | None) -> tuple[float, ...] | None:
-    return None if text is None else tuple(float(v) for v in text.split(",") if v.strip())
+def _set_help(parser: argparse.ArgumentParser, dest: str, text: str) -> None:
+    """Replace the help line of a shared flag with what it means here."""
+    next(a for a in parser._actions if a.dest == dest).help = text
+
+
+def apply_data_flags(args: argparse.Namespace, info: dict[str, Any]) -> None:
+    """Apply --img-size / --in-chans to the source's data ``info`` (in place), refusing a channel count the
+    source cannot take."""
+    if args.in_chans is not None and args.in_chans != int(info["in_chans"]):
+        raise ValueError(f"the source takes {info['in_chans']}-channel images; drop --in-chans {args.in_chans}")
+    if args.img_size is not None:
+        info["img_size"] = args.img_size
 
 
 def check_args(args: argparse.Namespace):
@@ -100,12 +119,15 @@ def check_args(args: argparse.Namespace):
     from jumbokit.training.cli import check_count_flags
 
     check_count_flags(args)
+    if args.max_train_samples is not None:
+        raise ValueError("sar-adapt trains no model: --max-train-samples does not apply; use --max-eval-samples "
+                         "for the adaptation split (and --fisher-size for EATA's clean set)")
     methods = check_methods(args.methods)
     spec = CorruptionSpec(dataset=args.dataset, split=args.split, imagenet_c=args.imagenet_c,
                           corruptions=resolve_corruptions(args.corruptions), severities=parse_severities(args.severity),
                           max_eval_samples=args.max_eval_samples, passes=args.passes,
                           upsample_small=args.upsample_small, fisher_split=args.fisher_split,
-                          fisher_size=args.fisher_size, seed=args.seed)
+                          fisher_size=args.fisher_size, skip_corrupt=args.skip_corrupt, seed=args.seed)
     if args.setting == "bs1" and args.batch_size not in (None, 1):
         raise ValueError(f"--setting bs1 adapts on single samples; drop --batch-size {args.batch_size}")
     spec.check()
@@ -114,6 +136,7 @@ def check_args(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
+    import os
     from pathlib import Path
 
     import torch
@@ -129,7 +152,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     configure_logging()
     setup_threads(args)
     checkpoint = args.checkpoint or source.find_source_run("runs", args.dataset or "digits")
-    src = source.load_source(checkpoint, args.weights, _floats(args.mean), _floats(args.std))
+    src = source.load_source(checkpoint, args.weights, args.mean, args.std)
+    apply_data_flags(args, src.info)
     info, n_out = src.info, source.num_outputs(src.model, int(src.info["in_chans"]), int(src.info["img_size"]))
     data.check_class_count(n_out, info.get("classes"), f"its dataset {info.get('dataset')}")
     accelerator = Accelerator(cpu=args.cpu)
@@ -143,8 +167,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                               sar_exclude_last_blocks=args.sar_exclude_last_blocks,
                               eata_fisher_alpha=args.fisher_alpha, eata_d_margin=args.d_margin,
                               fisher_size=args.fisher_size, episodic=args.episodic)
+    workers = args.num_workers if args.num_workers is not None else (0 if spec.imagenet_c is None else
+                                                                      min(8, os.cpu_count() or 1))
     stream = jobs.StreamOptions(args.setting, batch_size, args.seed, args.imbalance_ratio, args.stream_length,
-                                args.num_workers)
+                                workers)
     todo = [(s, m) for s in spec.severities for m in methods]
     records = jobs.run_jobs(src.model.to(accelerator.device), todo, domains, len(clean.classes or []) or n_out,
                             settings, stream, clean.fisher, accelerator.device, progress,
