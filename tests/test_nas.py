@@ -1,5 +1,5 @@
-"""Architecture search (seed 002): masked LayerNorm, supernet == extracted subnet, multi-architecture batches,
-FLOPs, evolutionary search."""
+"""Architecture search (the ViT-ResNAS paper): masked LayerNorm, supernet == extracted subnet,
+multi-architecture batches, FLOPs, evolutionary search, the front doors."""
 
 from __future__ import annotations
 
@@ -247,20 +247,58 @@ def test_recipes_end_to_end(tmp_path):
     recipe("nas_supernet").main(["--epochs", "1", "--max-train-samples", "32", "--batch-size", "16",
                                  "--num-archs", "2", "--out", str(sn), "--no-progress"])
     assert isinstance(nas.load_supernet(sn), nas.Supernet)
-    found = recipe("nas_search").main(["--supernet", str(sn), "--flops-of", "vit_pico_cls", "--population", "4",
+    found = recipe("nas_search").main(["--checkpoint", str(sn), "--flops-of", "vit_pico_cls", "--population", "4",
                                        "--iterations", "1", "--parents", "2", "--mutations", "1", "--crossovers", "1",
                                        "--out", str(tmp_path / "search"), "--no-progress"])
     assert found["evaluated"] == 6
     history = [json.loads(line) for line in (tmp_path / "search" / "history.jsonl").read_text().splitlines()]
     assert len(history) == 6 and (tmp_path / "search" / "pareto.png").exists()
     best = json.loads((tmp_path / "search" / "best_arch.json").read_text())
-    assert best["val_acc1"] == max(r["fitness"] for r in history)
+    assert best["val_top1"] == max(r["fitness"] for r in history)
+    assert 0 <= best["val_top1"] <= 100 and "val_top1" in (tmp_path / "search" / "results.csv").read_text()
     run = recipe("supervised").main(["--arch", str(tmp_path / "search" / "best_arch.json"), "--epochs", "1",
                                      "--max-train-samples", "32", "--out", str(tmp_path / "retrain"), "--no-progress"])
     model = jumbokit.load(tmp_path / "retrain")
     assert model.config["dims"] == best["arch"]["dims"] and run["rows"]
-    with pytest.raises(SystemExit):  # argparse: "invalid parse_flops value: 'lots'", exit 2
-        recipe("nas_search").main(["--supernet", str(sn), "--flops", "lots"])
-    with pytest.raises(ValueError, match="expects a number with an optional k/M/G suffix"):
-        recipe("nas_search").parse_flops("lots")
-    assert recipe("nas_search").parse_flops("46.7M") == pytest.approx(46.7e6)
+    with pytest.raises(ValueError, match="expects a number with a k/M/G unit"):
+        recipe("nas_search").main(["--checkpoint", str(sn), "--flops", "lots"])
+    with pytest.raises(ValueError, match="expects a number with a k/M/G unit"):
+        nas.parse_flops("lots")
+    assert nas.parse_flops("46.7M") == pytest.approx(46.7e6) and nas.parse_flops("1.2G") == pytest.approx(1.2e9)
+
+
+def test_flops_without_a_unit_is_refused_before_the_supernet_is_read(tmp_path, capsys):
+    from jumbokit.recipes import nas_search
+    from jumbokit.training.cli import run_cli
+
+    with pytest.raises(SystemExit) as exit_info:  # the checkpoint does not exist: the budget is checked first
+        run_cli(lambda: nas_search.main(["--checkpoint", str(tmp_path / "none"), "--flops", "46.7",
+                                         "--out", str(tmp_path / "o")]))
+    assert exit_info.value.code == 2 and not (tmp_path / "o").exists()
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "error: --flops needs a unit: e.g. 46.7M or 1.2G, got '46.7'"
+
+
+def test_validate_rejects_unknown_keys():
+    arch = {**SPACE.largest(), "depth": 3}
+    with pytest.raises(ValueError) as info:
+        SPACE.validate(arch)
+    assert str(info.value) == ("unknown architecture key 'depth'; allowed keys are global_tokens, dims, heads, "
+                               "mlp_hidden")
+
+
+@pytest.mark.parametrize("name", ["nas_supernet", "nas_search"])
+def test_nas_front_doors_take_debug_and_show_defaults_once(name):
+    import argparse
+    import importlib
+
+    parser = importlib.import_module(f"jumbokit.recipes.{name}").build_parser()
+    assert parser.parse_args(["--debug", "--checkpoint", "x", "--flops", "1M"] if name == "nas_search"
+                             else ["--debug"]).debug
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        text = formatter._expand_help(action)
+        assert text.count("default") <= 1 and "seed 002" not in text and "(seed:" not in text, text
+        if name == "nas_search" and not action.required and not isinstance(action, argparse._HelpAction) \
+                and action.dest not in ("flops", "flops_of"):
+            assert "default" in text, action.option_strings

@@ -1,4 +1,4 @@
-"""Architecture search for multi-stage ViT-Res encoders (seed 002): search spaces, the weight-sharing
+"""Architecture search for multi-stage ViT-Res encoders (the ViT-ResNAS paper): search spaces, the weight-sharing
 supernet with multi-architecture batches, and evolutionary search under a FLOPs budget.
 
     from jumbokit import nas
@@ -9,10 +9,11 @@ supernet with multi-architecture batches, and evolutionary search under a FLOPs 
     result = nas.evolutionary_search(space, fitness, flops_budget, seed=0)
 """
 
-from .space import SPACES, SearchSpace, arch_key, search_space, token_gene_config
+from .budget import parse_flops, zoo_flops
+from .space import ARCH_KEYS, SPACES, SearchSpace, arch_key, search_space, token_gene_config
 from .search import InfeasibleWindowError, SearchResult, evolutionary_search, random_search
-from .supernet import MultiArchSampler, Supernet, load_supernet, masked_layer_norm
+from .supernet import MultiArchSampler, Supernet, SupernetLoss, load_supernet, masked_layer_norm
 
-__all__ = ["SPACES", "SearchSpace", "arch_key", "search_space", "token_gene_config", "MultiArchSampler",
-           "Supernet", "load_supernet", "masked_layer_norm", "InfeasibleWindowError", "SearchResult",
-           "evolutionary_search", "random_search"]
+__all__ = ["ARCH_KEYS", "SPACES", "SearchSpace", "arch_key", "search_space", "token_gene_config", "parse_flops",
+           "zoo_flops", "MultiArchSampler", "Supernet", "SupernetLoss", "load_supernet", "masked_layer_norm",
+           "InfeasibleWindowError", "SearchResult", "evolutionary_search", "random_search"]

@@ -1,9 +1,9 @@
-"""Evolutionary search under a FLOPs budget (seed 002, Sec. 2.3), and random search for comparison.
+"""Evolutionary search under a FLOPs budget (the ViT-ResNAS paper, Sec. 2.3), and random search for comparison.
 
 Every candidate lies in the window [window * C, C] of the budget C and is evaluated once. The population
 starts with ``population`` random architectures; each iteration takes the ``parents`` best of everything
 evaluated so far and adds ``mutations`` mutants (each gene re-drawn with probability ``p_mutate``) and
-``crossovers`` children (each gene from one of two parents). Seed: P0 = 500, 20 iterations, 75 parents,
+``crossovers`` children (each gene from one of two parents). The paper: P0 = 500, 20 iterations, 75 parents,
 75 + 75 children, p = 0.3.
 
 Runs are seeded and resumable: iteration t draws from ``Random((seed, t))`` and only from what iterations
@@ -91,12 +91,89 @@ def _flops_range(space: SearchSpace, flops: Callable[[dict], int]) -> tuple[int,
     return low, high
 
 
-def _draw(make: Callable[[], dict], accept: Callable[[dict], bool], tries: int) -> dict | None:
-    for _ in range(tries):
-        arch = make()
-        if accept(arch):
-            return arch
-    return None
+def _check_options(population: int, iterations: int, parents: int, mutations: int, crossovers: int,
+                   window: float) -> None:
+    for name, value in (("population", population), ("parents", parents)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if iterations < 0 or mutations < 0 or crossovers < 0:
+        raise ValueError("iterations, mutations and crossovers must be >= 0")
+    if not 0.0 < window <= 1.0:
+        raise ValueError(f"window must be in (0, 1], got {window}")
+
+
+class _Window:
+    """Draws architectures not seen before with FLOPs in [low, high] (each architecture's FLOPs counted once)."""
+
+    def __init__(self, space: SearchSpace, flops: Callable[[dict], int], low: float, high: float,
+                 max_tries: int) -> None:
+        self.space, self.flops, self.low, self.high, self.max_tries = space, flops, low, high, max_tries
+        self.seen: set[str] = set()
+        self.flops_of: dict[str, int] = {}
+
+    def _accept(self, arch: dict) -> bool:
+        key = arch_key(arch)
+        if key in self.seen:
+            return False
+        if key not in self.flops_of:
+            self.flops_of[key] = self.flops(arch)
+        return self.low <= self.flops_of[key] <= self.high
+
+    def draw(self, make: Callable[[], dict]) -> dict | None:
+        """The first of up to ``max_tries`` architectures from ``make()`` inside the window (then marked seen)."""
+        for _ in range(self.max_tries):
+            arch = make()
+            if self._accept(arch):
+                self.seen.add(arch_key(arch))
+                return arch
+        return None
+
+    def infeasible(self) -> InfeasibleWindowError:
+        lo_all, hi_all = _flops_range(self.space, self.flops)
+        return InfeasibleWindowError(
+            f"no architecture of space {self.space.name!r} has FLOPs in [{self.low:.4g}, {self.high:.4g}] after "
+            f"{self.max_tries} draws; the space spans about [{lo_all:.4g}, {hi_all:.4g}] FLOPs: choose a budget "
+            "inside it or widen the window")
+
+
+def _makers(space: SearchSpace, iteration: int, rng: random.Random, history: list[dict[str, Any]],
+            population: int, parents: int, mutations: int, crossovers: int,
+            p_mutate: float) -> list[tuple[str, Callable[[], dict]]]:
+    """(origin, make) per candidate of ``iteration``: random ones first, then children of the best so far."""
+    if iteration == 0:
+        return [("random", lambda: space.sample(rng))] * population
+    pool = [r["arch"] for r in sorted(history, key=lambda r: r["fitness"], reverse=True)[:parents]]
+    return ([("mutation", lambda: _mutate(space, rng.choice(pool), rng, p_mutate))] * mutations
+            + [("crossover", lambda: _crossover(space, rng.choice(pool), rng.choice(pool), rng))] * crossovers)
+
+
+class _Recorder:
+    """Appends new records to ``history.jsonl`` (flushed per line) and moves the progress bar."""
+
+    def __init__(self, path: str | Path | None, total: int, progress: bool) -> None:
+        self.file = open(path, "a") if path else None
+        self.bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc="evolution", unit="arch")
+
+    def add(self, record: dict[str, Any], new: bool, best: float) -> None:
+        if new and self.file is not None:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(best=f"{best:.4g}")
+
+    def __enter__(self) -> "_Recorder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.file is not None:
+            self.file.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def evolutionary_search(
@@ -122,75 +199,27 @@ def evolutionary_search(
     history_path: a ``history.jsonl`` to append every evaluated candidate to, and to resume from.
     Raises InfeasibleWindowError when no architecture is found in the window after ``max_tries`` draws.
     """
-    for name, value in (("population", population), ("parents", parents)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    if iterations < 0 or mutations < 0 or crossovers < 0:
-        raise ValueError("iterations, mutations and crossovers must be >= 0")
-    if not 0.0 < window <= 1.0:
-        raise ValueError(f"window must be in (0, 1], got {window}")
-    flops = flops or space.flops
+    _check_options(population, iterations, parents, mutations, crossovers, window)
     high = float(flops_budget)
-    low = window * high
+    draws = _Window(space, flops or space.flops, window * high, high, max_tries)
     cached = _load_history(history_path)
-    result = SearchResult(budget=int(high), window=(low, high))
-    seen: set[str] = set()
-    flops_of: dict[str, int] = {}
-
-    def accept(arch: dict) -> bool:
-        key = arch_key(arch)
-        if key in seen:
-            return False
-        if key not in flops_of:
-            flops_of[key] = flops(arch)
-        return low <= flops_of[key] <= high
-
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=population + iterations * (mutations + crossovers), desc="evolution", unit="arch")
-    out = open(history_path, "a") if history_path else None
-    try:
+    result = SearchResult(budget=int(high), window=(draws.low, high))
+    total = population + iterations * (mutations + crossovers)
+    with _Recorder(history_path, total, progress) as recorder:
         for iteration in range(iterations + 1):
             rng = _rng(seed, iteration)
-            jobs: list[tuple[str, Callable[[], dict]]] = []
-            if iteration == 0:
-                jobs = [("random", lambda: space.sample(rng))] * population
-            else:
-                top = sorted(result.history, key=lambda r: r["fitness"], reverse=True)[:parents]
-                pool = [r["arch"] for r in top]
-                jobs = [("mutation", lambda: _mutate(space, rng.choice(pool), rng, p_mutate))] * mutations
-                jobs += [("crossover", lambda: _crossover(space, rng.choice(pool), rng.choice(pool), rng))] * crossovers
-            for origin, make in jobs:
-                arch = _draw(make, accept, max_tries)
+            for origin, make in _makers(space, iteration, rng, result.history, population, parents, mutations,
+                                        crossovers, p_mutate):
+                arch = draws.draw(make)
                 if arch is None:
-                    if iteration == 0 and not result.history:
-                        lo_all, hi_all = _flops_range(space, flops)
-                        raise InfeasibleWindowError(
-                            f"no architecture of space {space.name!r} has FLOPs in [{low:.4g}, {high:.4g}] after "
-                            f"{max_tries} draws; the space spans about [{lo_all:.4g}, {hi_all:.4g}] FLOPs: choose a "
-                            "budget inside it or widen the window")
+                    if not result.history:
+                        raise draws.infeasible()
                     break  # the window (or the parents' neighbourhood) is exhausted
                 key = arch_key(arch)
-                seen.add(key)
-                if key in cached:
-                    record = cached[key]
-                else:
-                    record = {"iteration": iteration, "origin": origin, "arch": arch, "flops": flops_of[key],
-                              "fitness": float(fitness(arch))}
-                    if out is not None:
-                        out.write(json.dumps(record) + "\n")
-                        out.flush()
+                record = cached.get(key) or {"iteration": iteration, "origin": origin, "arch": arch,
+                                             "flops": draws.flops_of[key], "fitness": float(fitness(arch))}
                 result.history.append(record)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(best=f"{result.best['fitness']:.4g}")
-    finally:
-        if out is not None:
-            out.close()
-        if bar is not None:
-            bar.close()
+                recorder.add(record, new=key not in cached, best=result.best["fitness"])
     return result
 
 

@@ -1,4 +1,4 @@
-"""Search spaces of multi-stage ViT-Res encoders (seed 002, Table 5): genes, sampling, validation, FLOPs.
+"""Search spaces of multi-stage ViT-Res encoders (the ViT-ResNAS paper, Table 5): genes, sampling, validation, FLOPs.
 
 An architecture is a plain JSON-able dict::
 
@@ -8,7 +8,7 @@ An architecture is a plain JSON-able dict::
      "mlp_hidden": [[704, 0, 576, ...], ...]}
 
 Every choice list is ordered from the largest value down; the width warm-up opens the choices from the
-front (the largest sub-network first), as the seed's reference code does.
+front (the largest sub-network first), as the paper's reference code does.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["SearchSpace", "search_space", "SPACES", "token_gene_config", "arch_key"]
+__all__ = ["ARCH_KEYS", "SearchSpace", "search_space", "SPACES", "token_gene_config", "arch_key"]
+
+ARCH_KEYS = ("global_tokens", "dims", "heads", "mlp_hidden")  # the genes of an architecture dict
 
 
 def token_gene_config(gene: str) -> dict[str, Any]:
@@ -40,16 +42,16 @@ def arch_key(arch: dict[str, Any]) -> str:
     """A canonical string of an architecture (for duplicate checks and caches)."""
     import json
 
-    return json.dumps({k: arch[k] for k in ("global_tokens", "dims", "heads", "mlp_hidden")}, sort_keys=True)
+    return json.dumps({k: arch[k] for k in ARCH_KEYS}, sort_keys=True)
 
 
 @dataclass
 class SearchSpace:
     """Per-stage candidate widths, per-block candidate heads / FFN sizes, skippable blocks, global tokens.
 
-    grid: side of the first stage's patch grid (16 in the seed: 224 px with a stride-14 stem); the patch
+    grid: side of the first stage's patch grid (16 in the paper: 224 px with a stride-14 stem); the patch
     size for an image is ``img_size // grid``. skip_prob: probability that a skippable block is removed once
-    the warm-up has opened every choice (seed: 1/4 for Tiny, 1/2 for Small / Medium).
+    the warm-up has opened every choice (the paper: 1/4 for Tiny, 1/2 for Small / Medium).
     """
 
     name: str
@@ -155,9 +157,13 @@ class SearchSpace:
         """Raise ValueError naming the first bad gene; return ``arch`` when it belongs to this space."""
         if not isinstance(arch, dict):
             raise ValueError(f"an architecture is a dict, got {type(arch).__name__}")
-        missing = {"global_tokens", "dims", "heads", "mlp_hidden"} - set(arch)
+        unknown = [key for key in arch if key not in ARCH_KEYS]
+        if unknown:
+            raise ValueError(f"unknown architecture key {', '.join(map(repr, unknown))}; allowed keys are "
+                             f"{', '.join(ARCH_KEYS)}")
+        missing = [key for key in ARCH_KEYS if key not in arch]
         if missing:
-            raise ValueError(f"architecture misses {sorted(missing)}")
+            raise ValueError(f"architecture misses {missing}")
         if arch["global_tokens"] not in self.global_tokens:
             raise ValueError(f"global_tokens {arch['global_tokens']!r} is not in this space's {self.global_tokens}")
         if len(arch["dims"]) != self.num_stages:
@@ -203,7 +209,7 @@ class SearchSpace:
 
 
 def _pairs(depth: int) -> list[bool]:
-    """Block pairs (kept, skippable) as in the seed: [False, True, False, True, ...]."""
+    """Block pairs (kept, skippable) as in the paper: [False, True, False, True, ...]."""
     return [i % 2 == 1 for i in range(depth)]
 
 
@@ -212,14 +218,14 @@ def _steps(high: int, low: int, step: int) -> list[int]:
 
 
 SPACES: dict[str, SearchSpace] = {
-    # seed Table 5, left: 3 stages of 3 (kept, skippable) block pairs; head widths 32 / 48 / 64
+    # the paper's Table 5, left: 3 stages of 3 (kept, skippable) block pairs; head widths 32 / 48 / 64
     "vit_resnas_tiny": SearchSpace(
         "vit_resnas_tiny",
         dims=[[256, 224, 192, 176, 160], [512, 448, 384, 352, 320], [1024, 896, 768, 704, 640]],
         head_dims=[32, 48, 64], heads=[[6, 5, 4, 3], [12, 10, 8, 6], [12, 10, 8, 6]],
         mlp_hidden=[_steps(768, 384, 64), _steps(1536, 768, 128), _steps(3072, 1536, 256)],
         skippable=[_pairs(6)] * 3, global_tokens=["cls"], skip_prob=0.25),
-    # seed Table 5, right: one more (kept) block per stage, wider choices; shared by Small and Medium
+    # the paper's Table 5, right: one more (kept) block per stage, wider choices; shared by Small and Medium
     "vit_resnas_small": SearchSpace(
         "vit_resnas_small",
         dims=[[320, 280, 240, 220, 200], [640, 560, 480, 440, 400], [1280, 1120, 960, 880, 800]],

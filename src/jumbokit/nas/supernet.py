@@ -1,4 +1,4 @@
-"""The weight-sharing ViT-Res super-network (seed 002, Sec. 2.3): masked elastic layers, masked LayerNorm,
+"""The weight-sharing ViT-Res super-network (the ViT-ResNAS paper, Sec. 2.3): masked elastic layers, masked LayerNorm,
 multi-architecture batches, extraction to ordinary zoo encoders, and importance re-sorting.
 
 Every layer is built at the largest size of the search space. A sub-network uses the first ``k`` channels of
@@ -25,7 +25,7 @@ from ..encoders.zoo import resolve_model_file
 from ..encoders.tokenizers import ImagePatchTokenizer, resample_pos_embed
 from .space import SearchSpace, token_gene_config
 
-__all__ = ["Supernet", "masked_layer_norm", "MultiArchSampler", "load_supernet"]
+__all__ = ["Supernet", "masked_layer_norm", "MultiArchSampler", "SupernetLoss", "load_supernet"]
 
 
 def _prefix_mask(sizes: torch.Tensor, width: int) -> torch.Tensor:
@@ -317,8 +317,8 @@ def _permute(param: nn.Parameter, index: torch.Tensor, dim: int, optimizer: torc
 
 
 class MultiArchSampler:
-    """Samples the N_a architectures of each training step, with the seed's width warm-up: only the largest
-    network at step 0, every choice open after ``warmup`` (fraction of training; seed: 25%)."""
+    """Samples the N_a architectures of each training step, with the paper's width warm-up: only the largest
+    network at step 0, every choice open after ``warmup`` (fraction of training; the paper: 25%)."""
 
     def __init__(self, space: SearchSpace, num_archs: int = 16, warmup: float = 0.25, seed: int = 0) -> None:
         if num_archs < 1:
@@ -339,6 +339,28 @@ class MultiArchSampler:
         return [self.space.sample(rng, progress) for _ in range(self.num_archs)]
 
 
+class SupernetLoss:
+    """``loss_fn`` of ``fit`` for a supernet: cross-entropy with this step's N_a sampled architectures, one per
+    sub-batch; ``fit`` calls ``on_step`` before every optimizer step."""
+
+    def __init__(self, sampler: MultiArchSampler, label_smoothing: float = 0.0) -> None:
+        from jumbokit.training import classification_loss
+
+        self.sampler = sampler
+        self.archs = [sampler.space.largest()]
+        self.inner = classification_loss(nn.CrossEntropyLoss(label_smoothing=label_smoothing), forward=self.forward)
+
+    def on_step(self, step: int, total_steps: int) -> None:
+        self.archs = self.sampler.sample(step, total_steps)
+
+    def forward(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """Logits (B, num_classes) of ``x`` (B, C, H, W), split into sub-batches over this step's architectures."""
+        return model(x, self.archs[: x.shape[0]])
+
+    def __call__(self, model: nn.Module, batch):
+        return self.inner(model, batch)
+
+
 def load_supernet(path, map_location: str = "cpu") -> Supernet:
     """Rebuild a supernet saved with ``jumbokit.save`` (a run directory or .safetensors file)."""
     from safetensors.torch import load_file
@@ -347,7 +369,7 @@ def load_supernet(path, map_location: str = "cpu") -> Supernet:
     config = load_config(target)
     if config.get("encoder") != "supernet":
         raise ValueError(f"{target} holds a {config.get('encoder', 'plain')!r} encoder, not a supernet; "
-                         "train one with recipes/nas_supernet.py")
+                         "train one with `jumbokit nas-supernet`")
     net = Supernet(SearchSpace.from_dict(config["space"]), config["num_classes"], config["img_size"],
                    config["in_chans"])
     load_state_dict_checked(net, load_file(str(target), device=str(map_location)), source=str(target))
