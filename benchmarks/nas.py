@@ -4,7 +4,7 @@ inherited-weight accuracy ranks architectures (Kendall tau).
 Needs a trained supernet and a finished search (the README's two commands):
 
     accelerate launch recipes/nas_supernet.py --out runs/nas_digits/supernet
-    python recipes/nas_search.py --supernet runs/nas_digits/supernet --flops-of vit_pico_cls
+    python recipes/nas_search.py --checkpoint runs/nas_digits/supernet --flops-of vit_pico_cls
     python benchmarks/nas.py --supernet runs/nas_digits/supernet
 
 Then, with the supervised recipe's defaults (30 epochs):
@@ -100,7 +100,7 @@ def main(argv=None) -> dict:
     tau = kendalltau([r["inherited_val"] for r in tau_rows], [r["standalone_test"] for r in tau_rows]).statistic
 
     report = {"budget_mflops": budget / 1e6, "searched": {"arch": best["arch"], "mflops": best["flops"] / 1e6,
-                                                          "inherited_val": 100 * best["val_acc1"], "test": searched},
+                                                          "inherited_val": best["val_top1"], "test": searched},
               "random_test": randoms, "random_median": statistics.median(randoms), "kendall_tau": tau,
               "tau_archs": tau_rows, "epochs": args.epochs, "seeds": args.seeds}
     table = ("| model | MFLOPs | test top-1 (%) |\n|---|---|---|\n"

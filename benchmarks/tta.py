@@ -58,7 +58,7 @@ def run_one(checkpoint: str, setting: str, severities: str, args: argparse.Names
     if args.dataset:
         cmd += ["--dataset", args.dataset]
     if args.max_samples:
-        cmd += ["--max-samples", str(args.max_samples)]
+        cmd += ["--max-eval-samples", str(args.max_samples)]
     if args.cpu:
         cmd += ["--cpu"]
     cmd += shlex.split(args.recipe_args)
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
         return 1
     rows = [r for s in summaries for r in s["rows"]]
     throughput = [dict(t, model=s["model"], setting=s["setting"]) for s in summaries for t in s["throughput"]]
-    avg = {(r["model"], r["setting"], r["severity"], r["method"]): r["accuracy"] for r in rows if r["corruption"] == "avg"}
+    avg = {(r["model"], r["setting"], r["severity"], r["method"]): r["top1"] for r in rows if r["corruption"] == "avg"}
 
     models = list(dict.fromkeys(r["model"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
