@@ -215,19 +215,6 @@ def load_recipe(name: str):
     return importlib.import_module(f"jumbokit.recipes.{name}")
 
 
-def test_resume_refuses_a_different_model_config(tmp_path):
-    recipe = load_recipe("mae_pretrain")
-    saved = tiny_mae("jumbo").config
-    (tmp_path / "config.json").write_text(json.dumps({"model_config": saved}))
-    recipe.check_resume_config(tmp_path, json.loads(json.dumps(saved)))  # same config: fine
-    recipe.check_resume_config(tmp_path, {**saved, "encoder": {**saved["encoder"], "drop_path_rate": 0.1}})
-    other = tiny_mae("cls").config
-    with pytest.raises(ValueError, match=r"different model config .*encoder\.global_tokens: saved 'jumbo' vs now 'cls'"):
-        recipe.check_resume_config(tmp_path, other)
-    with pytest.raises(ValueError, match=r"decoder_dim: saved 16 vs now 32"):
-        recipe.check_resume_config(tmp_path, {**saved, "decoder_dim": 32})
-
-
 TINY_RUN = ["--model", "vit_pico_cls", "--depth", "1", "--decoder-depth", "1", "--decoder-dim", "32",
             "--decoder-heads", "2", "--epochs", "1", "--batch-size", "32", "--max-train-samples", "64",
             "--val-samples", "16", "--vis-images", "2", "--no-progress", "--cpu"]
@@ -259,12 +246,12 @@ def test_recipes_end_to_end(tmp_path, capsys):
     assert encoder.config["patch_size"] == 4 and encoder.config["in_chans"] == 1
     with pytest.raises(ValueError, match="already holds a run"):
         mae_recipe.main([*TINY_RUN, "--out", str(run)])
-    with pytest.raises(ValueError, match="different model config"):
+    with pytest.raises(ValueError, match="--decoder-dim: run has 32, given 64"):  # resume keeps the run's flags
         mae_recipe.main([*TINY_RUN, "--out", str(run), "--resume", "--decoder-dim", "64"])
-    result = probe_recipe.main(["--checkpoint", str(run), "--epochs", "2", "--batch-size", "64", "--min-steps", "20",
+    result = probe_recipe.main(["--checkpoint", str(run), "--batch-size", "64", "--min-steps", "400",
                                 "--max-train-samples", "128", "--no-progress", "--cpu"])
     check_probe_results(run / "linear_probe", result, above=20.0)  # chance is 10%
-    assert result["epochs"] == 10  # 2 steps per epoch, raised to reach 20 steps
+    assert result["epochs"] == 200  # --epochs not given: 2 steps per epoch, raised to reach 400 steps
     assert (run / "linear_probe" / "results.csv").exists()
     before = jumbokit.load(run).state_dict()
     result = probe_recipe.main(["--checkpoint", str(run), "--epochs", "1", "--batch-size", "64", "--optimizer",
@@ -285,12 +272,90 @@ def test_recipe_help_and_bad_input(tmp_path, capsys):
     args = mae_recipe.resolve_recipe_defaults(mae_recipe.build_parser().parse_args([]))  # every flag has a default
     assert (args.dataset, args.blr, tuple(args.betas), args.weight_decay, args.mask_ratio, args.norm_pix_loss) == (
         "digits", 1.5e-3, (0.9, 0.95), 0.05, 0.75, True)
-    assert (args.hflip, tuple(args.crop_scale)) == (0.0, (0.5, 1.0))
+    from jumbokit.data.cli import data_settings_from_args  # --scale / --hflip left out: the dataset's MAE defaults
+
+    augmentation = data_settings_from_args(args).build("train", "mae", progress=False).info()["augmentation"]
+    assert (augmentation["hflip"], tuple(augmentation["scale"])) == (0.0, (0.5, 1.0))
     folder = mae_recipe.resolve_recipe_defaults(mae_recipe.build_parser().parse_args(["--dataset", "folder:x"]))
-    assert (folder.blr, folder.hflip, tuple(folder.crop_scale)) == (1.5e-4, 0.5, (0.2, 1.0))  # MAE's recipe
+    assert folder.blr == 1.5e-4  # MAE's recipe
+    from jumbokit.data import dataset_defaults
+
+    assert (dataset_defaults("folder:x").hflip, dataset_defaults("folder:x").crop_scale_for("mae")) == (0.5, (0.2, 1.0))
     given = mae_recipe.resolve_recipe_defaults(mae_recipe.build_parser().parse_args(["--blr", "1e-3"]))
     assert given.blr == 1e-3
     with pytest.raises(FileNotFoundError, match="does not exist"):
         probe_recipe.main(["--checkpoint", str(tmp_path / "missing")])
     with pytest.raises(FileNotFoundError, match="no MAE run"):
         probe_recipe.newest_mae_run(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------- resume, front-door errors
+@pytest.fixture(scope="module")
+def mae_run(tmp_path_factory):
+    """One finished tiny MAE run (shared by the tests below, which copy it before changing it)."""
+    run = tmp_path_factory.mktemp("mae") / "run"
+    load_recipe("mae_pretrain").main([*TINY_RUN, "--out", str(run)])
+    return run
+
+
+def test_resume_honours_the_runs_flags(mae_run, tmp_path):
+    """Resume continues with the stored flags; other flags are refused with each difference named; more --epochs
+    are accepted and recorded in resumes.jsonl; config.json stays byte-for-byte the first one."""
+    import shutil
+
+    recipe = load_recipe("mae_pretrain")
+    run = tmp_path / "run"
+    shutil.copytree(mae_run, run)
+    first = (run / "config.json").read_bytes()
+    with pytest.raises(ValueError) as refused:
+        recipe.main(["--out", str(run), "--resume", "--lr", "0.005", "--max-train-samples", "128"])
+    assert "--lr: run has unset, given 0.005" in str(refused.value)
+    assert "--max-train-samples: run has 64, given 128" in str(refused.value)
+    summary = recipe.main(["--out", str(run), "--resume"])  # no flag repeated: the stored run continues
+    assert (summary["model"], summary["epochs"], summary["effective_batch"]) == ("vit_pico_cls", 1, 32)
+    summary = recipe.main(["--out", str(run), "--resume", "--epochs", "2", "--no-progress"])
+    assert summary["epochs"] == 2
+    assert (run / "config.json").read_bytes() == first
+    resumes = [json.loads(line) for line in (run / "resumes.jsonl").read_text().splitlines()]
+    assert [r["changed"] for r in resumes] == [{}, {"epochs": {"run": 1, "given": 2}}]
+    assert recipe.main(["--out", str(run), "--resume"])["epochs"] == 2  # the accepted change holds from now on
+    with pytest.raises(ValueError, match=r"--epochs: run has 2, given 1 \(on resume --epochs may only grow\)"):
+        recipe.main(["--out", str(run), "--resume", "--epochs", "1"])
+
+
+def test_given_flags_are_those_typed():
+    from jumbokit.training.cli import given_flags
+
+    parser = load_recipe("mae_pretrain").build_parser()
+    assert given_flags(parser, []) == {}
+    assert given_flags(parser, ["--lr", "0.1", "--no-norm-pix-loss", "--resume"]) == {
+        "lr": 0.1, "norm_pix_loss": False, "resume": "latest"}
+
+
+def test_mae_refuses_a_multistage_encoder_before_writing(tmp_path):
+    with pytest.raises(ValueError, match=r"^--model vit_res_pico: MAE needs a plain encoder \(keep/drop of patch "
+                                         r"tokens\); vit_res_\* models are multi-stage; pick e.g. vit_pico_jumbo$"):
+        load_recipe("mae_pretrain").main(["--model", "vit_res_pico", "--out", str(tmp_path / "x")])
+    assert not (tmp_path / "x").exists()
+
+
+def test_no_progress_keeps_the_summary_lines(mae_run, tmp_path, capsys):
+    probe = load_recipe("linear_probe")
+    probe.main(["--checkpoint", str(mae_run), "--out", str(tmp_path / "p"), "--epochs", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert "CPU threads:" in err and "linear probe of" in err
+
+
+def test_probe_explicit_flags_win(mae_run, tmp_path, capsys):
+    """--epochs given: --min-steps does not raise it; the default batch shrinks to a small subset (one log line);
+    a batch the user gave that does not fit is refused before anything is written."""
+    probe = load_recipe("linear_probe")
+    result = probe.main(["--checkpoint", str(mae_run), "--out", str(tmp_path / "a"), "--epochs", "1",
+                         "--max-train-samples", "128", "--no-progress"])
+    assert (result["epochs"], result["batch_size"]) == (1, 128)
+    assert "batch size 128 (the default 256 is larger than the 128 training samples)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="^--batch-size 256 is larger than the 128 training samples; "
+                                         "pass --batch-size <= 128$"):
+        probe.main(["--checkpoint", str(mae_run), "--out", str(tmp_path / "b"), "--batch-size", "256",
+                    "--max-train-samples", "128", "--no-progress"])
+    assert not (tmp_path / "b").exists()

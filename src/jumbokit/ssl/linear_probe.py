@@ -150,25 +150,23 @@ def build_probe_optimizer(
     momentum: float = 0.9,
     betas: tuple[float, float] = (0.9, 0.999),
 ) -> torch.optim.Optimizer:
-    """LARS (timm's ``Lars``, MAE's linear-probe optimizer) or AdamW over the head's trainable parameters.
+    """LARS (timm's ``Lars``, MAE's linear-probe optimizer) or AdamW over the head's trainable parameters, in the
+    shared ``param_groups`` (weight decay on weight matrices only).
 
-    LARS adapts the step (trust ratio 0.001) and applies weight decay on weight matrices only; biases get
-    plain momentum SGD without decay, as MAE's LARS excludes 1-D parameters.
+    LARS adapts the step of matrices (trust ratio 0.001); biases get plain momentum SGD without decay, as MAE's
+    LARS excludes 1-D parameters (``jumbokit.training.build_lars``).
     """
-    params = [p for p in head.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("the head has no trainable parameter")
-    matrices = [p for p in params if p.ndim > 1]
-    vectors = [p for p in params if p.ndim <= 1]
-    name = optimizer.lower()
-    if name == "lars":
-        from jumbokit.training.optim import build_lars
+    from jumbokit.training.optim import build_lars, param_groups
 
-        return build_lars([{"params": params, "weight_decay": weight_decay}], lr=lr, momentum=momentum)
-    if name == "adamw":
-        groups = [{"params": matrices, "weight_decay": weight_decay}, {"params": vectors, "weight_decay": 0.0}]
-        return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)
-    raise ValueError(f"unknown probe optimizer {optimizer!r}; expected 'lars' or 'adamw'")
+    name = optimizer.lower()
+    if name not in ("lars", "adamw"):
+        raise ValueError(f"unknown probe optimizer {optimizer!r}; expected 'lars' or 'adamw'")
+    if not any(p.requires_grad for p in head.parameters()):
+        raise ValueError("the head has no trainable parameter")
+    groups = param_groups(head, weight_decay)
+    if name == "lars":
+        return build_lars(groups, lr=lr, momentum=momentum)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
 
 
 def _batches(count: int, batch_size: int, generator: torch.Generator, shuffle: bool = True) -> Iterator[torch.Tensor]:

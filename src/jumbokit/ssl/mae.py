@@ -223,6 +223,9 @@ class MaskedAutoencoder(nn.Module):
         encoder_config = dict(getattr(encoder, "config", {}) or {})
         tokenizer = encoder_config.get("tokenizer", "image")
         patch_embed = getattr(encoder, "patch_embed", None)
+        if encoder_config.get("encoder") == "multistage":
+            raise ValueError("MAE needs a plain encoder (keep/drop of patch tokens); multi-stage encoders "
+                             f"(vit_res_*) are not, got {type(encoder).__name__}")
         if tokenizer not in ("image", "series") or not hasattr(patch_embed, "grid_size"):
             raise ValueError(f"MAE needs an image or series encoder (tokenizer='image' or 'series' with a patch "
                              f"tokenizer), got tokenizer={tokenizer!r} ({type(encoder).__name__})")

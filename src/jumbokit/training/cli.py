@@ -1,17 +1,22 @@
-"""Shared command-line flags for recipes (data, model, output, optimisation, resume, precision) and the wrapper
-that turns bad input into one line on stderr and a non-zero exit."""
+"""Shared command-line flags for recipes (data, model, output, optimisation, resume, precision), the resume that
+honours a run's stored flags, and the wrapper that turns bad input into one line on stderr and a non-zero exit."""
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import shutil
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
 from .rundir import RunDir, list_checkpoints
 from .threads import ThreadChoice, add_threads_arg, configure_threads
+
+logger = logging.getLogger(__name__)
 
 
 def ema_decay_arg(text: str) -> float:
@@ -50,34 +55,49 @@ def add_common_args(
         run.add_argument("--model", default=model, help="zoo name, see jumbokit.list_models() (default: %(default)s)")
     run.add_argument("--out", default=None, help="run directory (default: runs/<recipe>_<model>_<dataset>)")
     run.add_argument("--resume", nargs="?", const="latest", default=None,
-                     help="continue from the newest checkpoint in --out (or from the given checkpoint/run dir)")
-    run.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
-    run.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
-    run.add_argument("--mixed-precision", default="no", choices=PRECISIONS, help="(default: %(default)s)")
-    run.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")
+                     help="continue the run in --out with its stored flags from its newest checkpoint (or from the "
+                          "given checkpoint / run directory); only more --epochs may be given (default: off)")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing run in --out (default: off)")
+    run.add_argument("--seed", type=int, default=0,
+                     help="random seed of initialisation, data order and subsets (default: %(default)s)")
+    run.add_argument("--mixed-precision", default="no", choices=PRECISIONS,
+                     help="autocast precision of the forward pass (default: %(default)s)")
+    run.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present (default: off)")
     run.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
                      help="on a CUDA GPU, run fp32 matmuls and convolutions on TF32 tensor cores "
                           "(torch.set_float32_matmul_precision('high')); no effect on CPU (default: on)")
-    run.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints, 0 = off")
+    run.add_argument("--checkpoint-every", type=int, default=1,
+                     help="epochs between checkpoints, 0 = off (default: %(default)s)")
     run.add_argument("--checkpoint-steps", type=int, default=0,
-                     help="also checkpoint every N optimizer steps inside epochs, 0 = off (long epochs)")
-    run.add_argument("--log-every", type=int, default=10, help="optimizer steps between metrics.jsonl lines")
-    run.add_argument("--log-with", default=None, help="accelerate tracker, e.g. tensorboard")
-    run.add_argument("--no-progress", action="store_true", help="no progress bars or per-epoch lines")
+                     help="also checkpoint every N optimizer steps inside epochs, 0 = off (default: %(default)s)")
+    run.add_argument("--log-every", type=int, default=10,
+                     help="optimizer steps between metrics.jsonl lines (default: %(default)s)")
+    run.add_argument("--log-with", default=None, help="accelerate tracker, e.g. tensorboard (default: none)")
+    run.add_argument("--no-progress", action="store_true",
+                     help="hide progress bars; the summary lines stay (default: bars shown)")
     add_threads_arg(run)
 
     opt = parser.add_argument_group("optimisation")
-    opt.add_argument("--epochs", type=int, default=epochs, help="(default: %(default)s)")
+    opt.add_argument("--epochs", type=int, default=epochs,
+                     help="passes over the training set (default: %(default)s)")
     opt.add_argument("--batch-size", type=int, default=batch_size, help="per-process batch (default: %(default)s)")
-    opt.add_argument("--lr", type=float, default=lr, help="peak learning rate (default: %(default)s)")
+    opt.add_argument("--lr", type=float, default=lr,
+                     help="peak learning rate (default: " + ("%(default)s)" if lr is not None else
+                                                             "--blr x effective batch / 256)"))
     opt.add_argument("--min-lr", type=float, default=1e-6, help="final learning rate (default: %(default)s)")
-    opt.add_argument("--weight-decay", type=float, default=weight_decay, help="(default: %(default)s)")
-    opt.add_argument("--warmup-epochs", type=float, default=warmup_epochs, help="(default: %(default)s)")
-    opt.add_argument("--optimizer", default=optimizer, choices=OPTIMIZERS, help="(default: %(default)s)")
-    opt.add_argument("--schedule", default="cosine", choices=SCHEDULES, help="(default: %(default)s)")
-    opt.add_argument("--betas", type=float, nargs=2, default=list(betas), help="AdamW betas (default: %(default)s)")
-    opt.add_argument("--grad-clip", type=float, default=grad_clip, help="max gradient norm (default: off)")
-    opt.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    opt.add_argument("--weight-decay", type=float, default=weight_decay,
+                     help="decoupled weight decay of matrices (default: %(default)s)")
+    opt.add_argument("--warmup-epochs", type=float, default=warmup_epochs,
+                     help="epochs of linear learning-rate warm-up (default: %(default)s)")
+    opt.add_argument("--optimizer", default=optimizer, choices=OPTIMIZERS, help="optimizer (default: %(default)s)")
+    opt.add_argument("--schedule", default="cosine", choices=SCHEDULES,
+                     help="learning-rate schedule after warm-up (default: %(default)s)")
+    opt.add_argument("--betas", type=float, nargs=2, default=list(betas),
+                     help="AdamW betas (default: %(default)s)")
+    opt.add_argument("--grad-clip", type=float, default=grad_clip,
+                     help="max gradient norm (default: " + ("%(default)s)" if grad_clip is not None else "off)"))
+    opt.add_argument("--grad-accum", type=int, default=1,
+                     help="micro-batches per optimizer step (default: %(default)s)")
     opt.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                      help="keep an exponential moving average of the weights with this decay (e.g. 0.9998), "
                           "evaluate and save it instead of the last weights (default: 0, off)")
@@ -99,13 +119,17 @@ def check_count_flags(args: argparse.Namespace) -> None:
 
 
 def setup_threads(args: argparse.Namespace) -> ThreadChoice:
-    """Apply ``--threads`` (or the automatic count, see ``configure_threads``) and print the choice as the run's
-    first line on the first process of each machine (unless ``--no-progress``)."""
+    """Apply ``--threads`` (or the automatic count, see ``configure_threads``) and log the choice as the run's
+    first line on the first process of each machine (``--no-progress`` hides bars only, not this line)."""
     import os
 
+    from jumbokit.logs import configure_logging
+
     choice = configure_threads(getattr(args, "threads", None))
-    if not getattr(args, "no_progress", False) and os.environ.get("LOCAL_RANK", "0") == "0":
-        print(choice.describe(), flush=True)
+    if not logging.getLogger("jumbokit").handlers:  # a front door that did not configure logging yet
+        configure_logging()
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        logger.info(choice.describe())
     return choice
 
 
@@ -136,13 +160,14 @@ def default_out_dir(recipe: str, model: str | None, dataset: str) -> Path:
 
 
 def prepare_out_dir(out: str | Path, resume: str | None, overwrite: bool) -> Path:
-    """Check that ``out`` can take a new run: an existing finished or checkpointed run needs ``--resume`` or
-    ``--overwrite`` (which deletes its checkpoints, metrics and model on the main process)."""
+    """Check that ``out`` can take a new run: an existing run (a checkpoint, a final model or its ``config.json``)
+    needs ``--resume`` or ``--overwrite`` (which deletes its files on the main process)."""
     from .loop import launch_state
 
     out = Path(out).expanduser()
     state = launch_state()
-    holds_run = bool(list_checkpoints(out / RunDir.CHECKPOINTS)) or (out / "model.safetensors").exists()
+    holds_run = bool(list_checkpoints(out / RunDir.CHECKPOINTS)) or any(
+        (out / name).exists() for name in ("model.safetensors", RunDir.CONFIG))
     if holds_run and resume is None:
         if not overwrite:
             raise ValueError(
@@ -151,10 +176,171 @@ def prepare_out_dir(out: str | Path, resume: str | None, overwrite: bool) -> Pat
             )
         if state.is_main_process:
             shutil.rmtree(out / RunDir.CHECKPOINTS, ignore_errors=True)
-            for name in (RunDir.METRICS, "model.safetensors", "model_config.json", RunDir.REPORT, RunDir.RESULTS):
+            for name in (RunDir.METRICS, "model.safetensors", "model_config.json", RunDir.REPORT, RunDir.RESULTS,
+                         RunDir.CONFIG, RESUMES_FILE):
                 (out / name).unlink(missing_ok=True)
     state.wait_for_everyone()
     return out
+
+
+# ------------------------------------------------------------------------------------------------ resume
+RESUMES_FILE = "resumes.jsonl"
+# flags that change how a run is watched or where it runs, never what it computes: free on resume
+NEUTRAL_ON_RESUME = frozenset({"resume", "out", "overwrite", "no_progress", "debug", "threads", "num_workers",
+                               "log_every", "log_with", "checkpoint_every", "checkpoint_steps"})
+
+
+class _Unset:
+    """Marks a flag the command line did not give (see ``given_flags``)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
+class _GivenOnly(argparse.Namespace):
+    """A namespace that claims to hold every attribute, so argparse fills in no default: after parsing, its
+    ``vars`` are exactly the flags on the command line."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # argparse's own bookkeeping (unrecognised arguments)
+            raise AttributeError(name)
+        return _UNSET
+
+
+def given_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The flags given explicitly in ``argv`` (dest -> parsed value), without any default: ``argv`` is parsed a
+    second time into a namespace on which argparse sets no default."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return dict(vars(parser.parse_args(argv, namespace=_GivenOnly())))
+
+
+def read_stored_args(run: str | Path) -> dict[str, Any] | None:
+    """The flags a run runs with: those stored under ``"args"`` in its ``config.json``, with the changes its
+    resumes accepted (``"changed"`` in ``resumes.jsonl``) applied in order; None when there is no such record."""
+    config = Path(run) / RunDir.CONFIG
+    try:
+        stored = json.loads(config.read_text()).get("args")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(stored, dict):
+        return None
+    for record in RunDir(run, create=False).read_resumes():
+        for dest, change in (record.get("changed") or {}).items():
+            stored[dest] = change.get("given", stored.get(dest))
+    return stored
+
+
+def _flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """dest -> the flag as typed (``lr`` -> ``--lr``)."""
+    names = {}
+    for action in parser._actions:  # argparse has no public list of its actions
+        longs = [o for o in action.option_strings if o.startswith("--")] or action.option_strings
+        if longs:
+            names.setdefault(action.dest, longs[0])
+    return names
+
+
+def _plain(value: Any) -> Any:
+    """A value as stored in config.json (tuples as lists, paths as strings)."""
+    from .rundir import to_json
+
+    return json.loads(to_json(value, indent=None))
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(_show(v) for v in value)
+    return "unset" if value is None else str(value)
+
+
+def resume_differences(
+    parser: argparse.ArgumentParser, stored: dict[str, Any], given: dict[str, Any]
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Compare the flags given on resume with a run's stored flags. Returns (refused, accepted): one line per
+    refused difference (``--lr: run has 0.001, given 0.005``) and the accepted changes ``{dest: {"run": old,
+    "given": new}}`` (more ``--epochs``). Flags that only change how a run is watched are ignored."""
+    defaults = vars(parser.parse_args([]))
+    names = _flag_names(parser)
+    refused: list[str] = []
+    accepted: dict[str, dict[str, Any]] = {}
+    for dest, value in given.items():
+        if dest in NEUTRAL_ON_RESUME:
+            continue
+        old, new = _plain(stored.get(dest, defaults.get(dest))), _plain(value)
+        if old == new:
+            continue
+        flag = names.get(dest, "--" + dest.replace("_", "-"))
+        if dest == "epochs" and isinstance(old, int) and new > old:
+            accepted[dest] = {"run": old, "given": new}
+            continue
+        note = " (on resume --epochs may only grow)" if dest == "epochs" else ""
+        refused.append(f"{flag}: run has {_show(old)}, given {_show(new)}{note}")
+    return refused, accepted
+
+
+@dataclass
+class RunArgs:
+    """What ``parse_run_args`` returns: the flags to run with, the run directory, the flags typed on the command
+    line, and (when continuing a stored run) the entries for its ``resumes.jsonl`` line (``fit(resume_record=)``)."""
+
+    args: argparse.Namespace
+    out: Path
+    given: dict[str, Any]
+    resume_record: dict[str, Any] | None = None
+
+
+def _record_folder(args: argparse.Namespace, out: Path) -> Path:
+    """The run whose stored flags a resume continues: ``out``, or the run holding the checkpoint given to
+    ``--resume PATH`` when ``out`` has no record yet."""
+    if (out / RunDir.CONFIG).exists() or args.resume in (None, "latest"):
+        return out
+    path = Path(args.resume).expanduser()
+    for folder in (path, path.parent, path.parent.parent):
+        if (folder / RunDir.CONFIG).exists():
+            return folder
+    return out
+
+
+def parse_run_args(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    default_out: Callable[[argparse.Namespace], Path],
+) -> RunArgs:
+    """Parse a front door's flags; with ``--resume``, continue with the flags the run stored in its
+    ``config.json`` (``"args"``): a user repeats none of them, and a given flag that differs from the stored one
+    raises one ``ValueError`` listing every difference (except more ``--epochs``, accepted and recorded).
+
+    ``default_out(args)`` names the run directory when ``--out`` is not given.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    given = given_flags(parser, argv)
+    out = Path(args.out).expanduser() if getattr(args, "out", None) else default_out(args)
+    if getattr(args, "resume", None) is None:
+        return RunArgs(args, out, given)
+    folder = _record_folder(args, out)
+    stored = read_stored_args(folder)
+    if stored is None:
+        if (folder / RunDir.CONFIG).exists():
+            logger.info(f"{folder}/config.json holds no stored flags; resuming with the flags given")
+        return RunArgs(args, out, given)
+    refused, accepted = resume_differences(parser, stored, given)
+    if refused:
+        raise ValueError(f"cannot resume {folder} with other flags than it was started with ("
+                         + "; ".join(refused) + "); leave them out to continue the run as it was, or start a "
+                         "new run with another --out")
+    merged = vars(parser.parse_args([]))
+    merged.update({k: v for k, v in stored.items() if k in merged})
+    merged.update({k: v for k, v in given.items() if k in NEUTRAL_ON_RESUME or k in accepted})
+    merged["out"] = str(out)
+    for dest, change in accepted.items():
+        logger.info(f"resuming with {_flag_names(parser).get(dest, dest)} {change['given']} "
+                    f"(the run had {change['run']})")
+    record = {"argv": argv, "changed": accepted}
+    return RunArgs(argparse.Namespace(**merged), out, given, record)
 
 
 def run_cli(main: Callable[[], Any]) -> None:
