@@ -16,7 +16,7 @@ from torch import nn
 
 from .blocks import Block
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
-from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens
+from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens, exporting
 
 __all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "gather_tokens", "random_keep", "unknown_options"]
 
@@ -259,7 +259,7 @@ class Encoder(nn.Module):
         x = self.global_tokens.join(tokens)
         attn_mask = None
         if mask is not None:
-            if self.num_global_tokens == 0 and bool(mask.all(dim=1).any()):
+            if self.num_global_tokens == 0 and not exporting() and bool(mask.all(dim=1).any()):
                 raise ValueError("a sample has no observed patch and the encoder has no global token to attend to; "
                                  "drop fully-missing samples/channels or use a global-token plug-in")
             full = torch.cat([mask.new_zeros(mask.shape[0], self.num_global_tokens), mask], dim=1)

@@ -71,9 +71,23 @@ def sincos_pos_embed_2d(dim: int, grid: tuple[int, int]) -> torch.Tensor:
     return torch.cat([emb_h, emb_w], dim=1)
 
 
+def exporting() -> bool:
+    """True while torch.export (or the ONNX exporter built on it) traces the model; False in eager and compiled runs."""
+    is_exporting = getattr(torch.compiler, "is_exporting", None)  # torch >= 2.5
+    return bool(is_exporting and is_exporting())
+
+
+def _same_grid(old_grid: tuple[int, ...], new_grid: tuple[int, ...]) -> bool:
+    """Whether a table built for ``old_grid`` fits ``new_grid`` as is. While exporting (torch.export, ONNX) a
+    symbolic size never counts as equal, so a graph exported with a dynamic input size resamples for every size."""
+    if exporting() and not all(isinstance(n, int) for n in new_grid):
+        return False
+    return tuple(old_grid) == tuple(new_grid)
+
+
 def resample_pos_embed(pos_embed: torch.Tensor, old_grid: tuple[int, ...], new_grid: tuple[int, ...]) -> torch.Tensor:
     """Resample a (1, N_old, D) table to a new grid: bicubic for 2-D grids, linear for 1-D."""
-    if tuple(old_grid) == tuple(new_grid):
+    if _same_grid(old_grid, new_grid):
         return pos_embed
     dim = pos_embed.shape[-1]
     orig_dtype = pos_embed.dtype
@@ -245,7 +259,7 @@ class SeriesPatchTokenizer(nn.Module):
         pad_mask = None
         if observed is not None:
             pad_mask = ~self._windows(observed).any(-1).reshape(batch * chans, -1)
-            if not pad_mask.any():
+            if not exporting() and not pad_mask.any():
                 pad_mask = None
         return Tokens(tokens, (num,), pad_mask, chans)
 
@@ -273,7 +287,8 @@ class SeriesPatchTokenizer(nn.Module):
             raise ValueError(f"expected series of {self.in_chans} channels, got {chans}; "
                              f"build the model with in_chans={chans}")
         observed = ~torch.isnan(x)
-        has_missing = not bool(observed.all())
+        # an exported graph (torch.export, ONNX) has no data-dependent branch: it always takes the missing-value path
+        has_missing = exporting() or not bool(observed.all())
         values = torch.nan_to_num(x, nan=0.0) if has_missing else x
         if self.pad_end:
             if has_missing:

@@ -12,4 +12,5 @@ COMMANDS = {
     "sar-adapt": "sar_adapt",
     "nas-supernet": "nas_supernet",
     "nas-search": "nas_search",
+    "export": "export",
 }
