@@ -197,9 +197,9 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
 
     models = args.models or ["vit_pico_jumbo", "vit_pico_cls"]
     for run in map(Path, args.checkpoints or ()):  # before anything is written
-        if not (run / "config.json").is_file() or "summary" not in json.loads((run / "config.json").read_text()):
+        if not (run / "config.json").is_file() or not (run / "summary.json").is_file():
             raise SystemExit(f"error: --checkpoints {run} is not a finished recipes/mae_pretrain.py run directory "
-                             "(expected config.json with a summary)")
+                             "(expected config.json and summary.json)")
     work = Path(args.work or tempfile.mkdtemp(prefix="mae_bench_"))
     work.mkdir(parents=True, exist_ok=True)
     python = sys.executable
@@ -215,17 +215,17 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
                    "--no-progress", "--epochs", str(args.epochs), *args.mae_args]
             wall = round(run_cmd(cmd, work / f"mae_{name}.log"), 1)
             config = json.loads((run / "config.json").read_text())
-        summary = config["summary"]
+        summary = json.loads((run / "summary.json").read_text())
         for index, variant in enumerate(args.probe_variants):
             probe_dir = work / f"probe{position}_{run.name}_{index}"  # position: two runs may share a name
             run_cmd([python, "recipes/linear_probe.py", "--checkpoint", str(run), "--out", str(probe_dir),
                      "--no-progress", *args.probe_args, *variant.split()], work / f"{probe_dir.name}.log")
-            probe = json.loads((probe_dir / "config.json").read_text())["summary"]
+            probe = json.loads((probe_dir / "summary.json").read_text())
             rows.append({"method": f"MAE {name}", "probe": variant or "(defaults)",
                          "epochs": config["args"]["epochs"], "probe_epochs": probe.get("epochs"),
                          "val_top1": probe.get("val_top1"), "test_top1": probe.get("test_top1"),
                          "pretrain_s": round(summary["train_time_s"], 1), "wall_s": wall,
-                         "final_mae_loss": summary.get("final_train_loss")})
+                         "final_mae_loss": summary.get("train_loss")})
             print(json.dumps(rows[-1]))
         if args.random_init:
             # the same architecture, not pretrained: what MAE adds over random features
@@ -239,7 +239,7 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
             run_cmd([python, "recipes/linear_probe.py", "--checkpoint", str(rand_dir), "--dataset", "digits",
                      "--out", str(rand_dir / "probe"), "--no-progress", *args.probe_args, *variant.split()],
                     work / f"probe_random_{name}.log")
-            probe = json.loads((rand_dir / "probe" / "config.json").read_text())["summary"]
+            probe = json.loads((rand_dir / "probe" / "summary.json").read_text())
             rows.append({"method": f"random-init {name}", "probe": variant or "(defaults)", "epochs": 0,
                          "val_top1": probe.get("val_top1"), "test_top1": probe.get("test_top1")})
             print(json.dumps(rows[-1]))

@@ -55,17 +55,21 @@ def step_flops(model: torch.nn.Module, images: torch.Tensor) -> tuple[int, int]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    import mae_pretrain
+    from jumbokit.recipes import mae_pretrain
 
-    from jumbokit.data import build_dataset, make_loader
+    from jumbokit.data import make_loader
+    from jumbokit.data.cli import data_settings_from_args
+    from jumbokit.ssl import build_image_mae
     from jumbokit.training import TrainConfig, build_optimizer
 
     recipe = mae_pretrain.build_parser().parse_args(["--model", args.model, "--batch-size", str(args.batch_size)])
     mae_pretrain.resolve_recipe_defaults(recipe)
-    train = build_dataset(recipe.dataset, "train", task="mae", crop_scale=tuple(recipe.crop_scale),
-                          hflip=recipe.hflip, seed=recipe.seed)
+    train = data_settings_from_args(recipe).build("train", "mae", seed=recipe.seed)
     torch.manual_seed(recipe.seed)
-    model = mae_pretrain.build_mae(recipe, train.in_chans, train.img_size).train()
+    model = build_image_mae(recipe.model, train.img_size, train.in_chans, patch_size=recipe.patch_size or 4,
+                            depth=recipe.depth, pos_embed=recipe.pos_embed, decoder_dim=recipe.decoder_dim,
+                            decoder_depth=recipe.decoder_depth, decoder_heads=recipe.decoder_heads,
+                            mask_ratio=recipe.mask_ratio).train()
     optimizer = build_optimizer(model, TrainConfig(lr=1e-4, weight_decay=recipe.weight_decay,
                                                    betas=tuple(recipe.betas)))
     loader = make_loader(train, args.batch_size, seed=recipe.seed)
