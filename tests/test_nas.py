@@ -302,3 +302,13 @@ def test_nas_front_doors_take_debug_and_show_defaults_once(name):
         if name == "nas_search" and not action.required and not isinstance(action, argparse._HelpAction) \
                 and action.dest not in ("flops", "flops_of"):
             assert "default" in text, action.option_strings
+
+
+def test_supernet_resume_refuses_other_flags(tmp_path):
+    from jumbokit.recipes import nas_supernet
+
+    out = str(tmp_path / "sn")
+    common = ["--epochs", "1", "--max-train-samples", "16", "--batch-size", "16", "--out", out, "--no-progress"]
+    nas_supernet.main(common + ["--num-archs", "2"])
+    with pytest.raises(ValueError, match=r"--num-archs: run has 2, given 1"):
+        nas_supernet.main(["--resume", "--out", out, "--num-archs", "1"])

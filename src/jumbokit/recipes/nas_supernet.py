@@ -20,7 +20,7 @@ import time
 import torch
 
 from jumbokit import nas
-from jumbokit.training import add_common_args
+from jumbokit.training import add_common_args, default_out_dir
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = build_parser().parse_args(argv)
+    from jumbokit.training.cli import parse_run_args
+
+    parsed = parse_run_args(build_parser(), argv, lambda a: default_out_dir("nas_supernet", a.space, a.dataset))
+    args = parsed.args  # on --resume: the flags the run was started with
     from jumbokit.data import data_settings_from_args, make_loader
     from jumbokit.encoders.flops import count_params
     from jumbokit.logs import configure_logging
     from jumbokit.nas.report import subnet_top1, supernet_rows, write_supernet_report
-    from jumbokit.training import (default_out_dir, fit, launch_state, prepare_out_dir, setup_threads,
-                                   train_config_from_args)
+    from jumbokit.training import fit, launch_state, prepare_out_dir, setup_threads, train_config_from_args
 
     if args.num_archs < 1 or args.num_archs > args.batch_size:
         raise ValueError(f"--num-archs must be in [1, --batch-size={args.batch_size}], got {args.num_archs}")
@@ -62,8 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
     progress = not args.no_progress and state.is_main_process
     torch.manual_seed(args.seed)
     space = nas.search_space(args.space)
-    out = prepare_out_dir(args.out or default_out_dir("nas_supernet", args.space, args.dataset), args.resume,
-                          args.overwrite)
+    out = prepare_out_dir(parsed.out, args.resume, args.overwrite)
     img_size = args.img_size or (space.img_size if args.dataset == "digits" else None)
     data = data_settings_from_args(args)
     train = data.build("train", "supervised", seed=args.seed, progress=progress, img_size=img_size)
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> dict:
                  eval_fn=lambda model: {f"val_{name}_top1": subnet_top1(model, val_loader, arch)
                                         for name, arch in probes.items()},
                  run_config={"recipe": "nas_supernet", "space": space.to_dict(), "args": vars(args),
-                             "data": {k: v for k, v in train.info().items() if k not in ("split", "task")}})
+                             "data": {k: v for k, v in train.info().items() if k not in ("split", "task")}},
+                 resume_record=parsed.resume_record)
     train_time = time.time() - started
     if not result.accelerator.is_main_process:
         return {}
