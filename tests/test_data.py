@@ -301,3 +301,28 @@ def test_read_data_info(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"data": info}))
     assert read_data_info(tmp_path)["mean"] == info["mean"]
     assert read_data_info(tmp_path / "model.safetensors")["classes"] == info["classes"]
+
+
+# ------------------------------------------------------------------------------------------------ small images
+
+
+def test_small_colour_images_flip_and_large_images_keep_imagenet_defaults(tmp_path, image_tree):
+    from jumbokit.data import IMAGENET_MEAN
+
+    for c in range(2):
+        for i in range(3):
+            write_image(tmp_path / "small" / f"c{c}" / f"{i}.png", size=(32, 24), seed=10 * c + i)
+    small = build_dataset(f"folder:{tmp_path / 'small'}", "train")
+    c = small.choices
+    assert (c.rule, small.in_chans, small.img_size, c.train_crop, c.hflip, small.crop_pct) == (
+        "small", 3, 32, "pad", 0.5, 1.0)
+    assert len(small.mean) == 3 and c.stats == "data"
+    assert small.info()["augmentation"] == {"train_crop": "pad", "scale": None, "ratio": None, "padding": 4,
+                                            "hflip": 0.5, "randaugment": None}
+    with pytest.warns(UserWarning, match="whole folder"):  # a plain class folder serves every split
+        val = build_dataset(f"folder:{tmp_path / 'small'}", "val", "eval")
+    assert val.mean == small.mean and "augmentation" not in val.info()
+    large = build_dataset(f"folder:{image_tree}", "train")
+    c = large.choices
+    assert (c.rule, large.img_size, large.mean, c.scale, c.hflip, large.crop_pct) == (
+        "imagenet", 224, IMAGENET_MEAN, (0.08, 1.0), 0.5, 0.875)

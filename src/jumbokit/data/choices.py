@@ -73,6 +73,20 @@ class DataChoices:
                     crop_pct=self.crop_pct, interpolation=self.interpolation, train_crop=self.train_crop,
                     padding=self.padding)
 
+    def describe(self) -> str:
+        """One line: the training augmentation and where the normalisation comes from."""
+        if self.train_crop == "none":
+            crop = "no augmentation"
+        elif self.train_crop == "pad":
+            crop = f"pad-and-crop {self.padding} px"
+        else:
+            ratio = self.ratio or (0.75, 1.33)
+            crop = f"RandomResizedCrop {self.scale[0]:g}-{self.scale[1]:g} (ratio {ratio[0]:g}-{ratio[1]:g})"
+        flip = f", flip {self.hflip:g}" if self.hflip else (", no flip" if self.train_crop != "none" else "")
+        extra = f", RandAugment {self.randaugment}" if self.randaugment else ""
+        return (f"{self.rule} defaults: {self.in_chans}x{self.img_size}px, {crop}{flip}{extra}, eval crop-pct "
+                f"{self.crop_pct:g}, mean/std {self.stats}")
+
     def augmentation(self) -> dict:
         """JSON-able record of the training augmentation."""
         keys = ("train_crop", "scale", "ratio", "padding", "hflip", "randaugment")

@@ -15,11 +15,14 @@ RandAugment strings (timm calls the flag ``--aa``).
 from __future__ import annotations
 
 import argparse
+import logging
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .defaults import PAD_FRACTION, SMALL_IMAGE_MAX_SIDE, STATS_SAMPLES
 from .transforms import _INTERPOLATIONS
+
+logger = logging.getLogger(__name__)
 
 AUGMENTATION_HELP = (
     "Defaults per dataset: digits keeps its own (crops 0.7-1, MAE 0.5-1; no flip; its statistics; full frame). "
@@ -72,6 +75,18 @@ class DataSettings:
                           crop_pct=like.crop_pct, interpolation=like.interpolation)
         kwargs.update(overrides)
         return build_dataset(self.dataset, split, task, **kwargs)
+
+    def build_evals(self, train, splits: tuple[str, ...] = ("val", "test")) -> dict:
+        """{split: evaluation dataset like ``train``} of the ``splits`` the dataset has (missing ones logged)."""
+        from .errors import SplitNotFoundError
+
+        sets = {}
+        for split in splits:
+            try:
+                sets[split] = self.build(split, "eval", like=train)
+            except SplitNotFoundError as err:
+                logger.info(f"no {split} split ({err}); skipping it")
+        return sets
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
