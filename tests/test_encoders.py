@@ -58,7 +58,15 @@ def test_list_models_pattern_and_unknown_name():
         create_model("vit_tiny_cls", not_an_option=1)
 
 
-def test_zoo_sizes_follow_the_seed():
+def test_pretrained_names_the_timm_route():
+    """jumbokit has no hub weights: pretrained=True says how to load timm's instead; pretrained=False is a no-op."""
+    with pytest.raises(ValueError, match=r"no hub weights for 'vit_tiny_cls'.*from_timm\(timm.create_model\(name, "
+                                         r"pretrained=True\)\)"):
+        create_model("vit_tiny_cls", pretrained=True)
+    assert isinstance(create_model("vit_pico_cls", pretrained=False, img_size=16, patch_size=8), Encoder)
+
+
+def test_zoo_sizes_follow_the_papers():
     for size, dim, heads in [("pico", 96, 3), ("nano", 128, 4), ("tiny", 192, 3), ("small", 384, 6), ("base", 768, 12)]:
         cfg = jumbokit.encoders.model_config(f"vit_{size}_jumbo")
         assert (cfg["dim"], cfg["num_heads"], cfg["depth"], cfg["patch_size"]) == (dim, heads, 12, 16)

@@ -458,7 +458,7 @@ def test_cli_helpers():
 
 
 def test_unknown_or_missing_tracker_is_a_clear_error(tmp_path):
-    from jumbokit.training.loop import check_tracker
+    from jumbokit.training.accelerator import check_tracker
 
     with pytest.raises(ValueError, match="unknown tracker 'bogus'"):
         check_tracker("bogus")
@@ -467,7 +467,7 @@ def test_unknown_or_missing_tracker_is_a_clear_error(tmp_path):
 
 
 def test_multi_process_launch_without_gpu_uses_cpu_ddp(monkeypatch):
-    from jumbokit.training.loop import use_cpu
+    from jumbokit.training.accelerator import use_cpu
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("WORLD_SIZE", "2")

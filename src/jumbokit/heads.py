@@ -1,8 +1,8 @@
 """Heads that consume an :class:`~jumbokit.encoders.EncoderOutput`.
 
 The encoder's own ``head`` (a Linear on the pooled feature, with channel concatenation for series) covers
-plain classification; these modules serve the other uses: a probe on a frozen encoder and heads that
-choose which feature to read.
+plain classification; this module serves the other use: a probe on a frozen encoder, reading the feature
+``select_feature`` chooses.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import nn
 from .encoders import EncoderOutput
 from .encoders.global_tokens import masked_mean
 
-__all__ = ["ClassifierHead", "ProbeHead", "select_feature", "FEATURE_SOURCES"]
+__all__ = ["ProbeHead", "select_feature", "FEATURE_SOURCES"]
 
 FEATURE_SOURCES = ("pooled", "patch_mean")
 
@@ -30,24 +30,6 @@ def select_feature(out: EncoderOutput, source: str = "pooled") -> torch.Tensor:
     if out.channels > 1:
         feature = feature.reshape(-1, out.channels * feature.shape[-1])
     return feature
-
-
-class ClassifierHead(nn.Module):
-    """Dropout + Linear on a selected feature: EncoderOutput -> (B, num_classes)."""
-
-    def __init__(self, in_features: int, num_classes: int, drop: float = 0.0, source: str = "pooled") -> None:
-        super().__init__()
-        if source not in FEATURE_SOURCES:
-            raise ValueError(f"unknown feature source {source!r}; expected one of {FEATURE_SOURCES}")
-        self.source = source
-        self.drop = nn.Dropout(drop) if drop > 0 else nn.Identity()
-        self.fc = nn.Linear(in_features, num_classes)
-        nn.init.trunc_normal_(self.fc.weight, std=0.02)
-        nn.init.zeros_(self.fc.bias)
-
-    def forward(self, out: EncoderOutput | torch.Tensor) -> torch.Tensor:
-        feature = out if isinstance(out, torch.Tensor) else select_feature(out, self.source)
-        return self.fc(self.drop(feature))
 
 
 class ProbeHead(nn.Module):

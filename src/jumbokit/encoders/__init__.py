@@ -15,25 +15,15 @@ from .global_tokens import (
     make_global_tokens,
     masked_mean,
 )
-from .timm_compat import from_timm, to_timm_state_dict
+from .timm_compat import from_timm
 from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens, sincos_pos_embed_1d, sincos_pos_embed_2d
-from .zoo import (
-    atomic_write,
-    build_model,
-    create_model,
-    list_models,
-    load,
-    load_config,
-    load_state_dict_checked,
-    model_config,
-    register_model,
-    save,
-)
+from .io import atomic_write, load_state_dict_checked
+from .zoo import build_model, create_model, list_models, load, load_config, model_config, register_model, save
 
 __all__ = [
     "Attention", "Block", "DropPath", "LayerScale", "Mlp", "DEFAULT_CONFIG", "Encoder", "EncoderOutput",
     "gather_tokens", "random_keep", "GLOBAL_TOKEN_KINDS", "ClsToken", "GlobalTokens", "Jumbo", "NoGlobalTokens",
-    "Registers", "make_global_tokens", "masked_mean", "from_timm", "to_timm_state_dict", "ImagePatchTokenizer",
+    "Registers", "make_global_tokens", "masked_mean", "from_timm", "ImagePatchTokenizer",
     "SeriesPatchTokenizer", "Tokens", "sincos_pos_embed_1d", "sincos_pos_embed_2d", "build_model", "create_model", "list_models", "load", "load_config",
     "load_state_dict_checked", "model_config", "atomic_write", "register_model", "save", "flops", "MultiStageEncoder",
 ]

@@ -1,4 +1,4 @@
-"""Analytic FLOPs and parameter counts of the encoder, and the seed's Proposition 1.
+"""Analytic FLOPs and parameter counts of the encoder, and the Jumbo paper's Proposition 1.
 
 FLOPs count matrix multiplications only (2 FLOPs per multiply-add), which is what
 ``torch.utils.flop_counter.FlopCounterMode`` counts; norms, softmax and GELU are left out.
@@ -106,7 +106,7 @@ def multistage_flops(model_or_config: nn.Module | dict[str, Any], img_size: int 
 
     Counts what ``FlopCounterMode`` counts: convolutions and matrix multiplies at 2 FLOPs per multiply-add
     (BatchNorm, LayerNorm, pooling, softmax and GELU are left out). ``img_size`` defaults to the config's;
-    ``head`` adds the classifier when ``num_classes > 0``. MACs as the seed reports them are half of this.
+    ``head`` adds the classifier when ``num_classes > 0``. MACs as the ViT-ResNAS paper reports them are half of this.
     """
     config = model_or_config.config if isinstance(model_or_config, nn.Module) else model_or_config
     from .stages import multistage_config_check, stage_grids

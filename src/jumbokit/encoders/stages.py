@@ -1,4 +1,4 @@
-"""Multi-stage ViT-Res encoders (ViT-ResNAS, seed 002): conv stem, stages of pre-norm blocks with their own
+"""Multi-stage ViT-Res encoders (the ViT-ResNAS paper): conv stem, stages of pre-norm blocks with their own
 head counts and FFN sizes, and residual spatial reduction (RSR) between stages.
 
 ``images -> ConvStem -> (B, H*W, d1) + pos -> global tokens join -> stage 1 blocks -> RSR -> stage 2 blocks
@@ -44,13 +44,13 @@ MULTISTAGE_CONFIG: dict[str, Any] = {
     "tokenizer": "image",  # multi-stage encoders reduce a 2-D patch grid: images only
     "img_size": 224,
     "patch_size": 14,  # total stride of the stem: 224 / 14 = a 16 x 16 grid in stage 1
-    "stem": "conv",  # "conv" (the seed's 3-conv stem) or "patch" (one patchify conv, as the plain ViT)
+    "stem": "conv",  # "conv" (the ViT-ResNAS paper's 3-conv stem) or "patch" (one patchify conv, as the plain ViT)
     "stem_chans": 24,
     "dims": [192, 384, 768],  # token width of each stage
     "head_dims": [64, 64, 64],  # attention head width of each stage
     "heads": [[3] * 4, [6] * 4, [12] * 4],  # per block of each stage
     "mlp_hidden": [[768] * 4, [1536] * 4, [3072] * 4],  # per block of each stage (absolute sizes)
-    "patch_head": False,  # the seed's token-labeling head: Linear(d_last, num_classes) on every last-stage patch
+    "patch_head": False,  # the paper's token-labeling head: Linear(d_last, num_classes) on every last-stage patch
     **{key: DEFAULT_CONFIG[key] for key in _SHARED_OPTIONS},
 }
 
@@ -117,7 +117,7 @@ class ConvBNReLU(nn.Module):
 
 
 class ConvStem(ImagePatchTokenizer):
-    """The seed's convolutional tokenizer: (B, C, H, W) -> (B, H/P * W/P, D).
+    """The ViT-ResNAS paper's convolutional tokenizer: (B, C, H, W) -> (B, H/P * W/P, D).
 
     conv3x3/2 (C -> c) + BN + ReLU = r; two conv3x3 (c -> c) + BN + ReLU; + r; then a conv with kernel =
     stride = P/2 to D channels (P = patch_size = 14 at 224 px: a 16 x 16 grid).

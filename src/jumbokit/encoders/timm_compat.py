@@ -1,6 +1,6 @@
-"""Load timm VisionTransformer weights into jumbokit encoders, and back.
+"""Load timm VisionTransformer weights into jumbokit encoders.
 
-Names already match timm; the only change is that jumbokit keeps position embeddings for patches only,
+State-dict names already match timm's; the only change is that jumbokit keeps position embeddings for patches only,
 so a timm model whose table also covers its prefix tokens (``no_embed_class=False``) has those rows
 folded into the tokens themselves (exact, since the tokens are constants).
 """
@@ -16,7 +16,7 @@ from torch import nn
 from .encoder import Encoder
 from .io import load_state_dict_checked
 
-__all__ = ["from_timm", "timm_config", "convert_timm_state_dict", "to_timm_state_dict"]
+__all__ = ["from_timm", "timm_config", "convert_timm_state_dict"]
 
 _HEADS_BY_WIDTH = {96: 3, 128: 4, 192: 3, 384: 6, 512: 8, 768: 12, 1024: 16, 1280: 16}
 
@@ -157,11 +157,3 @@ def from_timm(model_or_state_dict: nn.Module | dict[str, torch.Tensor], **overri
     model = Encoder(**config)
     load_state_dict_checked(model, convert_timm_state_dict(state, config), source="timm weights")
     return model
-
-
-def to_timm_state_dict(model: Encoder) -> dict[str, torch.Tensor]:
-    """State dict for a timm ViT built with ``no_embed_class=True`` and the same sizes/tokens.
-
-    Jumbo models have no timm counterpart; their extra tensors are kept under their own names.
-    """
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -19,13 +19,14 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from .branches import build_branched_encoder
 from .encoder import DEFAULT_CONFIG, Encoder, unknown_options
 from .io import (MODEL_FILE, atomic_write, load_state_dict_checked, read_safetensors, resolve_model_file,
                  unreadable_file_error)
 from .stages import MULTISTAGE_CONFIG, MultiStageEncoder
 
-__all__ = ["atomic_write", "load_config", "load_state_dict_checked", "register_model", "create_model", "list_models", "model_config", "build_model", "save", "load",
-           "MODEL_FILE", "CONFIG_FILE"]
+__all__ = ["load_config", "register_model", "create_model", "list_models", "model_config", "build_model", "save",
+           "load", "CONFIG_FILE"]
 
 CONFIG_FILE = "model_config.json"
 _METADATA_KEY = "jumbokit_config"
@@ -94,13 +95,17 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
 
     ``branches=n`` (with ``join_schedule``, ``join_warmup_steps``, ``diversity_weight``) builds the
     progressive-join training form of the same config (see ``jumbokit.encoders.branches``).
+    ``pretrained=True`` raises ``ValueError``: jumbokit has no hub weights (timm's load with ``from_timm``).
     """
+    if overrides.pop("pretrained", False):
+        raise ValueError(
+            f"jumbokit has no hub weights for {name!r}; load timm's ViT weights with "
+            "jumbokit.encoders.from_timm(timm.create_model(name, pretrained=True)), or a saved run with "
+            "jumbokit.load(path)")
     branch_opts = {k: overrides[k] for k in _BRANCH_KEYS if k in overrides}
     config = model_config(name, **overrides)
     branches = int(branch_opts.pop("branches", 1) or 1)
     if branches > 1:
-        from .branches import build_branched_encoder
-
         return build_branched_encoder(config, branches=branches, **branch_opts)
     if branch_opts:
         raise ValueError(f"{sorted(branch_opts)} only apply with branches > 1, got branches={branches}")
@@ -123,8 +128,6 @@ def build_model(config: dict[str, Any]) -> nn.Module:
     config = dict(config)
     branched = config.pop("branched", None)
     if branched:
-        from .branches import build_branched_encoder
-
         return build_branched_encoder(config, **branched)
     if config.get("encoder") == "multistage":
         return MultiStageEncoder(**config)
@@ -185,7 +188,7 @@ def load(path: str | os.PathLike, map_location: str | torch.device = "cpu", **ov
     return model.to(map_location)
 
 
-# ---------------------------------------------------------------- the seeds' sizes
+# ------------------------------------------------------------ the papers' ViT sizes
 VIT_SIZES = {
     "pico": dict(dim=96, num_heads=3),
     "nano": dict(dim=128, num_heads=4),
@@ -212,16 +215,16 @@ def _register_vits() -> None:
 _register_vits()
 
 
-# ------------------------------------------------------- multi-stage ViT-Res / ViT-ResNAS (seed 002)
+# ------------------------------------------------------- multi-stage ViT-Res / ViT-ResNAS (the ViT-ResNAS paper)
 def _stage_lists(heads: list[list[int]], ffn: list[list[int]]) -> dict[str, Any]:
     return {"heads": [list(h) for h in heads], "mlp_hidden": [list(f) for f in ffn]}
 
 
 VIT_RES_ARCHS: dict[str, dict[str, Any]] = {
-    # ViT-Res-Tiny (seed Table 4): DeiT-Tiny split into 3 stages of 4 blocks, head width 64, FFN ratio 4
+    # ViT-Res-Tiny (the paper's Table 4): DeiT-Tiny split into 3 stages of 4 blocks, head width 64, FFN ratio 4
     "vit_res_tiny": dict(dims=[192, 384, 768], head_dims=[64, 64, 64],
                          **_stage_lists([[3] * 4, [6] * 4, [12] * 4], [[768] * 4, [1536] * 4, [3072] * 4])),
-    # the searched networks (seed Tables 6-8): head widths 32 / 48 / 64, per-block heads and FFN sizes
+    # the searched networks (the paper's Tables 6-8): head widths 32 / 48 / 64, per-block heads and FFN sizes
     "vit_resnas_tiny": dict(dims=[176, 352, 704], head_dims=[32, 48, 64], **_stage_lists(
         [[3, 3, 3, 4, 4], [10, 8, 8, 8, 10, 10], [10, 10, 10, 8, 8]],
         [[704, 576, 640, 576, 704], [1408, 1408, 1280, 1408, 1280, 1024], [2560, 1792, 2816, 2816, 2560]])),

@@ -19,23 +19,23 @@ from .cli import (
     train_config_from_args,
 )
 from .threads import ThreadChoice, add_threads_arg, configure_threads
+from .accelerator import configure_tf32, launch_state, make_accelerator
+from .checkpoint import Checkpointer, TrainerState, save_final_model
 from .config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
 from .ema import WeightEMA
 from .evaluate import evaluate_classifier, topk_correct
-from .loop import (
-    FitResult,
-    classification_loss,
-    config_differences,
-    configure_tf32,
-    fit,
-    launch_state,
-    make_accelerator,
-    model_fingerprint,
-    resolve_resume,
-    save_final_model,
+from .losses import classification_loss
+from .loop import FitResult, fit
+from .meters import MetricWindow, RunningMean
+from .optim import (
+    StepPlan, build_lars, build_optimizer, epochs_for_min_steps, lr_lambda, param_groups, set_lr, warmup_steps_for,
 )
-from .optim import build_lars, build_optimizer, epochs_for_min_steps, lr_lambda, param_groups, set_lr, warmup_steps_for
-from .rundir import RunDir, atomic_save_figure, atomic_write_json, atomic_write_text, csv_text, markdown_table, to_json
+from .progress import Progress
+from .resume import config_differences, model_fingerprint, resolve_resume
+from .rundir import (
+    RunDir, atomic_save_figure, atomic_write_json, atomic_write_text, csv_text, find_latest_run, markdown_table,
+    read_data_record, to_json,
+)
 
 __all__ = [
     "TrainConfig", "fit", "launch_state", "FitResult", "build_optimizer", "lr_lambda", "make_accelerator", "RunDir",
@@ -43,5 +43,6 @@ __all__ = [
     "model_fingerprint", "config_differences", "resolve_resume", "save_final_model", "add_common_args", "check_count_flags", "train_config_from_args",
     "default_out_dir", "prepare_out_dir", "run_cli", "one_line", "atomic_save_figure", "atomic_write_json", "atomic_write_text",
     "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "setup_threads", "configure_threads",
-    "add_threads_arg", "ThreadChoice", "configure_tf32", "WeightEMA",
+    "add_threads_arg", "ThreadChoice", "configure_tf32", "WeightEMA", "Checkpointer", "TrainerState", "StepPlan",
+    "MetricWindow", "RunningMean", "Progress", "find_latest_run", "read_data_record",
 ]

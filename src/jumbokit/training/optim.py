@@ -3,6 +3,7 @@ per-step warm-up + cosine learning-rate schedule."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterable
 
 import torch
@@ -137,6 +138,25 @@ def warmup_steps_for(cfg: TrainConfig, steps_per_epoch: int) -> int:
     if cfg.warmup_fraction is not None:
         return int(round(cfg.warmup_fraction * total))
     return min(total, int(round(cfg.warmup_epochs * steps_per_epoch)))
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The training length of ``cfg`` over a loader of ``batches`` micro-batches per epoch (after sharding)."""
+
+    batches: int
+    steps_per_epoch: int
+    total_steps: int
+    warmup_steps: int
+
+    @classmethod
+    def of(cls, batches: int, cfg: TrainConfig) -> "StepPlan":
+        """Raise ``ValueError`` for an empty loader; ``grad_accum`` micro-batches make one optimizer step."""
+        if batches == 0:
+            raise ValueError("the training loader yields no batches (dataset smaller than one batch per process?); "
+                             "lower the batch size")
+        steps_per_epoch = math.ceil(batches / cfg.grad_accum)
+        return cls(batches, steps_per_epoch, cfg.epochs * steps_per_epoch, warmup_steps_for(cfg, steps_per_epoch))
 
 
 def set_lr(optimizer: torch.optim.Optimizer, step: int, total_steps: int, warmup_steps: int, cfg: TrainConfig) -> float:

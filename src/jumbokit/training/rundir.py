@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from jumbokit.encoders import atomic_write
+from jumbokit.encoders.io import atomic_write
 
 CHECKPOINT_RE = re.compile(r"^(epoch|step)_(\d+)_(\d+)$")
 
@@ -53,6 +53,7 @@ def atomic_save_figure(path: str | os.PathLike, fig, dpi: int = 120, close: bool
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
+    """Write ``data`` as indented JSON (see ``to_json``) atomically."""
     return atomic_write_text(path, to_json(data) + "\n")
 
 
@@ -74,19 +75,28 @@ def _fmt(v: Any) -> Any:
     return v
 
 
-def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, digits: int = 4) -> str:
-    """A GitHub markdown table of dict rows (floats rounded to ``digits`` significant places)."""
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, digits: int = 4,
+                   formats: dict[str, str] | None = None) -> str:
+    """A GitHub markdown table of dict rows, columns in the order of ``columns`` (default: keys in first-seen
+    order). ``formats`` gives a column's format spec (``{"top1": ".2f"}``: accuracies in percent with 2 decimals);
+    other floats get ``digits`` significant places; strings (pre-formatted cells) and ints are shown as they are,
+    None as an empty cell."""
     if not rows:
         return ""
     columns = list(columns or dict.fromkeys(k for row in rows for k in row))
+    formats = formats or {}
 
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return "nan" if math.isnan(v) else f"{v:.{digits}g}"
-        return str(v) if v is not None else ""
+    def cell(column: str, v: Any) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, float) and math.isnan(v):
+            return "nan"
+        if column in formats and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return format(v, formats[column])
+        return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(c, row.get(c)) for c in columns) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -219,8 +229,6 @@ def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
         if m and p.is_dir():
             found.append((int(m.group(3)), m.group(1) == "epoch", p))
     return [p for *_, p in sorted(found)]
-
-
 
 
 def find_latest_run(root: str | os.PathLike = "runs", prefix: str = "", dataset: str | None = None) -> Path | None:

@@ -1,0 +1,86 @@
+"""The Accelerate side of a launch: CPU-or-GPU choice, the process-group state, the ``Accelerator`` for a
+``TrainConfig`` (mixed precision, gradient accumulation, seeded data order, trackers) and the TF32 switch."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import TrainConfig
+
+__all__ = ["use_cpu", "launch_state", "make_accelerator", "configure_tf32", "check_tracker"]
+
+
+def use_cpu(cpu: bool = False) -> bool:
+    """True when asked, or when launched as several processes (``WORLD_SIZE`` > 1, e.g. ``accelerate launch
+    --multi_gpu`` / ``torchrun``) on a machine without a GPU: Accelerate then runs multi-CPU DDP over gloo
+    instead of independent single processes."""
+    world = int(os.environ.get("WORLD_SIZE", os.environ.get("PMI_SIZE", "1")) or 1)
+    return bool(cpu) or (world > 1 and not torch.cuda.is_available())
+
+
+def launch_state(cpu: bool = False):
+    """The process-group state (``accelerate.PartialState``) of this launch, created once with ``use_cpu``;
+    recipes call it first to know the process count and the main process before building data."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=use_cpu(cpu))
+
+
+def make_accelerator(cfg: TrainConfig, out_dir: str | os.PathLike | None = None):
+    """An ``accelerate.Accelerator`` for ``cfg`` (mixed precision, gradient accumulation, cpu, trackers).
+
+    In a single process a previous accelerator state with other settings is reset (tests, notebooks); under
+    ``accelerate launch`` with several processes the launch settings are kept.
+    """
+    from accelerate import Accelerator, DataLoaderConfiguration, PartialState
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import ProjectConfiguration
+
+    cpu = use_cpu(cfg.cpu)
+    if AcceleratorState._shared_state and PartialState(cpu=cpu).num_processes == 1:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    kwargs: dict[str, Any] = dict(
+        mixed_precision=cfg.mixed_precision,
+        gradient_accumulation_steps=cfg.grad_accum,
+        cpu=cpu,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed),
+    )
+    if cfg.log_with:
+        if out_dir is None:
+            raise ValueError(f"log_with={cfg.log_with!r} needs an out_dir for the tracker logs")
+        check_tracker(cfg.log_with)
+        kwargs["log_with"] = cfg.log_with
+        kwargs["project_config"] = ProjectConfiguration(project_dir=str(out_dir), logging_dir=str(Path(out_dir) / "logs"))
+    accelerator = Accelerator(**kwargs)
+    configure_tf32(cfg.tf32, accelerator.device)
+    return accelerator
+
+
+def configure_tf32(enabled: bool, device: torch.device | str) -> bool:
+    """On a CUDA ``device``, let fp32 matmuls and convolutions use TF32 tensor cores (Ampere and newer: several
+    times the fp32 rate, 10-bit mantissa inputs, fp32 accumulation) or forbid it; returns whether TF32 is on.
+
+    Applied through ``torch.set_float32_matmul_precision`` ("high" / "highest"), process-wide. On a CPU nothing is
+    changed: CPU fp32 math stays exact (the same call would also switch oneDNN's fp32 matmuls)."""
+    if torch.device(device).type != "cuda":
+        return False
+    torch.set_float32_matmul_precision("high" if enabled else "highest")
+    torch.backends.cudnn.allow_tf32 = bool(enabled)
+    return bool(enabled)
+
+
+def check_tracker(name: str) -> None:
+    """Raise ``ValueError`` when the accelerate tracker ``name`` (e.g. "tensorboard") is unknown or its package is
+    not installed (accelerate would otherwise drop it silently)."""
+    from accelerate.utils import imports
+
+    if name == "all":
+        return
+    checker = getattr(imports, f"is_{name}_available", None)
+    if checker is None:
+        raise ValueError(f"unknown tracker {name!r}; expected e.g. tensorboard, wandb, mlflow, aim, comet_ml")
+    if not checker():
+        raise ValueError(f"log_with={name!r} needs the {name} package; install it (pip install {name})")
