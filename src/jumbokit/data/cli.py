@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import textwrap
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -24,14 +25,14 @@ from .transforms import _INTERPOLATIONS
 
 logger = logging.getLogger(__name__)
 
-AUGMENTATION_HELP = (
+AUGMENTATION_HELP = textwrap.fill(
     "Defaults per dataset: digits keeps its own (crops 0.7-1, MAE 0.5-1; no flip; its statistics; full frame). "
     f"folder:/hf: data whose files are small (at most {SMALL_IMAGE_MAX_SIDE} px on the longer side, a few files "
     "checked) gets small-image defaults: size and channels from the files (gray files -> 1 channel), "
     f"pad-and-crop by img_size/{PAD_FRACTION} px, flips only for colour files, full-frame evaluation, and mean/std "
     f"of {STATS_SAMPLES} training images (saved in the run's config.json for evaluation). Other data gets "
     "ImageNet's: RandomResizedCrop 0.08-1 (MAE 0.2-1), flip 0.5, ImageNet statistics, crop-pct 0.875. "
-    "Each flag below overrides its own choice only."
+    "Each flag below overrides its own choice only.", width=78
 )
 
 

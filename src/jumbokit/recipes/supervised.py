@@ -62,12 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument("--token-drop", type=float, nargs=2, metavar=("START", "END"), default=None,
                      help="drop this fraction of patch tokens, falling linearly from START to END over training, "
                           "e.g. 0.9 0.1; evaluation keeps every token (default: off)")
-    reg.add_argument("--label-smoothing", type=float, default=0.1, help="(default: %(default)s)")
+    reg.add_argument("--label-smoothing", type=float, default=0.1,
+                     help="label smoothing of the cross-entropy targets (default: %(default)s)")
     reg.add_argument("--mixup", type=float, default=0.0, metavar="ALPHA",
                      help="mixup alpha, 0 = off (default: %(default)s)")
     reg.add_argument("--cutmix", type=float, default=0.0, metavar="ALPHA",
                      help="cutmix alpha, 0 = off (default: %(default)s)")
-    parser.add_argument("--eval-batch-size", type=int, default=256, help="(default: %(default)s)")
+    parser.add_argument("--eval-batch-size", type=int, default=256,
+                        help="batch of the evaluation passes (default: %(default)s)")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors (default: off)")
     return parser
 
