@@ -230,13 +230,16 @@ def build_dataset(
     ds = ImageDataset(source, parsed, split, task, choices, transform, skip_corrupt=skip_corrupt,
                       indices=_subset(len(source), max_samples, seed))
     if skip_corrupt and not source.in_memory:
-        bad = ds.scan(progress=progress)
-        if bad:
-            warnings.warn(
-                f"skipped {len(bad)} unreadable image file(s) of {len(bad) + len(ds)} in {parsed} "
-                f"split {split!r} (first: {bad[0]})"
-            )
+        _leave_out_unreadable(ds, progress)
     return ds
+
+
+def _leave_out_unreadable(ds: ImageDataset, progress: bool) -> None:
+    """Decode every file of ``ds`` once, drop unreadable ones and warn with their count."""
+    bad = ds.scan(progress=progress)
+    if bad:
+        warnings.warn(f"skipped {len(bad)} unreadable image file(s) of {len(bad) + len(ds)} in {ds.spec} "
+                      f"split {ds.split!r} (first: {bad[0]})")
 
 
 def _open_source(parsed: DatasetSpec, split: str, img_size: int | None, hf_cache_dir: str | None):
