@@ -11,9 +11,9 @@ supernet with multi-architecture batches, and evolutionary search under a FLOPs 
 
 from .budget import parse_flops, zoo_flops
 from .space import ARCH_KEYS, SPACES, SearchSpace, arch_key, search_space, token_gene_config
-from .search import InfeasibleWindowError, SearchResult, evolutionary_search, random_search
-from .supernet import MultiArchSampler, Supernet, SupernetLoss, load_supernet, masked_layer_norm
+from .search import InfeasibleWindowError, SearchResult, evolutionary_search, load_history, random_search
+from .supernet import MultiArchSampler, Supernet, SupernetLoss, load_supernet, masked_layer_norm, supernet_accelerator
 
 __all__ = ["ARCH_KEYS", "SPACES", "SearchSpace", "arch_key", "search_space", "token_gene_config", "parse_flops",
-           "zoo_flops", "MultiArchSampler", "Supernet", "SupernetLoss", "load_supernet", "masked_layer_norm",
-           "InfeasibleWindowError", "SearchResult", "evolutionary_search", "random_search"]
+           "zoo_flops", "MultiArchSampler", "Supernet", "SupernetLoss", "load_supernet", "masked_layer_norm", "supernet_accelerator",
+           "InfeasibleWindowError", "SearchResult", "evolutionary_search", "load_history", "random_search"]

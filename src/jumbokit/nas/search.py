@@ -17,11 +17,11 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .space import SearchSpace, arch_key
 
-__all__ = ["SearchResult", "evolutionary_search", "random_search", "InfeasibleWindowError"]
+__all__ = ["SearchResult", "evolutionary_search", "random_search", "InfeasibleWindowError", "load_history"]
 
 
 class InfeasibleWindowError(ValueError):
@@ -178,7 +178,7 @@ class _Recorder:
 
 def evolutionary_search(
     space: SearchSpace,
-    fitness: Callable[[dict[str, Any]], float],
+    fitness: Callable[[dict[str, Any]], float] | None,
     flops_budget: float,
     seed: int = 0,
     population: int = 500,
@@ -192,35 +192,62 @@ def evolutionary_search(
     max_tries: int = 20_000,
     history_path: str | Path | None = None,
     progress: bool = False,
+    *,
+    score: Callable[[list[dict[str, Any]]], list[float]] | None = None,
+    cached: Sequence[dict[str, Any]] | None = None,
+    write_history: bool = True,
 ) -> SearchResult:
     """Search ``space`` for the architecture of highest ``fitness(arch)`` with FLOPs in [window*C, C].
 
+    Each iteration draws all its candidates first (draws never depend on the fitness of their own iteration),
+    then scores the new ones in one call ``score(archs) -> fitnesses`` (default: ``fitness`` per arch), so a
+    caller may split that call across processes; the parents of the next iteration are chosen after it.
     flops: FLOPs of an architecture (default: ``space.flops(arch)`` at the space's image size).
-    history_path: a ``history.jsonl`` to append every evaluated candidate to, and to resume from.
+    history_path: a ``history.jsonl`` to append every evaluated candidate to (when ``write_history``), and to
+    resume from unless ``cached`` (the records of an earlier run) is given.
     Raises InfeasibleWindowError when no architecture is found in the window after ``max_tries`` draws.
     """
     _check_options(population, iterations, parents, mutations, crossovers, window)
+    if score is None:
+        if fitness is None:
+            raise ValueError("evolutionary_search needs fitness(arch) or score(archs)")
+        score = lambda archs: [fitness(a) for a in archs]  # noqa: E731
     high = float(flops_budget)
     draws = _Window(space, flops or space.flops, window * high, high, max_tries)
-    cached = _load_history(history_path)
+    known = {arch_key(r["arch"]): r for r in cached} if cached is not None else load_history(history_path)
     result = SearchResult(budget=int(high), window=(draws.low, high))
     total = population + iterations * (mutations + crossovers)
-    with _Recorder(history_path, total, progress) as recorder:
+    with _Recorder(history_path if write_history else None, total, progress) as recorder:
         for iteration in range(iterations + 1):
-            rng = _rng(seed, iteration)
-            for origin, make in _makers(space, iteration, rng, result.history, population, parents, mutations,
-                                        crossovers, p_mutate):
-                arch = draws.draw(make)
-                if arch is None:
-                    if not result.history:
-                        raise draws.infeasible()
-                    break  # the window (or the parents' neighbourhood) is exhausted
+            drawn, exhausted = _draw_iteration(space, draws, iteration, _rng(seed, iteration), result.history,
+                                               population, parents, mutations, crossovers, p_mutate)
+            if not drawn and not result.history:
+                raise draws.infeasible()
+            new = [(origin, arch) for origin, arch in drawn if arch_key(arch) not in known]
+            scores = iter([float(f) for f in score([arch for _, arch in new])] if new else [])
+            for origin, arch in drawn:
                 key = arch_key(arch)
-                record = cached.get(key) or {"iteration": iteration, "origin": origin, "arch": arch,
-                                             "flops": draws.flops_of[key], "fitness": float(fitness(arch))}
+                record = known.get(key) or {"iteration": iteration, "origin": origin, "arch": arch,
+                                            "flops": draws.flops_of[key], "fitness": next(scores)}
                 result.history.append(record)
-                recorder.add(record, new=key not in cached, best=result.best["fitness"])
+                recorder.add(record, new=key not in known, best=result.best["fitness"])
+            if exhausted:
+                break  # the window (or the parents' neighbourhood) is exhausted
     return result
+
+
+def _draw_iteration(space: SearchSpace, draws: _Window, iteration: int, rng: random.Random,
+                    history: list[dict[str, Any]], population: int, parents: int, mutations: int,
+                    crossovers: int, p_mutate: float) -> tuple[list[tuple[str, dict]], bool]:
+    """The (origin, arch) candidates of ``iteration`` in draw order, and whether the window ran out."""
+    drawn = []
+    for origin, make in _makers(space, iteration, rng, history, population, parents, mutations, crossovers,
+                                p_mutate):
+        arch = draws.draw(make)
+        if arch is None:
+            return drawn, True
+        drawn.append((origin, arch))
+    return drawn, False
 
 
 def random_search(space: SearchSpace, fitness: Callable[[dict[str, Any]], float], flops_budget: float,
@@ -231,7 +258,8 @@ def random_search(space: SearchSpace, fitness: Callable[[dict[str, Any]], float]
                                window=window, flops=flops, max_tries=max_tries)
 
 
-def _load_history(path: str | Path | None) -> dict[str, dict[str, Any]]:
+def load_history(path: str | Path | None) -> dict[str, dict[str, Any]]:
+    """The records of a ``history.jsonl`` by architecture key ({} when there is none)."""
     if path is None or not Path(path).exists():
         return {}
     records = {}

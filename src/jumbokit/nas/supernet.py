@@ -25,7 +25,7 @@ from ..encoders.zoo import resolve_model_file
 from ..encoders.tokenizers import ImagePatchTokenizer, resample_pos_embed
 from .space import SearchSpace, token_gene_config
 
-__all__ = ["Supernet", "masked_layer_norm", "MultiArchSampler", "SupernetLoss", "load_supernet"]
+__all__ = ["Supernet", "masked_layer_norm", "MultiArchSampler", "SupernetLoss", "load_supernet", "supernet_accelerator"]
 
 
 def _prefix_mask(sizes: torch.Tensor, width: int) -> torch.Tensor:
@@ -203,10 +203,12 @@ class Supernet(nn.Module):
     # ---------------------------------------------------------- extraction
     @torch.no_grad()
     def extract(self, arch: dict[str, Any]) -> MultiStageEncoder:
-        """A standalone MultiStageEncoder of ``arch`` with every tensor sliced from the supernet."""
+        """A standalone MultiStageEncoder of ``arch`` with every tensor sliced from the supernet, built on the
+        supernet's device."""
         space = self.space
         config = space.config(arch, self.img_size, self.in_chans, self.num_classes)
-        model = MultiStageEncoder(**config)
+        with torch.device(self.pos_embed.device):
+            model = MultiStageEncoder(**config)
         opts = token_gene_config(arch["global_tokens"])
         dims = list(arch["dims"])
         src_stem, dst_stem = self.patch_embed, model.patch_embed
@@ -359,6 +361,25 @@ class SupernetLoss:
 
     def __call__(self, model: nn.Module, batch):
         return self.inner(model, batch)
+
+
+def supernet_accelerator(cfg, out_dir=None):
+    """The ``Accelerator`` of supernet training: ``make_accelerator(cfg, out_dir)`` whose DDP wrapper (several
+    processes only) finds unused parameters.
+
+    A step's N_a architectures may all miss a global-token gene (its token, head, Jumbo norms and FFN then take
+    no part in the graph), which plain DDP refuses. With ``find_unused_parameters`` a parameter unused on every
+    rank keeps ``grad = None``, exactly as in one process, so the optimizer skips it (no weight decay, no moment
+    update) in both; a zero-weighted ``0 * p.sum()`` term would instead give it a zero gradient and let AdamW
+    decay and move it, changing even one-process training. One process is not wrapped at all."""
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    from jumbokit.training import make_accelerator
+
+    accelerator = make_accelerator(cfg, out_dir)
+    if accelerator.num_processes > 1:  # the handler Accelerator(kwargs_handlers=[...]) would set
+        accelerator.ddp_handler = DistributedDataParallelKwargs(find_unused_parameters=True)
+    return accelerator
 
 
 def load_supernet(path, map_location: str = "cpu") -> Supernet:

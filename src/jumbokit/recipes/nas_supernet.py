@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> dict:
     logger.info("supernet of space %r: %.2fM params, %d architectures per batch, warm-up %.0f%% | train %d, val %d "
                 "| out %s", args.space, count_params(supernet) / 1e6, args.num_archs, 100 * args.warmup, len(train),
                 len(val), out)
+    cfg = train_config_from_args(args)
     started = time.time()
-    result = fit(supernet, train_loader, loss_fn, train_config_from_args(args), out_dir=out,
+    result = fit(supernet, train_loader, loss_fn, cfg, out_dir=out, accelerator=nas.supernet_accelerator(cfg, out),
                  eval_fn=lambda model: {f"val_{name}_top1": subnet_top1(model, val_loader, arch)
                                         for name, arch in probes.items()},
                  run_config={"recipe": "nas_supernet", "space": space.to_dict(), "args": vars(args),
