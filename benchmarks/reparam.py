@@ -321,7 +321,8 @@ def _summarise(runs: list[dict]) -> list[dict]:
 def accuracy_ucr(args) -> dict:
     """PatchTST (D=128, 16 heads, 8 patches) on a bundled UCR set: 6 layers vs joined-then-collapsed 3 vs plain 3."""
     from jumbokit.timeseries.data import load_dataset
-    from jumbokit.timeseries.train import SweepConfig, evaluate, series_loader, train_config
+    from jumbokit.timeseries.protocol import SweepConfig
+    from jumbokit.timeseries.run import evaluate, series_loader, train_config
     from jumbokit.training import classification_loss, fit
 
     data = load_dataset(args.ucr_dataset)

@@ -25,14 +25,10 @@ import torch
 
 from jumbokit.timeseries.data import NORMALIZATIONS, load_dataset
 from jumbokit.timeseries.models import PATCHTST_MODELS
-from jumbokit.timeseries.train import (
-    SWEEP_DROPOUTS,
-    SWEEP_LRS,
-    SweepConfig,
-    build_model,
-    format_summary,
-    run_sweep,
-)
+from jumbokit.timeseries.protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
+from jumbokit.timeseries.report import format_summary
+from jumbokit.timeseries.run import build_series_model
+from jumbokit.timeseries.sweep import run_sweep
 from jumbokit.training.rundir import atomic_write_text
 
 DATASETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "BasicMotions", "JapaneseVowels")
@@ -75,7 +71,7 @@ def measure_speed(datasets, patches: int, batch_size: int, steps: int, warmup: i
         models = {}
         for m in PATCHTST_MODELS:
             torch.manual_seed(0)
-            models[m] = build_model(m, data, patches, dropout=0.1).to(device)
+            models[m] = build_series_model(m, data, patches, dropout=0.1).to(device)
             if compile:
                 models[m] = torch.compile(models[m])
         samples = {m: [] for m in PATCHTST_MODELS}
@@ -130,18 +126,19 @@ def main(argv=None) -> int:
         result = run_sweep(datasets, list(PATCHTST_MODELS), cfg, out, lrs=lrs, dropouts=dropouts,
                            baseline=None if args.no_baseline else "minirocket", progress=not args.no_progress)
         report["sweep_seconds_this_call"] = time.perf_counter() - start
-        rows, ranks = result["rows"], result["ranks"]
-        report.update(sweep=cfg.identity(), lrs=list(lrs), dropouts=list(dropouts), summary=rows, ranks=ranks,
-                      dataset_seconds=result["dataset_seconds"], baselines=result["baselines"])
+        rows, ranks = result.rows, result.ranks
+        report.update(sweep=cfg.identity(), lrs=list(lrs), dropouts=list(dropouts),
+                      summary=[r.to_dict() for r in rows], ranks=ranks, dataset_seconds=result.dataset_seconds,
+                      baselines=result.baselines)
         table = format_summary(rows, ranks, list(PATCHTST_MODELS), markdown=True,
-                               dataset_seconds=result["dataset_seconds"])
+                               dataset_seconds=result.dataset_seconds)
         lines += ["## Accuracy (test %, best/avg)", "", table, ""]
-        by = {(r["dataset"], r["model"]): r for r in rows}
+        by = {(r.dataset, r.model): r for r in rows}
         mr = [d for d in datasets if (d, "minirocket") in by]
         if mr:
-            jumbo = sum(by[(d, "patchtst_jumbo")]["best_test_acc"] for d in mr) / len(mr)
-            rocket = sum(by[(d, "minirocket")]["best_test_acc"] for d in mr) / len(mr)
-            full = {d: result["baselines"][d]["full_test_acc"] for d in mr}
+            jumbo = sum(by[(d, "patchtst_jumbo")].best_test_acc for d in mr) / len(mr)
+            rocket = sum(by[(d, "minirocket")].best_test_acc for d in mr) / len(mr)
+            full = {d: result.baselines[d]["full_test_acc"] for d in mr}
             report["minirocket_full_test"] = full
             report["target_jumbo_vs_minirocket"] = {"jumbo_mean_best": jumbo, "minirocket_mean": rocket,
                                                     "datasets": mr, "met": jumbo >= rocket}

@@ -41,7 +41,8 @@ import torch
 from jumbokit.timeseries import cli
 from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.models import PATCHTST_MODELS
-from jumbokit.timeseries.train import BASELINES, steps_text
+from jumbokit.timeseries.baselines import BASELINES
+from jumbokit.timeseries.protocol import steps_text
 from jumbokit.training.rundir import atomic_write_text
 
 PRETRAIN_SETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "PickupGestureWiimoteZ")

@@ -328,7 +328,7 @@ def test_save_load_roundtrip(tmp_path):
 
 
 def test_min_steps_raises_epochs_of_small_sets():
-    from jumbokit.timeseries.train import SweepConfig
+    from jumbokit.timeseries.protocol import SweepConfig
 
     assert SweepConfig().epochs_for("GunPoint", steps_per_epoch=1) == 100
     assert SweepConfig().epochs_for("Sleep", steps_per_epoch=50) == 20
@@ -343,14 +343,15 @@ def test_min_steps_raises_epochs_of_small_sets():
 def test_sweep_written_before_a_new_key_still_resumes(tmp_path):
     import json
 
-    from jumbokit.timeseries.train import SweepConfig, SweepMismatchError, _check_out_dir
+    from jumbokit.timeseries.protocol import SweepConfig, SweepMismatchError
+    from jumbokit.timeseries.store import check_out_dir
 
     old = SweepConfig().identity()
     del old["min_steps"]
     (tmp_path / "sweep.json").write_text(json.dumps(old))
-    _check_out_dir(tmp_path, SweepConfig().identity())
+    check_out_dir(tmp_path, SweepConfig().identity())
     with pytest.raises(SweepMismatchError, match="min_steps"):
-        _check_out_dir(tmp_path, SweepConfig(min_steps=500).identity())
+        check_out_dir(tmp_path, SweepConfig(min_steps=500).identity())
 
 
 def test_auto_normalization_standardises_each_series_only_when_scales_spread_widely():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jumbokit.timeseries import cli
-from jumbokit.timeseries.train import _ranks, rank_models, summarize
+from jumbokit.timeseries.results import _ranks, rank_models, summarize
 
 OUTPUTS = ("results.csv", "results.json", "report.md", "accuracy.png", "sweep.json")
 
@@ -43,6 +43,7 @@ def test_tstrain_end_to_end_and_resume(tmp_path, capsys):
     stamps = {p: p.stat().st_mtime_ns for p in runs}
     assert cli.main(tiny(out, "--data-dir", str(tmp_path / "cache"))) == 0
     assert {p: p.stat().st_mtime_ns for p in runs} == stamps
+    capsys.readouterr()  # the resumed sweep's log lines (stderr)
 
     # the same directory with a different sweep definition is refused, nothing changes
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
@@ -145,10 +146,10 @@ def test_summary_selection_and_ranks():
 
     runs = [run("A", "patchtst", 1e-3, 0.9, 0.5), run("A", "patchtst", 1e-4, 0.8, 0.9),
             run("A", "patchtst_jumbo", 1e-3, 0.9, 0.7, loss=0.5), run("A", "patchtst_jumbo", 1e-4, 0.9, 0.1, loss=0.9)]
-    rows = {r["model"]: r for r in summarize(runs)}
-    assert rows["patchtst"]["best_test_acc"] == 0.5  # chosen on validation, not on test
-    assert rows["patchtst_jumbo"]["best_test_acc"] == 0.7  # validation tie -> lower validation loss
-    assert rows["patchtst"]["avg_test_acc"] == pytest.approx(0.7)
+    rows = {r.model: r for r in summarize(runs)}
+    assert rows["patchtst"].best_test_acc == 0.5  # chosen on validation, not on test
+    assert rows["patchtst_jumbo"].best_test_acc == 0.7  # validation tie -> lower validation loss
+    assert rows["patchtst"].avg_test_acc == pytest.approx(0.7)
     ranks = rank_models(list(rows.values()), ["patchtst", "patchtst_jumbo"])
     assert ranks["patchtst_jumbo"]["best"] == 1.0 and ranks["patchtst"]["avg"] == 1.0
     assert _ranks([0.9, 0.5, 0.9]) == [1.5, 3.0, 1.5]
@@ -156,7 +157,8 @@ def test_summary_selection_and_ranks():
 
 def test_runs_are_reproducible(tmp_path):
     from jumbokit.timeseries.data import load_dataset
-    from jumbokit.timeseries.train import SweepConfig, train_run
+    from jumbokit.timeseries.protocol import SweepConfig
+    from jumbokit.timeseries.run import train_run
 
     data = load_dataset("ItalyPowerDemand", data_dir=tmp_path)
     cfg = SweepConfig(epochs=2, seed=3)
@@ -228,22 +230,23 @@ def test_estimator_keeps_level_information_with_train_statistics():
 
 def test_branched_run_collapses_to_the_plain_depth(tmp_path, monkeypatch):
     from jumbokit.encoders import Encoder
-    from jumbokit.timeseries import train as ts_train
+    from jumbokit.timeseries import run as ts_run
     from jumbokit.timeseries.data import load_dataset
+    from jumbokit.timeseries.protocol import SweepConfig
 
     data = load_dataset("ItalyPowerDemand", data_dir=tmp_path)
-    branched = ts_train.build_model("patchtst_jumbo", data, 8, branches=2)
+    branched = ts_run.build_series_model("patchtst_jumbo", data, 8, branches=2)
     assert len(branched.blocks) == 3 and branched.branches == 2 and branched.layers == 6  # 3 blocks of 2
     scored = []
-    original = ts_train.predict_proba
-    monkeypatch.setattr(ts_train, "predict_proba",
+    original = ts_run.predict_proba
+    monkeypatch.setattr(ts_run, "predict_proba",
                         lambda model, *a, **k: scored.append(model) or original(model, *a, **k))
-    run = ts_train.train_run(data, "patchtst_jumbo", 1e-3, 0.0, ts_train.SweepConfig(epochs=2, branches=2), cpu=True)
+    run = ts_run.train_run(data, "patchtst_jumbo", 1e-3, 0.0, SweepConfig(epochs=2, branches=2), cpu=True)
     assert run.steps == 2 and scored
     assert all(type(m) is Encoder and len(m.blocks) == 3 for m in scored)  # the collapsed plain model is scored
-    assert run.test_acc == ts_train.evaluate(scored[-1], data.test)[0]  # and its test accuracy is the run's
+    assert run.test_acc == ts_run.evaluate(scored[-1], data.test)[0]  # and its test accuracy is the run's
     with pytest.raises(ValueError, match="branches must be >= 1"):
-        ts_train.build_model("patchtst", data, 8, branches=0)
+        ts_run.build_series_model("patchtst", data, 8, branches=0)
 
 
 @pytest.mark.parametrize("how", ["train", "instance", "auto", "none"])

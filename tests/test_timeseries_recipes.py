@@ -11,7 +11,12 @@ import torch
 import jumbokit
 from jumbokit.ssl import MaskedAutoencoder, masked_series_loss, observed_masking
 from jumbokit.timeseries import cli
-from jumbokit.timeseries import train as ts_train
+from jumbokit.timeseries import baselines as ts_baselines
+from jumbokit.timeseries import protocol as ts_protocol
+from jumbokit.timeseries import report as ts_report
+from jumbokit.timeseries import results as ts_results
+from jumbokit.timeseries import store as ts_store
+from jumbokit.timeseries import sweep as ts_sweep
 from jumbokit.timeseries.augment import AUGMENTATIONS, SeriesAugment, SeriesMixup, parse_augment
 from jumbokit.timeseries.pretrain import StepBatches, pretrain_series
 
@@ -190,10 +195,10 @@ def test_pretraining_never_reads_validation_or_test_series(tmp_path, monkeypatch
 
 # ---------------------------------------------------------------- recipes, ensembles, listing
 def test_paper_protocol_is_stored_and_run_as_before(tmp_path):
-    assert list(ts_train.SweepConfig().identity()) == PAPER_SWEEP_KEYS
-    paper = ts_train.RECIPES["paper"]
+    assert list(ts_protocol.SweepConfig().identity()) == PAPER_SWEEP_KEYS
+    paper = ts_protocol.RECIPES["paper"]
     assert (paper["lrs"], paper["dropouts"], paper["batch_size"], paper["steps"]) == (
-        ts_train.SWEEP_LRS, ts_train.SWEEP_DROPOUTS, 256, None)
+        ts_protocol.SWEEP_LRS, ts_protocol.SWEEP_DROPOUTS, 256, None)
     out = tmp_path / "paper"
     assert cli.main(tiny(out, "--epochs", "2")) == 0
     sweep = json.loads((out / "sweep.json").read_text())
@@ -226,28 +231,28 @@ def test_small_data_recipe_and_ensembles(tmp_path, capsys):
     folder = out / "runs" / "ItalyPowerDemand" / "patchtst"
     runs = [json.loads((folder / f"{stem}.json").read_text()) for stem in ("lr0.001_do0.1", "lr0.0003_do0.1")]
     assert all(r["steps"] == 3 for r in runs)
-    probas = [ts_train._load_proba(folder / f"{stem}.proba.safetensors") for stem in ("lr0.001_do0.1",
+    probas = [ts_store.load_proba(folder / f"{stem}.proba.safetensors") for stem in ("lr0.001_do0.1",
                                                                                        "lr0.0003_do0.1")]
     data = load_dataset("ItalyPowerDemand")
     mean = (probas[0]["test"].astype(np.float64) + probas[1]["test"]) / 2
     assert row["ens_test_acc"] == pytest.approx(float((mean.argmax(1) == data.test.y).mean()))
     # an ensemble of one run is that run
-    one = ts_train.ensemble_scores(runs, probas, 1, data.val.y, data.test.y)
+    one = ts_results.ensemble_scores(runs, probas, 1, data.val.y, data.test.y)
     assert one["k"] == 1 and one["test_acc"] == row["best_test_acc"] and one["val_acc"] == row["best_val_acc"]
     best = one["members"][0]
-    np.testing.assert_array_equal(ts_train.ensemble_proba([probas[best]["test"]]), probas[best]["test"])
+    np.testing.assert_array_equal(ts_results.ensemble_proba([probas[best]["test"]]), probas[best]["test"])
     assert runs[best]["test_acc"] == row["best_test_acc"]
 
 
 def test_auto_steps_follow_series_length():
-    assert [ts_train.auto_steps(n) for n in (24, 361, 400, 401, 1460)] == [1000, 1000, 1000, 3000, 3000]
-    assert ts_train.RECIPES["small-data"]["steps"] == "auto"
-    cfg = ts_train.SweepConfig(steps="auto")
+    assert [ts_protocol.auto_steps(n) for n in (24, 361, 400, 401, 1460)] == [1000, 1000, 1000, 3000, 3000]
+    assert ts_protocol.RECIPES["small-data"]["steps"] == "auto"
+    cfg = ts_protocol.SweepConfig(steps="auto")
     assert (cfg.steps_for(150), cfg.steps_for(427)) == (1000, 3000)
-    assert ts_train.SweepConfig(steps=7).steps_for(1344) == 7 and ts_train.SweepConfig().steps_for(1344) is None
-    assert "3000 for series longer than 400 steps" in ts_train._training_text(cfg)
+    assert ts_protocol.SweepConfig(steps=7).steps_for(1344) == 7 and ts_protocol.SweepConfig().steps_for(1344) is None
+    assert "3000 for series longer than 400 steps" in ts_report.training_text(cfg)
     with pytest.raises(ValueError, match="steps must be a positive integer or 'auto', got 'many'"):
-        ts_train.SweepConfig(steps="many")
+        ts_protocol.SweepConfig(steps="many")
     from jumbokit.timeseries.estimator import PatchTSTClassifier
 
     series, labels = np.zeros((4, 1, 16)), np.array([0, 1, 0, 1])
@@ -257,8 +262,8 @@ def test_auto_steps_follow_series_length():
 
 def test_small_data_recipe_sets_steps_from_series_length(tmp_path, monkeypatch):
     # ItalyPowerDemand's series have 24 steps: with the threshold at 10 they count as long
-    monkeypatch.setattr(ts_train, "LONG_SERIES", 10)
-    monkeypatch.setattr(ts_train, "LONG_SERIES_STEPS", 3)
+    monkeypatch.setattr(ts_protocol, "LONG_SERIES", 10)
+    monkeypatch.setattr(ts_protocol, "LONG_SERIES_STEPS", 3)
     out = tmp_path / "auto"
     assert cli.main(tiny(out, "--recipe", "small-data", "--seeds", "1", "--ensemble", "1")) == 0
     assert json.loads((out / "sweep.json").read_text())["steps"] == "auto"
@@ -266,13 +271,13 @@ def test_small_data_recipe_sets_steps_from_series_length(tmp_path, monkeypatch):
     assert run["steps"] == 3
     monkeypatch.undo()
     help_text = " ".join(cli.build_parser().format_help().split())
-    assert (f"'auto' = {ts_train.SMALL_DATA_STEPS}, {ts_train.LONG_SERIES_STEPS} for series longer than "
-            f"{ts_train.LONG_SERIES} steps") in help_text
+    assert (f"'auto' = {ts_protocol.SMALL_DATA_STEPS}, {ts_protocol.LONG_SERIES_STEPS} for series longer than "
+            f"{ts_protocol.LONG_SERIES} steps") in help_text
 
 
 def test_auto_batch_size():
-    assert [ts_train.auto_batch_size(n) for n in (5, 20, 36, 67, 537)] == [5, 20, 32, 32, 32]
-    assert [ts_train.auto_batch_size(270, c) for c in (1, 3, 6, 12, 64)] == [32, 32, 21, 10, 8]
+    assert [ts_protocol.auto_batch_size(n) for n in (5, 20, 36, 67, 537)] == [5, 20, 32, 32, 32]
+    assert [ts_protocol.auto_batch_size(270, c) for c in (1, 3, 6, 12, 64)] == [32, 32, 21, 10, 8]
 
 
 def test_list_shows_user_datasets(tmp_path, capsys, write_ts):
@@ -313,7 +318,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
         assert message in err and err.startswith("tstrain: error:") and len(err.strip().splitlines()) == 1, err
         assert not out.exists()
     with pytest.raises(ValueError, match="ensemble must be a positive integer"):
-        ts_train.run_sweep(["ItalyPowerDemand"], ["patchtst"], ts_train.SweepConfig(), out, ensemble=0)
+        ts_sweep.run_sweep(["ItalyPowerDemand"], ["patchtst"], ts_protocol.SweepConfig(), out, ensemble=0)
 
 
 @pytest.mark.slow
@@ -321,8 +326,8 @@ def test_rocket_baselines_pad_unequal_lengths(tmp_path):
     from jumbokit.timeseries.data import load_dataset
 
     data = load_dataset("PickupGestureWiimoteZ")
-    for name in ts_train.BASELINES:
-        result = ts_train.rocket_baseline(name, data, seed=0)
+    for name in ts_baselines.BASELINES:
+        result = ts_baselines.rocket_baseline(name, data, seed=0)
         assert result["padded"] and 0.3 < result["test_acc"] <= 1.0, (name, result)
     assert torch.get_num_threads() == 1  # Hydra's thread setting is undone
 
@@ -350,7 +355,7 @@ def test_rocket_baselines_run_numba_on_workqueue_threads(chosen, expected):
     import sys
 
     script = ("import numba\n"
-              "from jumbokit.timeseries.train import _warm_up\n"
+              "from jumbokit.timeseries.baselines import _warm_up\n"
               "_warm_up('minirocket', 1, 2)\n"  # the baselines' first fit
               "print(numba.threading_layer())\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}

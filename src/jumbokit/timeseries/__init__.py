@@ -1,14 +1,23 @@
 """Time-series classification (UCR/UEA) with PatchTST, PatchTST+registers and PatchTST+Jumbo.
 
+One module per job:
+
 - ``models``: the zoo entries ``patchtst``, ``patchtst_registers``, ``patchtst_jumbo`` and the patching rule.
 - ``data``: aeon/sktime loading, padding/masks, normalisation (training-split channel statistics by default),
   the 50/50 validation/test split.
-- ``train``: the paper's protocol (runs, 12-run sweep, selection, ranks, reports); ``cli``: ``tstrain``.
+- ``protocol``: ``SweepConfig``, the named recipes (``RECIPES``) and their automatic rules.
+- ``run``: one training run (build the model for a dataset, train, predict, score), shared by the sweep,
+  pretraining and the estimator.
+- ``baselines``: aeon's MiniRocket / MultiRocket / Hydra on the same splits.
+- ``results``: validation-based selection, ensembles, one row per (dataset, model), ranks.
+- ``report``: the summary table, results.csv / results.json / report.md / accuracy.png.
+- ``sweep``: ``run_sweep`` (``plan_sweep`` + ``execute_sweep``), the orchestration of a resumable sweep;
+  ``store``: the sweep directory's files; ``cli``: ``tstrain``.
 - ``augment``: series augmentation (jitter, scaling, magnitude/time warping, window slicing, mixup).
 - ``pretrain``: ``pretrain_series``, masked-patch self-supervised pretraining of a series encoder.
 - ``estimator``: ``PatchTSTClassifier``, an aeon classifier.
 
-Importing this package is cheap (aeon and the runtime load on first use of ``data``/``train``/``estimator``).
+Importing this package is cheap (aeon and the runtime load on first use of a name below).
 """
 
 from __future__ import annotations
@@ -19,11 +28,10 @@ from typing import Any
 from .models import PATCHTST_MODELS, patch_geometry
 
 _LAZY = {
-    "load_dataset": "data", "local_datasets": "data", "user_datasets": "data", "ClassificationData": "data",
-    "SweepConfig": "train", "run_sweep": "train", "train_run": "train", "SWEEP_LRS": "train",
-    "SWEEP_DROPOUTS": "train", "RECIPES": "train", "BASELINES": "train", "ensemble_proba": "train",
-    "PatchTSTClassifier": "estimator", "pretrain_series": "pretrain", "PretrainResult": "pretrain",
-    "SeriesAugment": "augment", "SeriesMixup": "augment", "AUGMENTATIONS": "augment",
+    "load_dataset": "data", "local_datasets": "data", "ClassificationData": "data",
+    "SweepConfig": "protocol", "RECIPES": "protocol", "train_run": "run", "run_sweep": "sweep",
+    "SweepResult": "results", "PatchTSTClassifier": "estimator", "pretrain_series": "pretrain",
+    "PretrainResult": "pretrain", "SeriesAugment": "augment", "SeriesMixup": "augment", "AUGMENTATIONS": "augment",
 }
 
 __all__ = ["PATCHTST_MODELS", "patch_geometry", *_LAZY]

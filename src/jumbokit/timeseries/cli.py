@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..logs import configure_logging
 from ..training.cli import ema_decay_arg, setup_threads
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
@@ -83,8 +84,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="tstrain", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _add_data_args(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     data.add_argument("--archive", type=str.upper, choices=("UCR", "UEA"), default=None,
                       help="run every dataset of this archive available locally (default: both archives)")
@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--list", action="store_true",
                       help="list the datasets available locally (bundled, cached, and your own in --data-dir) and exit")
 
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("models")
     model.add_argument("--model", type=_name_list, default=list(PATCHTST_MODELS),
                        help=f"one or several of {', '.join(PATCHTST_MODELS)}, comma-separated (default: all)")
@@ -124,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also run aeon's classifiers on the same splits: one or more of minirocket, multirocket, "
                             "hydra, comma-separated (unequal-length sets are zero-padded for them)")
 
+
+def _add_training_args(parser: argparse.ArgumentParser) -> None:
     train = parser.add_argument_group("training")
     train.add_argument("--recipe", choices=("paper", "small-data"), default="paper",
                        help="paper: the paper's protocol (default); small-data: fixed steps, small batches, "
@@ -148,6 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="series augmentation: alone = the default set (jitter, scaling, magnitude_warp, time_warp, "
                             f"window_slice, each with probability 0.5 per series), 'none', or names among "
                             f"{', '.join(AUGMENTATIONS)}, comma-separated (paper: none; small-data: default)")
+    _add_recipe_levers(train)
+    train.add_argument("--seed", type=int, default=0, help="seed of model init and data order (default: 0)")
+    train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no", help="(default: no)")
+    train.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")
+    add_threads_arg(train)
+
+
+def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
+    """Augmentation, pretraining, weight averaging, seeds and ensembles (the small-data recipe's levers)."""
     train.add_argument("--mixup-alpha", type=float, default=0.2, help="Beta(alpha, alpha) of mixup (default: 0.2)")
     train.add_argument("--pretrain-epochs", type=_non_negative_int, default=None,
                        help="masked-patch pretraining on the training split (never validation/test) for this many "
@@ -163,11 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--ensemble", type=_positive_int, default=None,
                        help="also report the accuracy of the mean probabilities of the k runs best on validation "
                             "(paper: 1 = off; small-data: 3)")
-    train.add_argument("--seed", type=int, default=0, help="seed of model init and data order (default: 0)")
-    train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no", help="(default: no)")
-    train.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")
-    add_threads_arg(train)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """The flags of ``tstrain``, in groups: data, models, training, output."""
+    parser = _Parser(prog="tstrain", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_data_args(parser)
+    _add_model_args(parser)
+    _add_training_args(parser)
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None,
                      help="sweep directory (default: runs/tstrain_<archive or datasets>_p<patches>)")
@@ -185,26 +201,21 @@ def _default_out(args: argparse.Namespace) -> Path:
     return Path("runs") / f"tstrain_{tag}_p{args.patches}{recipe}"
 
 
-def _run(args: argparse.Namespace) -> int:
-    from .augment import parse_augment
+def _list_datasets(data_dir: str | None) -> None:
+    """Print the datasets available locally, per archive, and the user's own in ``data_dir``."""
     from .data import default_data_dir, local_datasets, user_datasets
-    from .train import RECIPES, SweepConfig, format_summary, parse_baselines, run_sweep
 
-    if args.list:
-        for archive in ("UCR", "UEA"):
-            names = local_datasets(archive, args.data_dir)
-            print(f"{archive} ({len(names)} local): {', '.join(names) or 'none'}")
-        own = user_datasets(args.data_dir)
-        where = args.data_dir or default_data_dir()
-        print(f"your own in {where} ({len(own)}): {', '.join(own) or 'none'}"
-              + (" (run with --datasets NAME --data-dir DIR)" if own else ""))
-        return 0
-    recipe = RECIPES[args.recipe]
-    if args.patches is None:
-        args.patches = recipe["patches"]
-    baselines = parse_baselines(args.baseline)
-    augment = ",".join(parse_augment(args.augment if args.augment is not None else recipe["augment"])) or "none"
-    setup_threads(args)
+    for archive in ("UCR", "UEA"):
+        names = local_datasets(archive, data_dir)
+        print(f"{archive} ({len(names)} local): {', '.join(names) or 'none'}")
+    own = user_datasets(data_dir)
+    where = data_dir or default_data_dir()
+    print(f"your own in {where} ({len(own)}): {', '.join(own) or 'none'}"
+          + (" (run with --datasets NAME --data-dir DIR)" if own else ""))
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """ValueError for a model, learning rate or dropout the sweep cannot use."""
     unknown = [m for m in args.model if m not in PATCHTST_MODELS]
     if unknown:
         raise ValueError(f"unknown model(s) {unknown}; expected one or several of {', '.join(PATCHTST_MODELS)}")
@@ -214,51 +225,86 @@ def _run(args: argparse.Namespace) -> int:
     for value in args.dropout or []:
         if not 0 <= value < 1:
             raise ValueError(f"--dropout must be in [0, 1), got {value:g}")
+
+
+def _datasets(args: argparse.Namespace) -> tuple[list[str], bool]:
+    """(dataset names, skip_short): the named ones, or every local set of the archive(s), too-short ones skipped."""
+    from .data import local_datasets
+
     if args.datasets:
-        datasets, skip_short = args.datasets, False
-    else:
-        archives = [args.archive] if args.archive else ["UCR", "UEA"]
-        datasets = [n for a in archives for n in local_datasets(a, args.data_dir)]
-        skip_short = True
-        if not datasets:
-            raise ValueError(f"no {'/'.join(archives)} dataset is available locally; name one with --datasets "
-                             "(it downloads into --data-dir when online)")
+        return args.datasets, False
+    archives = [args.archive] if args.archive else ["UCR", "UEA"]
+    datasets = [n for a in archives for n in local_datasets(a, args.data_dir)]
+    if not datasets:
+        raise ValueError(f"no {'/'.join(archives)} dataset is available locally; name one with --datasets "
+                         "(it downloads into --data-dir when online)")
+    return datasets, True
+
+
+def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
+    """The SweepConfig of the flags, the recipe filling what was not given."""
+    from .protocol import SweepConfig
+
+    def pick(name: str):
+        value = getattr(args, name)
+        return value if value is not None else recipe[name]
+
     steps = args.steps if args.steps is not None else (None if args.epochs is not None else recipe["steps"])
-    cfg = SweepConfig(patches=args.patches,
-                      max_patch_len=args.max_patch_len if args.max_patch_len is not None else recipe["max_patch_len"],
-                      conv_stem=args.conv_stem if args.conv_stem is not None else recipe["conv_stem"],
-                      epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize or recipe["normalize"],
-                      branches=args.branches,
-                      batch_size=args.batch_size if args.batch_size is not None else recipe["batch_size"],
-                      seed=args.seed, protocol=args.protocol, split_seed=args.split_seed,
-                      mixed_precision=args.mixed_precision, recipe=args.recipe, steps=steps, augment=augment,
-                      mixup_alpha=args.mixup_alpha,
-                      pretrain_epochs=args.pretrain_epochs if args.pretrain_epochs is not None
-                      else recipe["pretrain_epochs"],
-                      pretrain_mask_ratio=args.pretrain_mask_ratio, pretrain_lr=args.pretrain_lr,
-                      seeds=args.seeds if args.seeds is not None else recipe["seeds"], ema_decay=args.ema)
+    return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
+                       epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize or recipe["normalize"],
+                       branches=args.branches, batch_size=pick("batch_size"), seed=args.seed, protocol=args.protocol,
+                       split_seed=args.split_seed, mixed_precision=args.mixed_precision, recipe=args.recipe,
+                       steps=steps, augment=augment, mixup_alpha=args.mixup_alpha,
+                       pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
+                       pretrain_lr=args.pretrain_lr, seeds=pick("seeds"), ema_decay=args.ema)
+
+
+def _print_summary(result, ensemble: int) -> None:
+    """The final table and the files written, on stdout."""
+    from .report import format_summary
+
+    print()
+    ens = f" / mean probabilities of the top {ensemble} runs" if ensemble > 1 else ""
+    print(f"test accuracy (%): best run (chosen on validation) / mean over the sweep{ens}; mean rank best / avg")
+    print(format_summary(result.rows, result.ranks, result.models, dataset_seconds=result.dataset_seconds,
+                         ranks_all=result.ranks_all, ensemble=ensemble))
+    print()
+    print("wrote " + ", ".join(str(p) for p in result.paths.values()))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .augment import parse_augment
+    from .baselines import parse_baselines
+    from .protocol import RECIPES
+    from .sweep import execute_sweep, plan_sweep
+
+    if args.list:
+        _list_datasets(args.data_dir)
+        return 0
+    recipe = RECIPES[args.recipe]
+    if args.patches is None:
+        args.patches = recipe["patches"]
+    baselines = parse_baselines(args.baseline)
+    augment = ",".join(parse_augment(args.augment if args.augment is not None else recipe["augment"])) or "none"
+    _check_args(args)
+    datasets, skip_short = _datasets(args)
+    cfg = _sweep_config(args, recipe, augment)
     ensemble = args.ensemble if args.ensemble is not None else recipe["ensemble"]
-    out_dir = Path(args.out) if args.out else _default_out(args)
-    lrs = tuple(args.lr) if args.lr else tuple(recipe["lrs"])
-    dropouts = tuple(args.dropout) if args.dropout else tuple(recipe["dropouts"])
-    result = run_sweep(datasets, args.model, cfg, out_dir, lrs=lrs, dropouts=dropouts, baseline=baselines,
-                       data_dir=args.data_dir, progress=not args.no_progress, skip_short=skip_short, cpu=args.cpu,
-                       ensemble=ensemble)
-    if result["paths"]:
-        print()
-        ens = f" / mean probabilities of the top {ensemble} runs" if ensemble > 1 else ""
-        print(f"test accuracy (%): best run (chosen on validation) / mean over the sweep{ens}; mean rank best / avg")
-        print(format_summary(result["rows"], result["ranks"], result["models"],
-                             dataset_seconds=result["dataset_seconds"], ranks_all=result["ranks_all"],
-                             ensemble=ensemble))
-        print()
-        print("wrote " + ", ".join(str(p) for p in result["paths"].values()))
+    plan = plan_sweep(datasets, args.model, cfg, Path(args.out) if args.out else _default_out(args),
+                      lrs=tuple(args.lr) if args.lr else tuple(recipe["lrs"]),
+                      dropouts=tuple(args.dropout) if args.dropout else tuple(recipe["dropouts"]),
+                      baseline=baselines, data_dir=args.data_dir, skip_short=skip_short, ensemble=ensemble)
+    setup_threads(args)  # after every check: bad input gets one line, nothing else
+    result = execute_sweep(plan, progress=not args.no_progress, cpu=args.cpu)
+    if result.paths:
+        _print_summary(result, ensemble)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``tstrain``; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
     args = build_parser().parse_args(argv)
+    configure_logging()
     try:
         return _run(args)
     except KeyboardInterrupt:

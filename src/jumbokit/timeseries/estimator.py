@@ -13,9 +13,9 @@ kept in ``normalizer_``) or each series by its own (``normalize="instance"``).
 from __future__ import annotations
 
 import warnings
+from contextlib import nullcontext
 
 import numpy as np
-import torch
 from aeon.classification.base import BaseClassifier
 
 from .data import check_series, fit_normalizer, pad_series
@@ -98,11 +98,9 @@ class PatchTSTClassifier(BaseClassifier):
 
     # ------------------------------------------------------------------ aeon hooks
     def _fit(self, X, y):
-        from ..encoders import create_model
-        from ..training import fit
-        from .data import SeriesSplit
-        from .pretrain import pretrain_series
-        from .train import SweepConfig, series_loss, series_loader, train_config
+        from .data import ClassificationData, SeriesSplit
+        from .protocol import SweepConfig
+        from .run import fit_series_model, new_run_model, pretrain_model, quiet_training
 
         if self.model not in PATCHTST_MODELS:
             raise ValueError(f"expected model to be one of {PATCHTST_MODELS}, got {self.model!r}")
@@ -113,33 +111,27 @@ class PatchTSTClassifier(BaseClassifier):
         codes = np.array([self._class_dictionary[v] for v in y], dtype=np.int64)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
         self.seq_len_ = int(x.shape[2])
-        torch.manual_seed(seed)
+        cfg = SweepConfig(patches=int(self.patches), conv_stem=self.conv_stem, epochs=int(self.epochs),
+                          batch_size=self.batch_size if self.batch_size == "auto" else int(self.batch_size),
+                          weight_decay=float(self.weight_decay), seed=seed, augment=self.augment,
+                          steps=self.steps if self.steps is None or isinstance(self.steps, str) else int(self.steps),
+                          pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay))
+        split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
+        data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
+                                  protocol="official")
         with warnings.catch_warnings():
             warnings.simplefilter("always" if self.verbose else "ignore")
-            net = create_model(self.model, num_classes=self.n_classes_, in_chans=int(x.shape[1]),
-                               seq_len=self.seq_len_, patches=int(self.patches), drop_rate=float(self.dropout),
-                               conv_stem=self.conv_stem)
-        split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
-        protocol = SweepConfig(batch_size=self.batch_size if self.batch_size == "auto" else int(self.batch_size),
-                               weight_decay=float(self.weight_decay), seed=seed, augment=self.augment,
-                               steps=(self.steps if self.steps is None or isinstance(self.steps, str)
-                                      else int(self.steps)),
-                               pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay))
-        batch = protocol.batch_for(len(codes), int(x.shape[1]))
-        if protocol.pretrain_epochs:
-            pretrain_series(net, x, epochs=protocol.pretrain_epochs, batch_size=batch, lr=protocol.pretrain_lr,
-                            mask_ratio=protocol.pretrain_mask_ratio, seed=seed, progress=bool(self.verbose))
-        steps = protocol.steps_for(self.seq_len_)
-        loader = series_loader(split, batch, shuffle=True, seed=seed, steps=steps)
-        epochs = 1 if steps is not None else int(self.epochs)
-        cfg = train_config(protocol, float(self.lr), epochs, progress=bool(self.verbose))
-        result = fit(net, loader, series_loss(protocol, self.n_classes_, seed), cfg)
-        self.network_ = result.model.eval()
-        self.history_ = result.history
+            net = new_run_model(data, self.model, cfg, float(self.dropout), seed, strict=False)
+        with nullcontext() if self.verbose else quiet_training():
+            if cfg.pretrain_epochs:
+                pretrain_model(net, data, cfg, seed, progress=bool(self.verbose))
+            fitted = fit_series_model(net, data, float(self.lr), cfg, seed, progress=bool(self.verbose))
+        self.network_ = fitted.model.eval()
+        self.history_ = fitted.history
         return self
 
     def _predict_proba(self, X) -> np.ndarray:
-        from .train import predict_proba
+        from .run import predict_proba
 
         lengths = [np.asarray(s).shape[-1] for s in X] if isinstance(X, list) else [X.shape[-1]]
         longest = max(lengths)

@@ -30,7 +30,7 @@ from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
 __all__ = ["PATCHTST_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER", "patch_geometry", "capped_patch_geometry",
-           "max_patches", "patchtst_config"]
+           "max_patches"]
 
 JUMBO_MULTIPLIER = 4
 PATCHTST_BASE: dict[str, Any] = dict(
@@ -133,15 +133,6 @@ def _builder(kind: str):
         return cfg
 
     return build
-
-
-def patchtst_config(name: str, **overrides: Any) -> dict[str, Any]:
-    """The flat encoder config of a PatchTST-family model (what ``create_model`` builds)."""
-    from ..encoders import model_config
-
-    if name not in PATCHTST_MODELS:
-        raise ValueError(f"expected one of {PATCHTST_MODELS}, got {name!r}")
-    return model_config(name, **overrides)
 
 
 register_model(

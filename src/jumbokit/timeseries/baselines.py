@@ -1,0 +1,129 @@
+"""aeon's convolution-based classifiers (MiniRocket, MultiRocket, Hydra) on the sweep's splits."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from .data import ClassificationData, load_raw, pad_series
+
+__all__ = ["BASELINES", "parse_baselines", "use_numba_workqueue", "rocket_baseline"]
+
+BASELINES = ("minirocket", "multirocket", "hydra")  # aeon's convolution-based classifiers
+
+
+def parse_baselines(spec: str | Sequence[str] | None) -> list[str]:
+    """``"minirocket,multirocket,hydra"`` (or a list) -> known baseline names, in the given order."""
+    if spec is None:
+        return []
+    names = [v.strip() for v in spec.split(",")] if isinstance(spec, str) else [str(v).strip() for v in spec]
+    names = list(dict.fromkeys(n.lower() for n in names if n.strip()))
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown:
+        raise ValueError(f"unknown baseline(s) {', '.join(map(repr, unknown))}; expected one or more of "
+                         f"{', '.join(BASELINES)}, comma-separated")
+    return names
+
+
+def use_numba_workqueue() -> None:
+    """Run numba's parallel code on its ``workqueue`` threads unless the user chose a layer
+    (``NUMBA_THREADING_LAYER`` or ``numba.config.THREADING_LAYER``), so that no OpenMP worker threads compete
+    with torch later in the same process. Takes effect only before numba's first parallel call."""
+    import numba
+
+    if "NUMBA_THREADING_LAYER" not in os.environ and numba.config.THREADING_LAYER == "default":
+        numba.config.THREADING_LAYER = "workqueue"
+
+
+def _rocket(name: str, seed: int, n_jobs: int):
+    use_numba_workqueue()
+    from aeon.classification.convolution_based import HydraClassifier, MiniRocketClassifier, MultiRocketClassifier
+
+    cls = {"minirocket": MiniRocketClassifier, "multirocket": MultiRocketClassifier, "hydra": HydraClassifier}[name]
+    return cls(random_state=seed, n_jobs=n_jobs)
+
+
+_WARMED: set[tuple[str, bool, int]] = set()
+
+
+def _warm_up(name: str, chans: int, n_jobs: int) -> None:
+    """Fit once on a tiny random set so that numba's compilation (once per process) is not timed."""
+    key = (name, chans > 1, n_jobs)
+    if key in _WARMED:
+        return
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, chans, 64))
+    y = np.array(["a", "b"] * 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _rocket(name, 0, n_jobs).fit(x, y).predict(x)
+    _WARMED.add(key)
+
+
+def _lengths_inside(x: np.ndarray) -> np.ndarray:
+    """(n, C, L) bool: steps before each series' end (its last observation in any channel)."""
+    observed = ~np.isnan(x).all(axis=1)  # (n, L)
+    last = np.where(observed.any(1), x.shape[-1] - np.argmax(observed[:, ::-1], axis=1), 0)
+    inside = np.arange(x.shape[-1])[None, :] < last[:, None]
+    return np.broadcast_to(inside[:, None, :], x.shape)
+
+
+def _fit_predict(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, seed: int,
+                 n_jobs: int | None) -> tuple[np.ndarray, float]:
+    """Test predictions of one classifier and the seconds of fit + predict (numba compiled beforehand)."""
+    threads = torch.get_num_threads()
+    try:
+        _warm_up(name, x_train.shape[1], int(n_jobs or threads))
+        start = time.perf_counter()
+        clf = _rocket(name, seed, int(n_jobs or threads))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf.fit(x_train, np.asarray(y_train).astype(str))
+            pred = clf.predict(x_test)
+        return pred, time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)  # Hydra sets torch's thread count to its n_jobs
+
+
+def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir: str | Path | None = None,
+                    n_jobs: int | None = None) -> dict[str, Any]:
+    """One of aeon's MiniRocket / MultiRocket / Hydra classifiers on the same splits (raw series; they
+    normalise internally), fitted on the training split and scored on the whole official test set, whose
+    validation / test halves are those of ``data``.
+
+    aeon's classifiers need equal lengths: unequal-length sets are padded at the end with zeros to the
+    longest series (aeon's ``Padder``, its default fill), which is recorded as ``"padded": true``. Sets with
+    missing values inside series are skipped. ``n_jobs``: threads (default: torch's thread count, so the
+    baselines get the cores the transformers get). ``seconds`` is fit + predict, without numba's one-off
+    compilation (a warm-up fit on random data runs first). Returns {"test_acc", "val_acc", "full_test_acc",
+    "seconds", "padded"} or {"skipped": reason}."""
+    if name not in BASELINES:
+        raise ValueError(f"unknown baseline {name!r}; expected one of {', '.join(BASELINES)}")
+    x_train, y_train = load_raw(data.name, "train", data_dir, download=False)
+    x_test, y_test = load_raw(data.name, "test", data_dir, download=False)
+    padded = not data.meta.get("equal_length", False)
+    x_train = pad_series(x_train, data.seq_len).astype(np.float64)
+    x_test = pad_series(x_test, data.seq_len).astype(np.float64)
+    inner = [_lengths_inside(x) for x in (x_train, x_test)]
+    if any(bool(np.isnan(x[mask]).any()) for x, mask in zip((x_train, x_test), inner)):
+        return {"skipped": "missing values inside series (not supported by aeon's ROCKET classifiers)"}
+    if data.seq_len < 9:
+        return {"skipped": f"series of {data.seq_len} steps (the ROCKET kernels need at least 9)"}
+    x_train, x_test = np.nan_to_num(x_train, nan=0.0), np.nan_to_num(x_test, nan=0.0)  # Padder's fill: 0
+    pred, seconds = _fit_predict(name, x_train, y_train, x_test, seed, n_jobs)
+    correct = pred == np.asarray(y_test).astype(str)
+    out: dict[str, Any] = {"full_test_acc": float(correct.mean()), "seconds": seconds}
+    if padded:
+        out["padded"] = True
+    if data.test_index is not None:
+        out["test_acc"] = float(correct[data.test_index].mean())
+        out["val_acc"] = float(correct[data.val_index].mean())
+    else:
+        out["test_acc"] = out["val_acc"] = out["full_test_acc"]
+    return out

@@ -1,0 +1,223 @@
+"""From finished runs to results: validation-based selection, ensembles, one row per (dataset, model), ranks.
+
+Per dataset and model, "best" is the test accuracy of the run with the best validation accuracy (ties: lower
+validation loss, then sweep order) and "avg" is the mean test accuracy over the runs. Models are ranked per
+dataset and the ranks averaged over the datasets where every ranked model has a result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from .baselines import BASELINES
+from .models import PATCHTST_MODELS
+from .run import RunResult, scores
+
+__all__ = [
+    "SummaryRow",
+    "SweepResult",
+    "selection_order",
+    "ensemble_proba",
+    "ensemble_scores",
+    "baseline_results",
+    "baseline_columns",
+    "summarize",
+    "rank_models",
+]
+
+# written only where set: ensembles, baselines and pretraining add them to a row
+_OPTIONAL = ("full_test_acc", "ens_test_acc", "ens_val_acc", "ens_k", "padded", "pretrain_seconds")
+
+
+@dataclass
+class SummaryRow:
+    """One (dataset, model or baseline): the selected run's accuracy, the sweep's mean, timings. Accuracies in
+    [0, 1]. Baselines have one run and no training settings (None)."""
+
+    dataset: str
+    model: str
+    runs: int
+    best_test_acc: float
+    best_val_acc: float
+    avg_test_acc: float
+    std_test_acc: float
+    max_test_acc: float
+    best_lr: float | None
+    best_dropout: float | None
+    train_seconds: float
+    step_ms: float | None
+    params: int | None
+    patch_len: int | None
+    stride: int | None
+    num_patches: int | None
+    global_tokens: int | None
+    wall_seconds: float
+    full_test_acc: float | None = None  # baselines: on the whole official test set
+    ens_test_acc: float | None = None  # the top-k ensemble's (a baseline's own accuracy for baselines)
+    ens_val_acc: float | None = None
+    ens_k: int | None = None
+    padded: bool | None = None  # baselines: series zero-padded to equal length
+    pretrain_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict for results.json (the optional fields only where set)."""
+        return {k: v for k, v in asdict(self).items() if not (k in _OPTIONAL and v is None)}
+
+
+@dataclass
+class SweepResult:
+    """What a sweep produced: its runs, one row per (dataset, model or baseline), mean ranks (``ranks``: among
+    the models; ``ranks_all``: models and baselines, None without baselines), and the files it wrote."""
+
+    runs: list[RunResult]
+    rows: list[SummaryRow]
+    ranks: dict[str, dict[str, float]]
+    ranks_all: dict[str, dict[str, float]] | None
+    models: list[str]
+    baselines: dict[str, dict[str, dict]]  # {dataset: {baseline: result}}
+    dataset_seconds: dict[str, float]
+    datasets: dict[str, str]  # {dataset: one-line summary}
+    lrs: list[float]
+    dropouts: list[float]
+    ensemble: int = 1
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+def _record(run: RunResult | Mapping[str, Any]) -> dict[str, Any]:
+    return asdict(run) if isinstance(run, RunResult) else dict(run)
+
+
+def selection_order(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Runs ranked for selection: higher validation accuracy first, then lower validation loss, then sweep
+    order (the first is the "best" run)."""
+    return sorted(runs, key=lambda r: (-r["val_acc"], r["val_loss"]))
+
+
+def ensemble_proba(probas: Sequence[np.ndarray]) -> np.ndarray:
+    """The mean of several runs' class probabilities, each (n, K); one run gives its own probabilities."""
+    if not probas:
+        raise ValueError("expected at least one run's probabilities, got none")
+    if len(probas) == 1:
+        return np.asarray(probas[0])
+    return np.mean(np.stack([np.asarray(p, dtype=np.float64) for p in probas]), axis=0)
+
+
+def ensemble_scores(runs: Sequence[RunResult | Mapping[str, Any]], probas: Sequence[dict[str, np.ndarray]], k: int,
+                    y_val: np.ndarray, y_test: np.ndarray) -> dict[str, Any]:
+    """Accuracy of the mean probabilities of the ``k`` runs ranked best on validation (all runs when fewer).
+
+    runs: run records (val_acc, val_loss); probas: their {"val", "test"} probabilities, in the same order.
+    Returns {"k": members used, "test_acc", "val_acc", "members": indices into runs}."""
+    if k < 1:
+        raise ValueError(f"expected an ensemble of at least 1 run, got {k}")
+    records = [_record(r) for r in runs]
+    ranked = sorted(range(len(records)), key=lambda i: (-records[i]["val_acc"], records[i]["val_loss"]))[:k]
+    val = ensemble_proba([probas[i]["val"] for i in ranked])
+    test = ensemble_proba([probas[i]["test"] for i in ranked])
+    return {"k": len(ranked), "val_acc": scores(val, y_val)[0], "test_acc": scores(test, y_test)[0],
+            "members": ranked}
+
+
+def baseline_results(baselines: Mapping[str, Mapping[str, dict]] | None) -> Iterator[tuple[str, str, dict]]:
+    """(dataset, baseline, result) from {dataset: {baseline: result}}."""
+    for dataset, entry in (baselines or {}).items():
+        for name, result in entry.items():
+            yield dataset, name, result
+
+
+def baseline_columns(rows: Sequence[SummaryRow]) -> list[str]:
+    """The baselines that have a row, in :data:`BASELINES` order."""
+    return [b for b in BASELINES if any(r.model == b for r in rows)]
+
+
+def _model_row(dataset: str, model: str, items: list[dict], ens: dict | None,
+               pretrain_seconds: float | None) -> SummaryRow:
+    best = selection_order(items)[0]
+    tests = np.array([r["test_acc"] for r in items])
+    wall = float(sum(r.get("wall_seconds", 0.0) for r in items)) + (pretrain_seconds or 0.0)
+    row = SummaryRow(
+        dataset=dataset, model=model, runs=len(items), best_test_acc=best["test_acc"], best_val_acc=best["val_acc"],
+        avg_test_acc=float(tests.mean()), std_test_acc=float(tests.std()), max_test_acc=float(tests.max()),
+        best_lr=best["lr"], best_dropout=best["dropout"], train_seconds=float(sum(r["train_seconds"] for r in items)),
+        step_ms=float(np.mean([r["step_ms"] for r in items])), params=best["params"], patch_len=best["patch_len"],
+        stride=best["stride"], num_patches=best["num_patches"], global_tokens=best["global_tokens"],
+        wall_seconds=wall, pretrain_seconds=pretrain_seconds)
+    if ens is not None:
+        row.ens_test_acc, row.ens_val_acc, row.ens_k = ens["test_acc"], ens["val_acc"], ens["k"]
+    return row
+
+
+def _baseline_row(dataset: str, name: str, result: dict) -> SummaryRow:
+    acc = result["test_acc"]
+    return SummaryRow(
+        dataset=dataset, model=name, runs=1, best_test_acc=acc, best_val_acc=result["val_acc"], avg_test_acc=acc,
+        std_test_acc=0.0, max_test_acc=acc, best_lr=None, best_dropout=None, train_seconds=result["seconds"],
+        step_ms=None, params=None, patch_len=None, stride=None, num_patches=None, global_tokens=None,
+        wall_seconds=result["seconds"], full_test_acc=result["full_test_acc"], ens_test_acc=acc,
+        padded=bool(result.get("padded", False)))
+
+
+def summarize(runs: Iterable[RunResult | Mapping[str, Any]], baselines: Mapping[str, Mapping[str, dict]] | None = None,
+              ensembles: Mapping[tuple[str, str], dict] | None = None,
+              pretrain_seconds: Mapping[tuple[str, str], float] | None = None) -> list[SummaryRow]:
+    """One row per (dataset, model): best (validation-selected) and mean test accuracy, timings.
+
+    Baselines (``{dataset: {name: result}}``) add a row per baseline (one run: best = avg = ensemble).
+    Ensembles (``{(dataset, model): {"k", "test_acc", "val_acc"}}``) set the model row's ``ens_*`` fields;
+    ``pretrain_seconds`` (``{(dataset, model): s}``) is added to the row's wall time."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for run in runs:
+        record = _record(run)
+        groups.setdefault((record["dataset"], record["model"]), []).append(record)
+    rows = [_model_row(d, m, items, (ensembles or {}).get((d, m)), (pretrain_seconds or {}).get((d, m)))
+            for (d, m), items in groups.items()]
+    rows += [_baseline_row(d, name, result) for d, name, result in baseline_results(baselines)
+             if "test_acc" in result]
+    order = {m: i for i, m in enumerate(PATCHTST_MODELS + BASELINES)}
+    rows.sort(key=lambda r: (r.dataset, order.get(r.model, 99), r.model))
+    return rows
+
+
+def _ranks(values: list[float]) -> list[float]:
+    """Rank 1 = highest value; ties share the mean rank."""
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def rank_models(rows: Sequence[SummaryRow], models: Sequence[str],
+                keys: Sequence[str] = ("best", "avg")) -> dict[str, dict[str, float]]:
+    """Mean rank over datasets of each model, by best and by avg test accuracy (or any ``<key>_test_acc``,
+    e.g. "ens"), over the datasets where all ``models`` have results. Returns {model: {"best": r, "avg": r,
+    "datasets": n}}."""
+    table: dict[str, dict[str, SummaryRow]] = {}
+    for row in rows:
+        table.setdefault(row.dataset, {})[row.model] = row
+    out: dict[str, dict[str, float]] = {m: {**{k: 0.0 for k in keys}, "datasets": 0} for m in models}
+    count = 0
+    for per_model in table.values():
+        if not all(m in per_model and all(getattr(per_model[m], f"{k}_test_acc") is not None for k in keys)
+                   for m in models):
+            continue
+        count += 1
+        for key in keys:
+            for m, r in zip(models, _ranks([getattr(per_model[m], f"{key}_test_acc") for m in models])):
+                out[m][key] += r
+    for m in models:
+        out[m]["datasets"] = count
+        for key in keys:
+            out[m][key] = out[m][key] / count if count else float("nan")
+    return out
+

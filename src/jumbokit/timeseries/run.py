@@ -1,0 +1,295 @@
+"""One training run: build the model for a dataset, train it with the shared runtime, predict, score.
+
+The sweep (:func:`train_run`), masked-patch pretraining (:func:`pretrain_run`) and the aeon estimator all
+set a run up here: :func:`new_run_model` (seeded model for the data), :func:`pretrain_model` (in place, on
+the training split only) and :func:`fit_series_model` (loader, length, loss and :func:`jumbokit.training.fit`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from .data import ClassificationData, SeriesSplit
+from .models import PATCHTST_MODELS, max_patches, patch_geometry
+from .protocol import SweepConfig
+
+__all__ = [
+    "RunResult",
+    "FittedModel",
+    "build_series_model",
+    "check_patches",
+    "new_run_model",
+    "series_loader",
+    "predict_proba",
+    "scores",
+    "evaluate",
+    "train_config",
+    "series_loss",
+    "fit_series_model",
+    "pretrain_model",
+    "train_run",
+    "train_run_with_proba",
+    "pretrain_run",
+    "quiet_training",
+]
+
+
+@dataclass
+class RunResult:
+    """One finished run. Accuracies in [0, 1]."""
+
+    dataset: str
+    model: str
+    lr: float
+    dropout: float
+    val_acc: float
+    test_acc: float
+    val_loss: float
+    train_loss: float
+    epochs: int
+    steps: int
+    train_seconds: float
+    wall_seconds: float
+    step_ms: float
+    params: int
+    patch_len: int
+    stride: int
+    num_patches: int
+    global_tokens: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FittedModel:
+    """A trained model (collapsed to the plain depth when trained with branches) and how it was trained."""
+
+    model: nn.Module
+    history: list[dict]
+    train_loss: float
+    batch: int
+    epochs: int  # passes over the training data
+    steps: int  # optimizer steps
+    seconds: float  # training time, without building the model
+
+
+@contextmanager
+def quiet_training() -> Iterator[None]:
+    """Hide the shared training loop's INFO lines (per-epoch records) inside the block; warnings still show."""
+    training_logger = logging.getLogger("jumbokit.training")
+    level = training_logger.level
+    training_logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        training_logger.setLevel(level)
+
+
+def build_series_model(name: str, data: ClassificationData, patches: int, dropout: float = 0.0,
+                       strict: bool = True, branches: int = 1, max_patch_len: int | None = None,
+                       conv_stem: int = 0) -> nn.Module:
+    """The zoo model for a dataset: channels, length and classes from ``data``; ``dropout`` -> drop_rate.
+
+    ``max_patch_len``: longer series get more patches of this length (see ``capped_patch_geometry``).
+    ``conv_stem=W``: add convolutional patch features of width W to each token (``ConvPatchFeatures``).
+    ``branches=n > 1``: the progressive-join training form with n times the layers in blocks of n parallel
+    branches, which collapses exactly into the plain model's depth (``model.reparameterize()``)."""
+    from ..encoders import create_model, model_config
+
+    if name not in PATCHTST_MODELS:
+        raise ValueError(f"expected a model among {', '.join(PATCHTST_MODELS)}, got {name!r}")
+    if branches < 1:
+        raise ValueError(f"branches must be >= 1, got {branches}")
+    extra: dict[str, Any] = {}
+    if branches > 1:
+        extra = dict(branches=branches, depth=int(model_config(name, seq_len=data.seq_len)["depth"]) * branches)
+    return create_model(name, num_classes=data.num_classes, in_chans=data.channels, seq_len=data.seq_len,
+                        patches=patches, max_patch_len=max_patch_len, strict_patches=strict,
+                        drop_rate=float(dropout), conv_stem=int(conv_stem), **extra)
+
+
+def check_patches(data: ClassificationData, patches: int) -> None:
+    """Raise ValueError when ``patches`` cannot be cut from this dataset's (longest) series."""
+    if patches > max_patches(data.seq_len):
+        raise ValueError(f"--patches {patches} is larger than {data.name} allows: its longest series has "
+                         f"{data.seq_len} steps, which give at most {max_patches(data.seq_len)} patches")
+    patch_geometry(data.seq_len, patches, strict=True)
+
+
+def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, dropout: float, seed: int,
+                  strict: bool = True) -> nn.Module:
+    """The sweep's model for ``data``, initialised from ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+    return build_series_model(model_name, data, cfg.patches, dropout, strict=strict, branches=cfg.branches,
+                              max_patch_len=cfg.max_patch_len, conv_stem=cfg.conv_stem)
+
+
+def series_loader(split: SeriesSplit, batch_size: int, shuffle: bool, seed: int = 0,
+                  steps: int | None = None) -> torch.utils.data.DataLoader:
+    """Batches of (x (B, C, L) float32 with NaN = missing/padded, y (B,) int64).
+
+    ``steps``: exactly that many shuffled batches (one loader pass), cycling through seeded permutations."""
+    dataset = torch.utils.data.TensorDataset(torch.from_numpy(split.x), torch.from_numpy(split.y))
+    if steps is not None:
+        from .pretrain import StepBatches
+
+        return torch.utils.data.DataLoader(dataset, batch_sampler=StepBatches(len(split), batch_size, steps, seed))
+    generator = torch.Generator().manual_seed(seed) if shuffle else None
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator)
+
+
+@torch.no_grad()
+def predict_proba(model: nn.Module, x: np.ndarray | torch.Tensor, batch_size: int = 256,
+                  device: torch.device | str | None = None) -> np.ndarray:
+    """Class probabilities (n, num_classes) of series x (n, C, L) in eval mode."""
+    was_training = model.training
+    model.eval()
+    device = device or next(model.parameters()).device
+    x = torch.as_tensor(x, dtype=torch.float32)
+    out = []
+    for start in range(0, x.shape[0], batch_size):
+        logits = model(x[start:start + batch_size].to(device))
+        out.append(torch.softmax(logits.float(), dim=-1).cpu())
+    model.train(was_training)
+    return torch.cat(out).numpy() if out else np.zeros((0, 0), dtype=np.float32)
+
+
+def scores(proba: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of class probabilities (n, K) against labels y (n,)."""
+    picked = proba[np.arange(len(y)), y]
+    loss = float(-np.log(np.clip(picked, 1e-12, None)).mean())
+    return float((proba.argmax(-1) == y).mean()), loss
+
+
+def evaluate(model: nn.Module, split: SeriesSplit, batch_size: int = 256) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of a model on a split."""
+    return scores(predict_proba(model, split.x, batch_size), split.y)
+
+
+def train_config(cfg: SweepConfig, lr: float, epochs: int, progress: bool = False, cpu: bool = False,
+                 seed: int | None = None):
+    """The shared runtime's TrainConfig for one run of the protocol (no checkpoints: runs are short)."""
+    from ..training import TrainConfig
+
+    return TrainConfig(epochs=epochs, lr=lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999), optimizer="adamw",
+                       warmup_fraction=cfg.warmup_fraction, min_lr=cfg.min_lr, schedule="cosine",
+                       mixed_precision=cfg.mixed_precision, seed=cfg.seed if seed is None else seed,
+                       checkpoint_every=0, progress=progress, cpu=cpu, save_model=False, ema_decay=cfg.ema_decay)
+
+
+def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
+    """The training loss of a run: cross-entropy, with the sweep's series augmentation and mixup drawn from a
+    CPU generator seeded with ``seed`` (a ``loss_fn`` for :func:`jumbokit.training.fit`)."""
+    from ..training import classification_loss
+    from .augment import SeriesAugment, SeriesMixup, parse_augment
+
+    ops = parse_augment(cfg.augment)
+    generator = torch.Generator().manual_seed(seed + 7919)
+    per_series = [op for op in ops if op != "mixup"]
+    augment = SeriesAugment(tuple(per_series), generator=generator) if per_series else None
+    if "mixup" in ops:
+        return classification_loss(mixup=SeriesMixup(num_classes, cfg.mixup_alpha, augment, generator))
+    if augment is not None:
+        return classification_loss(forward=lambda model, x: model(augment(x)))
+    return classification_loss()
+
+
+def fit_series_model(model: nn.Module, data: ClassificationData, lr: float, cfg: SweepConfig, seed: int,
+                     progress: bool = False, accelerator: Any = None, cpu: bool = False) -> FittedModel:
+    """Train ``model`` on ``data.train`` for the length ``cfg`` sets (fixed steps, or epochs of the protocol)."""
+    from ..training import fit
+
+    batch = cfg.batch_for(len(data.train), data.channels)
+    fixed_steps = cfg.steps_for(data.seq_len)
+    loader = series_loader(data.train, batch, shuffle=True, seed=seed, steps=fixed_steps)
+    if fixed_steps is not None:
+        steps, fit_epochs = fixed_steps, 1
+        epochs = math.ceil(steps * min(batch, len(data.train)) / len(data.train))  # passes over the data
+    else:
+        epochs = fit_epochs = cfg.epochs_for(data.name, len(loader))
+        steps = epochs * len(loader)
+    if cfg.branches > 1:
+        model.join_warmup_steps = max(1, steps // 2)  # joined by mid-training, then trained joined
+    tcfg = train_config(cfg, lr, fit_epochs, progress=progress, cpu=cpu, seed=seed)
+    start = time.perf_counter()
+    result = fit(model, loader, series_loss(cfg, data.num_classes, seed), tcfg, accelerator=accelerator)
+    seconds = time.perf_counter() - start
+    model = result.model
+    if cfg.branches > 1:
+        model = model.reparameterize()  # the plain model that is scored (and would be deployed)
+    return FittedModel(model=model, history=result.history, train_loss=float(result.final.get("train_loss", math.nan)),
+                       batch=batch, epochs=epochs, steps=steps, seconds=seconds)
+
+
+def pretrain_model(model: nn.Module, data: ClassificationData, cfg: SweepConfig, seed: int, progress: bool = False,
+                   cpu: bool = False, accelerator: Any = None):
+    """Masked-patch pretraining of ``model`` (in place) on the TRAINING split only: ``cfg.pretrain_epochs``
+    passes at the run's batch size. Returns the :class:`~jumbokit.timeseries.pretrain.PretrainResult`."""
+    from .pretrain import pretrain_series
+
+    return pretrain_series(model, data.train.x, epochs=cfg.pretrain_epochs,
+                           batch_size=cfg.batch_for(len(data.train), data.channels), lr=cfg.pretrain_lr,
+                           mask_ratio=cfg.pretrain_mask_ratio, seed=seed, progress=progress, cpu=cpu,
+                           accelerator=accelerator)
+
+
+def train_run_with_proba(data: ClassificationData, model_name: str, lr: float, dropout: float, cfg: SweepConfig,
+                         progress: bool = False, accelerator: Any = None, cpu: bool = False, seed: int | None = None,
+                         pretrained: dict[str, torch.Tensor] | None = None) -> tuple[RunResult, dict[str, np.ndarray]]:
+    """One run and its validation / test probabilities ({"val": (n_val, K), "test": (n_test, K)})."""
+    seed = cfg.seed if seed is None else int(seed)
+    wall_start = time.perf_counter()
+    model = new_run_model(data, model_name, cfg, dropout, seed)
+    if pretrained is not None:
+        model.load_state_dict(pretrained)
+    fitted = fit_series_model(model, data, lr, cfg, seed, progress=progress, accelerator=accelerator, cpu=cpu)
+    model = fitted.model
+    eval_batch = fitted.batch if isinstance(cfg.batch_size, int) else 256
+    proba = {"val": predict_proba(model, data.val.x, eval_batch)}
+    proba["test"] = proba["val"] if data.test is data.val else predict_proba(model, data.test.x, eval_batch)
+    val_acc, val_loss = scores(proba["val"], data.val.y)
+    test_acc, _ = scores(proba["test"], data.test.y)
+    extra: dict[str, Any] = {}
+    if seed != cfg.seed:
+        extra["seed"] = seed
+    if pretrained is not None:
+        extra["pretrained"] = True
+    run = RunResult(
+        dataset=data.name, model=model_name, lr=float(lr), dropout=float(dropout), val_acc=val_acc,
+        test_acc=test_acc, val_loss=val_loss, train_loss=fitted.train_loss, epochs=fitted.epochs, steps=fitted.steps,
+        train_seconds=fitted.seconds, wall_seconds=time.perf_counter() - wall_start,
+        step_ms=1000.0 * fitted.seconds / max(1, fitted.steps),
+        params=sum(p.numel() for p in model.parameters()), patch_len=int(model.config["patch_len"]),
+        stride=int(model.config["stride"]), num_patches=int(model.num_patches),
+        global_tokens=int(model.num_global_tokens), extra=extra,
+    )
+    return run, proba
+
+
+def train_run(data: ClassificationData, model_name: str, lr: float, dropout: float, cfg: SweepConfig,
+              progress: bool = False, accelerator: Any = None, cpu: bool = False, seed: int | None = None,
+              pretrained: dict[str, torch.Tensor] | None = None) -> RunResult:
+    """Train one configuration on ``data`` with the shared runtime and score the final model.
+
+    seed: of initialisation, data order and augmentation (default ``cfg.seed``); pretrained: a state dict of
+    the same model (e.g. from :func:`pretrain_run`) to start from."""
+    return train_run_with_proba(data, model_name, lr, dropout, cfg, progress, accelerator, cpu, seed, pretrained)[0]
+
+
+def pretrain_run(data: ClassificationData, model_name: str, cfg: SweepConfig, seed: int | None = None,
+                 progress: bool = False, accelerator: Any = None, cpu: bool = False) -> tuple[dict, dict]:
+    """Masked-patch pretraining of a sweep's model (dropout 0) on the training split only. Returns (state dict
+    of the model, {"loss", "steps", "seconds"})."""
+    seed = cfg.seed if seed is None else int(seed)
+    model = new_run_model(data, model_name, cfg, 0.0, seed)
+    result = pretrain_model(model, data, cfg, seed, progress=progress, cpu=cpu, accelerator=accelerator)
+    state = {k: v.detach().cpu().clone() for k, v in result.model.state_dict().items()}
+    return state, {"loss": result.loss, "steps": result.steps, "seconds": result.seconds}

@@ -1,0 +1,119 @@
+"""The sweep directory: ``sweep.json``, one record per finished run (with its probabilities), pretrained
+weights and baseline results; every file written atomically, so an interrupted sweep resumes from it.
+
+Layout: ``sweep.json``, ``runs/<dataset>/<model>/<run>.json`` + ``<run>.proba.safetensors``,
+``runs/<dataset>/<model>/pretrained_s<seed>.safetensors`` + ``.json``, ``runs/<dataset>/<baseline>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from jumbokit.training.rundir import atomic_write_text
+
+from .protocol import SweepConfig, SweepMismatchError
+from .run import RunResult
+
+__all__ = ["run_id", "check_out_dir", "write_sweep_file", "load_run", "write_run", "load_proba", "proba_path",
+           "read_pretrained", "write_pretrained", "pretrain_record_path"]
+
+
+def run_id(lr: float, dropout: float, seed_offset: int = 0) -> str:
+    """File stem of a run: ``lr1e-3_do0.1``, plus ``_s<k>`` for the k-th extra seed."""
+    return f"lr{lr:g}_do{dropout:g}" + (f"_s{seed_offset}" if seed_offset else "")
+
+
+def check_out_dir(out_dir: Path, identity: dict[str, Any]) -> None:
+    """Refuse a directory that holds another sweep, or files that are not a sweep's (SweepMismatchError)."""
+    sweep_file = out_dir / "sweep.json"
+    if sweep_file.exists():
+        stored = json.loads(sweep_file.read_text())
+        defaults = asdict(SweepConfig())  # keys left out of sweep.json hold their default
+        keys = list(identity) + [k for k in stored if k not in identity]
+        diff = {k: (stored.get(k, defaults.get(k)), identity.get(k, defaults.get(k))) for k in keys}
+        diff = {k: (a, b) for k, (a, b) in diff.items() if a != b}
+        if diff:
+            desc = ", ".join(f"{k}: {a!r} there vs {b!r} now" for k, (a, b) in diff.items())
+            raise SweepMismatchError(f"{out_dir} holds results of a different sweep ({desc}); pass another --out "
+                                     "or the same settings to resume")
+    elif out_dir.exists() and any(out_dir.iterdir()):
+        raise SweepMismatchError(f"{out_dir} is not empty and holds no sweep.json (not a tstrain output "
+                                 "directory); pass an empty or new --out")
+
+
+def write_sweep_file(out_dir: Path, cfg: SweepConfig) -> None:
+    """``sweep.json``, written once: what defines the sweep (:meth:`SweepConfig.identity`)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not (out_dir / "sweep.json").exists():
+        atomic_write_text(out_dir / "sweep.json", json.dumps(cfg.identity(), indent=2) + "\n")
+
+
+def load_run(path: Path) -> RunResult | None:
+    """A finished run's record, or None when the file is missing, unreadable or lacks a field (redo the run)."""
+    try:
+        record = json.loads(path.read_text())
+        names = {f.name for f in fields(RunResult)}
+        return RunResult(**{k: v for k, v in record.items() if k in names})
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def proba_path(run_path: Path) -> Path:
+    """Where a run's validation / test probabilities lie, beside its record."""
+    return run_path.with_name(run_path.stem + ".proba.safetensors")
+
+
+def write_run(path: Path, run: RunResult, proba: dict[str, np.ndarray]) -> None:
+    """A finished run: its probabilities first, then its record (whose presence marks the run done)."""
+    from safetensors.numpy import save_file
+
+    from ..encoders.io import atomic_write
+
+    arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in proba.items()}
+    atomic_write(proba_path(path), lambda tmp: save_file(arrays, tmp))
+    atomic_write_text(path, json.dumps(asdict(run), indent=1) + "\n")
+
+
+def load_proba(path: Path) -> dict[str, np.ndarray] | None:
+    """Stored probabilities ({"val": (n_val, K), "test": (n_test, K)}), or None when missing or damaged."""
+    from safetensors.numpy import load_file
+
+    try:
+        return dict(load_file(str(path)))
+    except Exception:  # missing, truncated or damaged: the run is redone
+        return None
+
+
+def pretrain_record_path(folder: Path, seed: int) -> Path:
+    """The record ({"loss", "steps", "seconds"}) of the pretraining with ``seed`` in a model's folder."""
+    return folder / f"pretrained_s{seed}.json"
+
+
+def read_pretrained(folder: Path, seed: int) -> tuple[dict[str, torch.Tensor], dict] | None:
+    """Stored pretrained weights and their record, or None when missing or damaged (pretrain again)."""
+    from ..encoders.io import read_safetensors
+
+    weights, record = folder / f"pretrained_s{seed}.safetensors", pretrain_record_path(folder, seed)
+    if not (weights.exists() and record.exists()):
+        return None
+    try:
+        return read_safetensors(weights), json.loads(record.read_text())
+    except ValueError:
+        return None
+
+
+def write_pretrained(folder: Path, seed: int, state: dict[str, torch.Tensor], record: dict) -> None:
+    """Pretrained weights (safetensors) and their record."""
+    from safetensors.torch import save_file
+
+    from ..encoders.io import atomic_write
+
+    tensors = {k: v.contiguous() for k, v in state.items()}
+    atomic_write(folder / f"pretrained_s{seed}.safetensors", lambda tmp: save_file(tensors, tmp))
+    atomic_write_text(pretrain_record_path(folder, seed), json.dumps(record, indent=1) + "\n")
