@@ -1,0 +1,219 @@
+"""Deployment speed on CPU: ONNX Runtime vs PyTorch eager, fp32, for the models the papers deploy.
+
+1. Progressive join (the progressive-reparameterization paper): ViT-Tiny (12 layers, CLS) against its collapsed
+   6-, 4- and 3-layer forms (2-, 3- and 4-branch training forms at lambda = 1, jumbokit.reparameterize).
+   Target: collapsed 6 layers / 12 layers latency at batch 1 <= 0.60 on ONNX Runtime.
+2. Jumbo (the Jumbo paper): ViT-Tiny + Jumbo J=6 against ViT-Tiny + 16 registers (+ CLS).
+   Target: Jumbo / registers throughput at batch 64 >= 0.95 on ONNX Runtime.
+3. ONNX Runtime against PyTorch eager for every model above (latency and throughput ratios).
+
+Latency is milliseconds per image at batch 1, throughput images per second at a large batch; every
+(model, runtime) pair is warmed up first, then timed in interleaved rounds (the order reverses every round)
+and the median round is reported. Threads are fixed for both runtimes (ORT intra_op_num_threads,
+torch.set_num_threads). Weights are random, norms and biases moved off their initial values (speed does not
+depend on them); each ONNX graph is checked against PyTorch at export (max abs difference in the JSON).
+
+    python benchmarks/deploy.py                                   # 224 px, 2 threads, the full measurement
+    python benchmarks/deploy.py --img-size 64 --repeats 2 --throughput-batch 8 --json /tmp/deploy.json  # smoke
+
+Prints a table and writes JSON (--json) and a markdown copy beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+import jumbokit
+from jumbokit.encoders.branches import build_branched_encoder
+from jumbokit.encoders.flops import count_params
+from jumbokit.export import export_onnx
+from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
+
+COLLAPSE_BRANCHES = (2, 3, 4)
+BASELINE, SIX, REGISTERS, JUMBO = "ViT-Tiny 12 layers", "collapsed 6 layers (n=2)", "ViT-Tiny R=16", "ViT-Tiny J=6"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=2, help="CPU threads of both runtimes (default: %(default)s)")
+    p.add_argument("--img-size", type=int, default=224, help="image side in pixels (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=7, help="timed rounds, interleaved (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls per pair and batch first (default: %(default)s)")
+    p.add_argument("--latency-iters", type=int, default=20, help="batch-1 calls per round (default: %(default)s)")
+    p.add_argument("--throughput-batch", type=int, default=64, help="(default: %(default)s)")
+    p.add_argument("--throughput-iters", type=int, default=2, help="large-batch calls per round (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
+    p.add_argument("--work-dir", type=Path, default=None, help="where the .onnx files go (default: a temp dir)")
+    p.add_argument("--json", type=Path, default=Path("benchmarks/results/deploy.json"), help="(default: %(default)s)")
+    args = p.parse_args(argv)
+    for name in ("threads", "img_size", "repeats", "latency_iters", "throughput_batch", "throughput_iters"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.img_size % 16:
+        p.error(f"--img-size must be a multiple of the patch size 16, got {args.img_size}")
+    return args
+
+
+def perturb(model: nn.Module, gen: torch.Generator) -> nn.Module:
+    """Norm scales ~ 1 + N(0, 0.1), biases / LayerScales ~ N(0, 0.05), tokens and positions + N(0, 0.02)."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=gen)
+            if param.ndim == 1 and name.endswith("weight"):
+                param.copy_(1.0 + 0.1 * noise)
+            elif name.endswith(("bias", "gamma")):
+                param.add_(0.05 * noise)
+            elif "token" in name or "pos_embed" in name:
+                param.add_(0.02 * noise)
+    return model.eval()
+
+
+def build_models(args) -> dict[str, nn.Module]:
+    """The six models: ViT-Tiny 12 layers, its collapsed 6/4/3-layer forms, registers R=16 and Jumbo J=6."""
+    gen = torch.Generator().manual_seed(args.seed)
+    torch.manual_seed(args.seed)
+    common = dict(img_size=args.img_size, num_classes=1000)
+    models = {BASELINE: perturb(jumbokit.create_model("vit_tiny_cls", **common), gen)}
+    for n in COLLAPSE_BRANCHES:
+        branched = perturb(jumbokit.create_model("vit_tiny_cls", branches=n, init_values=0.1, **common), gen)
+        branched.set_join(1.0)
+        models[f"collapsed {12 // n} layers (n={n})"] = jumbokit.reparameterize(branched).eval()
+    models[REGISTERS] = perturb(jumbokit.create_model("vit_tiny_reg16", **common), gen)
+    models[JUMBO] = perturb(jumbokit.create_model("vit_tiny_jumbo", jumbo_multiplier=6, **common), gen)
+    return models
+
+
+def ort_session(path: Path, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def runners(models: dict[str, nn.Module], args, work: Path) -> tuple[dict[tuple[str, str], Callable], dict]:
+    """(model, runtime) -> a call on a numpy batch; and per model the export record (max abs diff, params)."""
+    calls: dict[tuple[str, str], Callable] = {}
+    records: dict[str, dict[str, Any]] = {}
+    for i, (name, model) in enumerate(models.items()):
+        example = torch.randn(2, 3, args.img_size, args.img_size)
+        result = export_onnx(model, work / f"model{i}.onnx", example, dynamic_size=False)
+        session = ort_session(result.path, args.threads)
+        input_name = session.get_inputs()[0].name
+        calls[(name, "eager")] = lambda x, m=model: m(torch.from_numpy(x))
+        calls[(name, "onnxruntime")] = lambda x, s=session, k=input_name: s.run(None, {k: x})
+        records[name] = {"layers": len(model.blocks), "params_m": round(count_params(model) / 1e6, 3),
+                         "onnx_max_abs_diff": result.check.max_abs_diff}
+        print(f"exported {name}: max abs difference {result.check.max_abs_diff:.2g}", file=sys.stderr, flush=True)
+    return calls, records
+
+
+def time_rounds(calls: dict[tuple[str, str], Callable], batch, iters: int, args) -> dict[tuple[str, str], list[float]]:
+    """Seconds per call of every pair, one value per round; rounds interleave the pairs (ABBA order)."""
+    for call in calls.values():
+        for _ in range(args.warmup):
+            call(batch)
+    seconds: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
+    for round_idx in range(args.repeats):
+        order = list(calls.items())
+        for key, call in (order if round_idx % 2 == 0 else order[::-1]):
+            start = time.perf_counter()
+            for _ in range(iters):
+                call(batch)
+            seconds[key].append((time.perf_counter() - start) / iters)
+    return seconds
+
+
+def summarise(latency, throughput, records, args) -> tuple[list[dict], dict[str, Any]]:
+    rows = []
+    for name, record in records.items():
+        row = {"model": name, **record}
+        for runtime in ("onnxruntime", "eager"):
+            lat = statistics.median(latency[(name, runtime)])
+            thr = args.throughput_batch / statistics.median(throughput[(name, runtime)])
+            row[f"{runtime}_latency_ms"] = round(1000 * lat, 3)
+            row[f"{runtime}_images_per_s"] = round(thr, 2)
+        row["ort_vs_eager_latency"] = round(row["onnxruntime_latency_ms"] / row["eager_latency_ms"], 4)
+        row["ort_vs_eager_throughput"] = round(row["onnxruntime_images_per_s"] / row["eager_images_per_s"], 4)
+        rows.append(row)
+    by = {row["model"]: row for row in rows}
+    ratios = {
+        "collapsed6_vs_12_latency_ort": round(by[SIX]["onnxruntime_latency_ms"] / by[BASELINE]["onnxruntime_latency_ms"], 4),
+        "collapsed6_vs_12_latency_eager": round(by[SIX]["eager_latency_ms"] / by[BASELINE]["eager_latency_ms"], 4),
+        "jumbo_vs_registers_throughput_ort": round(by[JUMBO]["onnxruntime_images_per_s"]
+                                                   / by[REGISTERS]["onnxruntime_images_per_s"], 4),
+        "jumbo_vs_registers_throughput_eager": round(by[JUMBO]["eager_images_per_s"]
+                                                     / by[REGISTERS]["eager_images_per_s"], 4),
+    }
+    ratios["targets_met"] = {"collapsed6_vs_12_latency_ort <= 0.60": ratios["collapsed6_vs_12_latency_ort"] <= 0.60,
+                             "jumbo_vs_registers_throughput_ort >= 0.95":
+                                 ratios["jumbo_vs_registers_throughput_ort"] >= 0.95}
+    return rows, ratios
+
+
+def environment(args) -> dict[str, Any]:
+    import onnxruntime
+
+    return {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "torch": torch.__version__,
+            "onnxruntime": onnxruntime.__version__, "python": platform.python_version(),
+            "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "threads": args.threads,
+            "img_size": args.img_size, "repeats": args.repeats, "latency_iters": args.latency_iters,
+            "throughput_batch": args.throughput_batch, "throughput_iters": args.throughput_iters, "dtype": "float32"}
+
+
+COLUMNS = ["model", "layers", "params_m", "onnxruntime_latency_ms", "eager_latency_ms", "ort_vs_eager_latency",
+           "onnxruntime_images_per_s", "eager_images_per_s", "ort_vs_eager_throughput", "onnx_max_abs_diff"]
+
+
+def report(rows: list[dict], ratios: dict[str, Any], env: dict[str, Any]) -> str:
+    lines = ["# Deployment speed: ONNX Runtime vs PyTorch eager (CPU, fp32)", "",
+             f"`{env['command']}`: {env['threads']} threads, {env['img_size']} px, latency at batch 1, throughput "
+             f"at batch {env['throughput_batch']}, median of {env['repeats']} interleaved rounds; torch "
+             f"{env['torch']}, onnxruntime {env['onnxruntime']}, {env['cpu_count']} CPUs ({env['cpu']}).", "",
+             markdown_table(rows, COLUMNS, digits=4), "", "| ratio | value |", "|---|---|"]
+    lines += [f"| {key} | {value} |" for key, value in ratios.items() if key != "targets_met"]
+    lines += ["", "Targets: " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in ratios["targets_met"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> dict[str, Any]:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    models = build_models(args)
+    with tempfile.TemporaryDirectory(prefix="jumbokit_deploy_") as tmp:
+        work = args.work_dir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        calls, records = runners(models, args, work)
+        gen = torch.Generator().manual_seed(args.seed + 1)
+        one = torch.randn(1, 3, args.img_size, args.img_size, generator=gen).numpy()
+        many = torch.randn(args.throughput_batch, 3, args.img_size, args.img_size, generator=gen).numpy()
+        with torch.inference_mode():
+            latency = time_rounds(calls, one, args.latency_iters, args)
+            throughput = time_rounds(calls, many, args.throughput_iters, args)
+    rows, ratios = summarise(latency, throughput, records, args)
+    env = environment(args)
+    result = {"benchmark": "deploy", "environment": env, "rows": rows, "ratios": ratios}
+    text = report(rows, ratios, env)
+    print(text)
+    atomic_write_json(args.json, result)
+    atomic_write_text(args.json.with_suffix(".md"), text)
+    print(f"wrote {args.json} and {args.json.with_suffix('.md')}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
