@@ -45,3 +45,42 @@ def test_mae_recipe_imports_no_heavy_optional_packages():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def _front_door_parsers():
+    """``jumbokit COMMAND`` -> its argparse parser, for every image command and tstrain."""
+    import importlib
+
+    from jumbokit.recipes import COMMANDS
+
+    parsers = {cmd: importlib.import_module(f"jumbokit.recipes.{mod}").build_parser for cmd, mod in COMMANDS.items()}
+    parsers["tstrain"] = importlib.import_module("jumbokit.timeseries.cli").build_parser
+    return parsers
+
+
+_HELP_PENDING = {"tstrain": "tstrain --augment's help says 'default' twice (being converted)"}
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param(c, marks=pytest.mark.xfail(strict=False, reason=_HELP_PENDING[c])) if c in _HELP_PENDING else c
+    for c in sorted(_front_door_parsers())])
+def test_front_door_help_has_one_default_per_flag(command):
+    """Every flag of ``jumbokit COMMAND --help`` has a help line, which names its default at most once (the help
+    text is expanded as argparse prints it, ArgumentDefaultsHelpFormatter's addition included)."""
+    import argparse
+    import re
+
+    parser = _front_door_parsers()[command]()
+    formatter = parser._get_formatter()  # argparse has no public way to expand one action's help
+    missing, repeated = [], []
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help" or action.help == argparse.SUPPRESS:
+            continue
+        if not (action.help or "").strip():
+            missing.append(action.option_strings[0])
+            continue
+        text = formatter._expand_help(action)
+        if len(re.findall(r"default", text, flags=re.IGNORECASE)) > 1:
+            repeated.append(f"{action.option_strings[0]}: {text}")
+    assert not missing, f"flags without help: {missing}"
+    assert not repeated, "help naming a default more than once:\n" + "\n".join(repeated)

@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--eval-splits", default="val,test", help="comma-separated splits to report (default: %(default)s)")
     opt = parser.add_argument_group("optimisation")
     opt.add_argument("--optimizer", default="adamw", choices=("lars", "adamw"),
-                     help="head optimizer; lars with the default --blr is MAE's large-batch ImageNet recipe and "
-                          "moves a head too little on a small dataset such as digits (default: %(default)s)")
+                     help="head optimizer; lars with its --blr is MAE's large-batch ImageNet recipe and moves a "
+                          "head too little on a small dataset such as digits (default: %(default)s)")
     opt.add_argument("--blr", type=float, default=None,
                      help="base lr, lr = blr * batch / 256 (default: 0.1 for LARS as in MAE, 3e-2 for AdamW)")
     opt.add_argument("--lr", type=float, default=None, help="absolute learning rate (default: from --blr)")
