@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 
 import pytest
 import torch
@@ -209,7 +211,7 @@ def test_fit_writes_run_directory(digits8, tmp_path):
     assert result.final["step"] == 18
     # the logged metric is the final model's, evaluated in eval mode (dropout off): recomputing gives it again
     again = evaluate_classifier(result.model, make_loader(val, 64), prefix="val_")
-    assert result.final["val_acc1"] == again["val_acc1"] and result.final["val_loss"] == again["val_loss"]
+    assert result.final["val_top1"] == again["val_top1"] and result.final["val_loss"] == again["val_loss"]
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["train"]["epochs"] == 3 and config["data"]["classes"][0] == "0"
     assert (tmp_path / "model.safetensors").exists()
@@ -308,6 +310,36 @@ def test_resume_keeps_config_and_appends_a_resume_record(digits8, tmp_path):
     assert [(r["epoch"], r["step"], r["epochs"], r["total_steps"]) for r in records] == [(1, 3, 2, 6), (2, 6, 3, 9)]
     assert records[0]["checkpoint"].endswith("epoch_0001_00000003") and records[0]["num_processes"] == 1
     assert records[1]["changed"] == {"epochs": [2, 3]} and records[1]["time"][:2] == "20"
+
+
+def test_epoch_lines_and_resume_message_are_logged_when_bars_are_off(digits8, tmp_path):
+    """Without progress bars the per-epoch summary and the resume message still reach the log (INFO);
+    accuracies follow the metric convention: top1 in percent, 2 decimals in text."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    val = make_loader(build_dataset("digits", "val", "eval", img_size=8), 64)
+    logger, handler = logging.getLogger("jumbokit.training"), Collect()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        for cfg in (quiet(epochs=1), quiet(epochs=2, resume="latest")):
+            fit(tiny_model(), make_loader(digits8, 32), classification_loss(), cfg, out_dir=tmp_path,
+                eval_fn=lambda m: evaluate_classifier(m, val, prefix="val_"))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    epoch_lines = [m for m in messages if m.startswith("epoch ")]
+    assert len(epoch_lines) == 2 and any(m.startswith("resumed from ") for m in messages)
+    expected = (r"epoch 2/2  train_loss \d+\.\d{4}  epoch_time_s \S+  val_top1 \d+\.\d{2}  val_top5 \d+\.\d{2}  "
+                r"val_loss \d+\.\d{4}  val_n \d+")
+    assert re.fullmatch(expected, epoch_lines[1]), epoch_lines[1]
+    train = [r for r in RunDir(tmp_path).read_metrics() if r["kind"] == "train"]
+    assert train and all(0.0 <= r["top1"] <= 100.0 for r in train)
 
 
 def test_weight_ema_follows_its_warmed_up_decay():
@@ -444,7 +476,7 @@ def test_evaluate_classifier_topk():
     logits = torch.tensor([[3.0, 2.0, 1.0], [1.0, 3.0, 2.0], [1.0, 2.0, 3.0], [3.0, 1.0, 2.0]])
     labels = torch.tensor([0, 2, 0, 1])
     out = evaluate_classifier(Fixed(), [(logits, labels)], topk=(1, 2, 5), prefix="test_")
-    assert out["test_acc1"] == 0.25 and out["test_acc2"] == 0.5 and "test_acc5" not in out
+    assert out["test_top1"] == 25.0 and out["test_top2"] == 50.0 and "test_top5" not in out
     assert out["test_n"] == 4 and math.isfinite(out["test_loss"])
 
 

@@ -1,4 +1,4 @@
-"""One classification evaluation loop (top-k accuracy, loss) shared by recipes."""
+"""One classification evaluation loop (top-k accuracy in percent, loss) shared by recipes."""
 from __future__ import annotations
 
 from typing import Callable, Iterable
@@ -35,9 +35,9 @@ def evaluate_classifier(
     """Top-k accuracy and mean cross-entropy of ``model`` over ``(images, labels)`` batches.
 
     The model is put in eval mode for the pass (and restored after). ``k`` larger than the number of classes is
-    left out. Returns ``{f"{prefix}acc1", f"{prefix}acc5", f"{prefix}loss", f"{prefix}n"}`` (accuracies in [0, 1]);
-    with ``return_predictions`` also ``"predictions"`` / ``"targets"`` (LongTensor (N,)); ``progress`` draws a
-    tqdm bar.
+    left out. Returns ``{f"{prefix}top1", f"{prefix}top5", f"{prefix}loss", f"{prefix}n"}`` (accuracies in percent,
+    0-100; ``top{k}`` for each k of ``topk``); with ``return_predictions`` also ``"predictions"`` / ``"targets"``
+    (LongTensor (N,)); ``progress`` draws a tqdm bar.
     """
     from tqdm.auto import tqdm
 
@@ -63,7 +63,7 @@ def evaluate_classifier(
     if total == 0:
         raise ValueError("evaluation loader yielded no samples")
     num_classes = logits.shape[-1]
-    out: dict = {f"{prefix}acc{k}": correct[k] / total for k in topk if k <= num_classes}
+    out: dict = {f"{prefix}top{k}": 100.0 * correct[k] / total for k in topk if k <= num_classes}
     out[f"{prefix}loss"] = loss_sum / total
     out[f"{prefix}n"] = total
     if return_predictions:

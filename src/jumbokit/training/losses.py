@@ -18,8 +18,8 @@ def classification_loss(
     forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
 ) -> LossFn:
     """A ``loss_fn`` for ``fit`` on ``(images, labels)`` batches: optional mixup/cutmix, ``criterion`` (default
-    cross-entropy; soft-target CE with mixup), plus the model's ``aux_loss`` when it exposes one; logs ``acc``
-    (on hard labels, not under mixup) and ``aux_loss``.
+    cross-entropy; soft-target CE with mixup), plus the model's ``aux_loss`` when it exposes one; logs ``top1``
+    (the batch's accuracy in percent, on hard labels, not under mixup) and ``aux_loss``.
 
     ``forward(model, x) -> logits`` (B, num_classes) replaces ``model(x)`` (e.g. token dropping through ``keep``).
     """
@@ -45,7 +45,7 @@ def classification_loss(
             loss = loss + aux
             logs["aux_loss"] = aux.detach()
         if mixup is None:
-            logs["acc"] = (logits.detach().argmax(-1) == y).float().mean()
+            logs["top1"] = (logits.detach().argmax(-1) == y).float().mean() * 100.0
         return loss, logs
 
     return loss_fn
