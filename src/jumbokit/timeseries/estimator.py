@@ -27,6 +27,11 @@ __all__ = ["PatchTSTClassifier"]
 class PatchTSTClassifier(BaseClassifier):
     """PatchTST / PatchTST+registers / PatchTST+Jumbo classifier trained with the Jumbo paper's recipe.
 
+    Each channel is cut into patches and encoded on its own by a transformer (D=128, 3 layers); the per-channel
+    features are concatenated before a linear head. Training: AdamW, cross-entropy, linear warm-up over the
+    first 10% of the steps, then cosine decay to 1e-8. Unequal lengths and missing values (NaN) are padded and
+    masked, never truncated or imputed.
+
     Parameters
     ----------
     model : str, default="patchtst_jumbo"
@@ -35,14 +40,27 @@ class PatchTSTClassifier(BaseClassifier):
         Patches per series (of the longest training series); shorter series are padded and masked.
         Series too short for this many patches use patch length 1 (with a warning).
     epochs : int, default=100
+        Passes over the training series (ignored when ``steps`` is given).
+    lr : float, default=1e-3
+        Peak learning rate.
+    dropout : float, default=0.1
+        Dropout rate of the encoder.
+    batch_size : int or "auto", default=256
+        Series per optimizer step; ``"auto"``: min(n, 32, max(8, 128 // channels)) series, the small-data
+        recipe's batch.
+    weight_decay : float, default=0.02
+        AdamW's weight decay (not applied to norms, biases, tokens and position embeddings).
+    normalize : str, default="train"
+        ``"train"``: per-channel mean/std of the training data, applied at prediction too; ``"instance"``:
+        each series and channel by its own statistics (RevIN-style; drops level and amplitude); ``"auto"``:
+        ``"instance"`` when the training series' scales differ more than 100-fold, else ``"train"``; ``"none"``.
+    random_state : int or None, default=None
+        Seed of initialisation, data order and augmentation; None draws one.
+    verbose : bool, default=False
+        Show the training progress bar and the training loop's log lines.
     steps : int, "auto" or None, default=None
         A fixed number of optimizer steps instead of ``epochs``; ``"auto"``: the small-data recipe's 1000,
         or 3000 for series longer than 400 steps.
-    lr : float, default=1e-3
-        Peak learning rate (AdamW, 10% linear warm-up, cosine decay to 1e-8).
-    dropout : float, default=0.1
-    batch_size : int or "auto", default=256
-        ``"auto"``: min(n, 32, max(8, 128 // channels)) series, the small-data recipe's batch.
     augment : str, default="none"
         Series augmentation: ``"default"``, ``"none"`` or comma-separated names among jitter, scaling,
         magnitude_warp, time_warp, window_slice, mixup (see ``jumbokit.timeseries.augment``).
@@ -51,18 +69,41 @@ class PatchTSTClassifier(BaseClassifier):
     conv_stem : int, default=0
         Width of convolutional patch features added to each token (two 1-D convolutions over the series,
         max and mean within each patch); 0 = linear patches only, as PatchTST.
-    weight_decay : float, default=0.02
     ema_decay : float, default=0.0
         > 0: predict with the exponential moving average of the weights (updated after every step with this
         decay, e.g. 0.998) instead of the last weights.
-    normalize : str, default="train"
-        ``"train"``: per-channel mean/std of the training data, applied at prediction too; ``"instance"``:
-        each series and channel by its own statistics (RevIN-style; drops level and amplitude); ``"auto"``:
-        ``"instance"`` when the training series' scales differ more than 100-fold, else ``"train"``; ``"none"``.
-    random_state : int or None, default=None
-        Seed of initialisation and data order; None draws one.
-    verbose : bool, default=False
-        Show the training progress bar.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        The class labels seen in ``fit``.
+    n_classes_ : int
+        Number of classes.
+    network_ : torch.nn.Module
+        The trained encoder with its head, in eval mode (input (n, C, L) float32, NaN = missing).
+    history_ : list of dict
+        One record per epoch of the training loop (``train_loss``, ``lr``, ``step``, ...).
+    normalizer_ : callable
+        The normalisation fitted on the training series, applied to every series passed to ``predict``.
+    seq_len_ : int
+        Length of the longest training series (longer series at prediction get more patches, with a warning).
+
+    See Also
+    --------
+    jumbokit.timeseries.sweep.run_sweep : the paper's protocol (a sweep with model selection on validation).
+
+    Examples
+    --------
+    >>> from aeon.datasets import load_basic_motions
+    >>> from jumbokit.timeseries.estimator import PatchTSTClassifier
+    >>> X_train, y_train = load_basic_motions(split="train")
+    >>> X_test, y_test = load_basic_motions(split="test")
+    >>> clf = PatchTSTClassifier(model="patchtst_jumbo", epochs=5, random_state=0)
+    >>> clf = clf.fit(X_train, y_train)
+    >>> clf.predict(X_test).shape
+    (40,)
+    >>> clf.predict_proba(X_test).shape
+    (40, 4)
     """
 
     _tags = {
