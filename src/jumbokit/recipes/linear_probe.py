@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     configure_logging()
     parser = build_parser()
     args, given = parser.parse_args(argv), given_flags(parser, argv)
-    setup_threads(args)
     check_count_flags(args)
+    setup_threads(args)
     splits = [s.strip() for s in args.eval_splits.split(",") if s.strip()]
     if any(s not in SPLITS for s in splits):
         raise ValueError(f"--eval-splits takes train, val, test; got {args.eval_splits!r}")

@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     configure_logging()
     parsed = parse_run_args(build_parser(), argv, lambda a: default_out_dir(RECIPE, a.model, a.dataset))
     args, out = parsed.args, parsed.out
-    setup_threads(args)
     check_flags(args)
+    setup_threads(args)
     flags = dict(vars(args))  # config.json "args": the flags as given, before the recipe fills in defaults
     resolve_recipe_defaults(args)
     processes = launch_state(args.cpu).num_processes
