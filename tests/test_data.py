@@ -134,6 +134,12 @@ def test_randaugment_on_grayscale_digits():
     assert all(ds[i][0].shape == (1, 32, 32) for i in range(8))
 
 
+def test_randaugment_increasing_posterize_at_top_magnitude_keeps_a_bit():
+    """These seeded draws reach PosterizeIncreasing at magnitude 10, where timm asks Pillow for 0 bits."""
+    ds = build_dataset("digits", "train", "supervised", randaugment="rand-m9-mstd0.5-inc1", max_samples=50)
+    assert all(ds[(i, 7 + i)][0].shape == (1, 32, 32) for i in range(20))
+
+
 def test_seeded_samples_reproduce_augmentation_without_touching_global_rng():
     ds = build_dataset("digits", "train", "supervised", max_samples=10)
     state = torch.get_rng_state()

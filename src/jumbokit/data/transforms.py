@@ -106,9 +106,15 @@ def _rand_augment(config: str, img_size: int, mean: Sequence[float], interpolati
         "interpolation": {"bicubic": 3, "bilinear": 2, "nearest": 0}[interpolation],
     }
     try:
-        return rand_augment_transform(config, hparams)
+        augment = rand_augment_transform(config, hparams)
     except Exception as err:  # timm raises AssertionError / KeyError on bad strings
         raise ValueError(f"bad RandAugment config {config!r} (expected e.g. 'rand-m9-mstd0.5'): {err}") from err
+    for op in getattr(augment, "ops", ()):
+        # "inc1" posterize at the top magnitude (10) keeps 0 bits, which recent Pillow refuses with a ValueError;
+        # capping the magnitude just below keeps 1 bit there and changes nothing else
+        if getattr(op, "name", "") == "PosterizeIncreasing" and op.magnitude_max is None:
+            op.magnitude_max = 9.99
+    return augment
 
 
 def make_mixup(
