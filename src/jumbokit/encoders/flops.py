@@ -13,6 +13,9 @@ from typing import Any
 
 from torch import nn
 
+from .stages import multistage_config_check, stage_grids
+from .tokenizers import conv_stem_flops, series_patch_count
+
 __all__ = ["LayerFlops", "layer_flops", "encoder_flops", "multistage_flops", "matching_registers", "count_params",
            "prop1_layer_macs"]
 
@@ -92,8 +95,6 @@ def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int 
         embed = 2 * num_patches * dim * config["patch_len"]
         width = config.get("conv_stem", 0)
         if width:  # ConvPatchFeatures over the padded series
-            from .tokenizers import conv_stem_flops
-
             steps = config["seq_len"] + (config["stride"] if config.get("pad_end", True) else 0)
             embed += conv_stem_flops(width, steps, num_patches, dim)
         seqs = channels if channels is not None else config.get("in_chans", 1)
@@ -109,8 +110,6 @@ def multistage_flops(model_or_config: nn.Module | dict[str, Any], img_size: int 
     ``head`` adds the classifier when ``num_classes > 0``. MACs as the ViT-ResNAS paper reports them are half of this.
     """
     config = model_or_config.config if isinstance(model_or_config, nn.Module) else model_or_config
-    from .stages import multistage_config_check, stage_grids
-
     cfg = multistage_config_check(config)
     dims, in_chans = cfg["dims"], cfg["in_chans"]
     grids = stage_grids(img_size or cfg["img_size"], cfg["patch_size"], len(dims), cfg["stem"])
@@ -149,8 +148,6 @@ def _num_patches(config: dict[str, Any]) -> int:
         ih, iw = (img, img) if isinstance(img, int) else img
         ph, pw = (patch, patch) if isinstance(patch, int) else patch
         return math.ceil(ih / ph) * math.ceil(iw / pw)
-    from .tokenizers import series_patch_count
-
     return series_patch_count(config["seq_len"], config["patch_len"], config["stride"], config.get("pad_end", True))
 
 

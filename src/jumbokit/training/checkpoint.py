@@ -12,7 +12,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from safetensors.torch import save_model
 from torch import nn
+
+from jumbokit.encoders import Encoder, save
+from jumbokit.encoders.io import atomic_write
 
 from .ema import WeightEMA
 from .rundir import RunDir, atomic_write_json, checkpoint_name, list_checkpoints
@@ -63,8 +67,6 @@ class Checkpointer:
         acc.wait_for_everyone()
         if acc.is_main_process:
             if self.ema is not None:  # safetensors, not accelerate's custom-state pickle
-                from safetensors.torch import save_model
-
                 save_model(self.ema.module, str(tmp / EMA_FILE))
             atomic_write_json(tmp / STATE_FILE, {**state.to_dict(), **self.extra})
             if final.exists():
@@ -83,10 +85,6 @@ class Checkpointer:
 
 def save_final_model(model: nn.Module, out_dir: Path) -> Path:
     """``model.safetensors`` + ``model_config.json`` (``jumbokit.save``); other modules get weights only."""
-    from safetensors.torch import save_model
-
-    from jumbokit.encoders import Encoder, atomic_write, save
-
     if isinstance(model, Encoder) or hasattr(model, "saved_config"):
         return save(model, out_dir)
     return atomic_write(Path(out_dir) / "model.safetensors", lambda tmp: save_model(model, tmp))

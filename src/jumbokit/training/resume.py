@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from safetensors.torch import load_model
 from torch import nn
 
 from .checkpoint import EMA_FILE, STATE_FILE, TrainerState
@@ -127,8 +128,6 @@ def restore(accelerator, checkpoint: Path, saved: dict[str, Any], state: Trainer
     objects, set ``state`` to its position, drop metric lines logged after it; returns the epoch records so far."""
     accelerator.load_state(str(checkpoint))
     if ema is not None:
-        from safetensors.torch import load_model
-
         load_model(ema.module, str(checkpoint / EMA_FILE), device=str(accelerator.device))
     state.load(saved)
     if accelerator.is_main_process:
