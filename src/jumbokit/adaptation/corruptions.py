@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 from torchvision.datasets import ImageFolder
 
@@ -268,14 +268,34 @@ class CorruptedDataset(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         return self.to_tensor(Image.fromarray(self.corrupted_array(i))), self.targets[i]
 
-    def precompute(self, progress: bool = False) -> "CorruptedDataset":
-        """Corrupt every sample now (fills the cache); returns self."""
+    def precompute(self, progress: bool = False, num_workers: int = 0) -> "CorruptedDataset":
+        """Corrupt every sample now (fills the cache), in ``num_workers`` DataLoader workers when > 0 (the
+        same images: each sample's noise is seeded by its index); returns self."""
         from tqdm.auto import tqdm
 
         name = self.corruption or "clean"
+        if num_workers > 0 and self._cache is not None:
+            loader = DataLoader(_ArrayView(self), batch_size=None, num_workers=num_workers)
+            for i, array in tqdm(loader, total=len(self), desc=f"{name}-{self.severity}", disable=not progress,
+                                 leave=False):
+                self._cache[int(i)] = np.asarray(array)
+            return self
         for i in tqdm(range(len(self)), desc=f"{name}-{self.severity}", disable=not progress, leave=False):
             self.corrupted_array(i)
         return self
+
+
+class _ArrayView(Dataset):
+    """``(i, corrupted uint8 array)`` of a CorruptedDataset, for filling its cache from DataLoader workers."""
+
+    def __init__(self, data: CorruptedDataset) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> tuple[int, np.ndarray]:
+        return i, self.data.corrupted_array(i)
 
 
 def write_imagenet_c(

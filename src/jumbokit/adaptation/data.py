@@ -10,6 +10,7 @@ domains = build_corrupted_sets(spec, source.info, clean)   # {5: {"fog": dataset
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from .corruptions import COMMON_CORRUPTIONS, check_imagenet_c
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CleanSets", "CorruptionSpec", "build_corrupted_sets", "check_class_count", "load_clean_sets"]
+__all__ = ["CleanSets", "CorruptionSpec", "build_corrupted_sets", "check_class_count", "file_workers", "load_clean_sets"]
 
 
 @dataclass
@@ -108,36 +109,57 @@ def load_clean_sets(spec: CorruptionSpec, info: dict[str, Any], with_fisher: boo
     return CleanSets(test, fisher, classes)
 
 
+def file_workers(dataset: Dataset | None, requested: int | None) -> int:
+    """DataLoader workers for reading ``dataset``: ``requested`` when given, else 0 for in-memory data (digits)
+    and otherwise min(8, this process's share of the cores)."""
+    if requested is not None:
+        return requested
+    if dataset is None or getattr(getattr(dataset, "source", None), "in_memory", False):
+        return 0
+    from jumbokit.training.threads import available_cores, local_processes
+
+    return min(8, max(1, available_cores() // local_processes()))
+
+
 def check_class_count(outputs: int, classes: list[str] | None, where: str) -> None:
     """Raise ValueError when a model with ``outputs`` logits cannot label ``classes``."""
     if classes and outputs != len(classes):
         raise ValueError(f"the checkpoint predicts {outputs} classes but {where} has {len(classes)}")
 
 
-def build_corrupted_sets(spec: CorruptionSpec, info: dict[str, Any], clean: CleanSets,
-                         progress: bool = False) -> dict[int, dict[str, Dataset]]:
-    """``{severity: {corruption: dataset}}``: the ImageNet-C tree's folders, or every corruption of
-    ``clean.test`` generated now (deterministic per seed, corruption, severity and sample)."""
+def build_corrupted_sets(spec: CorruptionSpec, info: dict[str, Any], clean: CleanSets, progress: bool = False,
+                         needed: Iterable[tuple[str, int]] | None = None,
+                         num_workers: int = 0) -> dict[int, dict[str, Dataset]]:
+    """``{severity: {corruption: dataset}}``: the ImageNet-C tree's folders, or the corruptions of ``clean.test``
+    generated now (deterministic per seed, corruption, severity and sample; ``num_workers`` DataLoader workers
+    read and corrupt the images). ``needed``: only these (corruption, severity) pairs (default: all of them),
+    in the spec's order."""
     from tqdm.auto import tqdm
 
     from .corruptions import CorruptedDataset, clean_image_transforms, load_imagenet_c
 
+    pairs = [(c, s) for s in spec.severities for c in spec.corruptions]
+    if needed is not None:
+        wanted = set(needed)
+        pairs = [pair for pair in pairs if pair in wanted]
+    names = {c for c, _ in pairs}
     domains: dict[int, dict[str, Dataset]] = {}
     if spec.imagenet_c is not None:
         if clean.classes is None:
             raise ValueError("class names are unknown: pass --dataset with the clean dataset so labels line up")
-        sets = load_imagenet_c(spec.imagenet_c, clean.classes, spec.corruptions, spec.severities,
+        sets = load_imagenet_c(spec.imagenet_c, clean.classes, [c for c in spec.corruptions if c in names],
+                               sorted({s for c, s in pairs}),
                                img_size=int(info["img_size"]), mean=info["mean"], std=info["std"],
                                in_chans=int(info["in_chans"]))
         for (corruption, severity), data in sets.items():
-            domains.setdefault(severity, {})[corruption] = data
+            if (corruption, severity) in pairs:
+                domains.setdefault(severity, {})[corruption] = data
         return domains
     geometry, to_tensor = clean_image_transforms(int(info["img_size"]), info["mean"], info["std"],
                                                  float(info["crop_pct"]), info["interpolation"])
-    jobs = [(s, c) for s in spec.severities for c in spec.corruptions]
-    for severity, corruption in tqdm(jobs, desc="corrupting", disable=not progress):
+    for corruption, severity in tqdm(pairs, desc="corrupting", disable=not progress):
         data = CorruptedDataset(clean.test, corruption, severity, to_tensor, geometry, seed=spec.seed,
                                 small_images="upsample" if spec.upsample_small else "error", passes=spec.passes)
-        domains.setdefault(severity, {})[corruption] = data.precompute()
-    logger.info("generated %d corrupted sets of %d images", len(jobs), len(clean.test) * spec.passes)
+        domains.setdefault(severity, {})[corruption] = data.precompute(num_workers=num_workers)
+    logger.info("generated %d corrupted sets of %d images", len(pairs), len(clean.test) * spec.passes)
     return domains

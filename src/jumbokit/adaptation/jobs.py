@@ -1,13 +1,16 @@
-"""Run the adaptation jobs of one evaluation: every (severity, method) pair adapts a fresh copy of the source
-on the severity's test streams. Jobs are whole runs; under several processes each rank takes every
-``num_processes``-th job and the records are gathered by the caller.
+"""Run the adaptation jobs of one evaluation. A job adapts a fresh copy of the source with one method on one
+corruption at one severity (the setting ``mixed``, one stream of every corruption, makes one job per severity
+and method). Jobs are whole runs and their answers do not depend on which process runs them (each stream is
+seeded by the corruption's place in the full list); under several processes each rank takes a contiguous
+block of jobs, and the caller gathers the records and merges them per (severity, method).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, ContextManager, NamedTuple
 
 import torch
 import torch.nn as nn
@@ -17,7 +20,7 @@ from .wild import MethodSettings, build_episodes, build_method, run_episodes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["METHOD_LABELS", "StreamOptions", "run_job", "run_jobs"]
+__all__ = ["METHOD_LABELS", "Job", "StreamOptions", "job_list", "merge_records", "needed_sets", "run_job", "run_jobs", "share"]
 
 METHOD_LABELS = {"none": "No adapt", "tent": "Tent", "eata": "EATA", "sar": "SAR"}
 
@@ -32,6 +35,35 @@ class StreamOptions:
     imbalance_ratio: float = 500000.0
     stream_length: int | None = None
     num_workers: int = 0
+    clean_workers: int = 0  # DataLoader workers of EATA's clean Fisher batches
+
+
+class Job(NamedTuple):
+    """One adaptation run: ``method`` at ``severity`` on ``corruption`` (None: every corruption, one stream);
+    ``place``: the corruption's index in the evaluation's list, which seeds its stream."""
+
+    corruption: str | None
+    severity: int
+    method: str
+    place: int = 0
+
+
+def job_list(setting: str, corruptions: Sequence[str], severities: Sequence[int],
+             methods: Sequence[str]) -> list[Job]:
+    """Every job of an evaluation, ordered (severity, corruption, method): the jobs that read one corrupted set
+    are neighbours, so a contiguous share (:func:`share`) needs few sets."""
+    per = [None] if setting == "mixed" else list(corruptions)
+    return [Job(c, s, m, p) for s in severities for p, c in enumerate(per) for m in methods]
+
+
+def share(count: int, rank: int, world_size: int) -> range:
+    """Indices of the jobs of process ``rank``: a contiguous block, the blocks' sizes differing by at most 1."""
+    return range(count * rank // world_size, count * (rank + 1) // world_size)
+
+
+def needed_sets(jobs: Sequence[Job], corruptions: Sequence[str]) -> set[tuple[str, int]]:
+    """The (corruption, severity) sets that ``jobs`` read."""
+    return {(c, job.severity) for job in jobs for c in ([job.corruption] if job.corruption else corruptions)}
 
 
 def _clean_batches(clean: Dataset, seed: int, num_workers: int, device: torch.device) -> Iterator:
@@ -41,33 +73,56 @@ def _clean_batches(clean: Dataset, seed: int, num_workers: int, device: torch.de
     return ((x.to(device), y) for x, y in loader)
 
 
-def run_job(model: nn.Module, method: str, severity: int, domains: dict[str, Dataset], num_classes: int,
-            settings: MethodSettings, stream: StreamOptions, clean: Dataset | None = None,
-            device: torch.device | str = "cpu", progress: bool = False) -> dict[str, Any]:
-    """Adapt a copy of ``model`` with ``method`` on the streams of ``domains`` (corruption -> dataset).
+def run_job(model: nn.Module, job: Job, domains: dict[str, Dataset], num_classes: int, settings: MethodSettings,
+            stream: StreamOptions, clean: Dataset | None = None, device: torch.device | str = "cpu",
+            progress: bool = False, autocast: Callable[[], ContextManager] | None = None) -> dict[str, Any]:
+    """Adapt a copy of ``model`` with ``job.method`` on the streams of ``domains`` (corruption -> dataset of
+    the job's severity): ``job.corruption``'s alone, or all of them for a job of every corruption.
 
     Returns a record: severity, method, per-corruption ``correct`` / ``total`` counts, adaptation
     ``seconds``, ``nan_batches`` and the method's counters (``stats``)."""
     device = torch.device(device)
     clean_batches = None
-    if method == "eata" and clean is not None:
-        clean_batches = _clean_batches(clean, stream.seed, stream.num_workers, device)
-    adapter = build_method(method, model, stream.batch_size, num_classes, settings, clean_batches)
-    episodes = build_episodes(stream.setting, domains, stream.batch_size, seed=stream.seed,
+    if job.method == "eata" and clean is not None:
+        clean_batches = _clean_batches(clean, stream.seed, stream.clean_workers, device)
+    adapter = build_method(job.method, model, stream.batch_size, num_classes, settings, clean_batches)
+    picked = domains if job.corruption is None else {job.corruption: domains[job.corruption]}
+    episodes = build_episodes(stream.setting, picked, stream.batch_size, seed=stream.seed + job.place,
                               imbalance_ratio=stream.imbalance_ratio, stream_length=stream.stream_length,
                               num_workers=stream.num_workers)
-    result = run_episodes(adapter, episodes, device, progress=progress,
-                          desc=f"{METHOD_LABELS.get(method, method)} sev {severity}")
-    logger.debug("%s severity %d: %d images in %.1f s", method, severity, sum(result.total.values()),
-                 result.seconds)
-    return {"severity": severity, "method": method, "correct": result.correct, "total": result.total,
+    where = f"{job.corruption} " if job.corruption else ""
+    with (autocast or contextlib.nullcontext)():
+        result = run_episodes(adapter, episodes, device, progress=progress,
+                              desc=f"{METHOD_LABELS.get(job.method, job.method)} {where}sev {job.severity}")
+    logger.debug("%s %sseverity %d: %d images in %.1f s", job.method, where, job.severity,
+                 sum(result.total.values()), result.seconds)
+    return {"severity": job.severity, "method": job.method, "correct": result.correct, "total": result.total,
             "seconds": result.seconds, "nan_batches": result.nan_batches, "stats": result.stats}
 
 
-def run_jobs(model: nn.Module, jobs: Sequence[tuple[int, str]], domains: dict[int, dict[str, Dataset]],
-             num_classes: int, settings: MethodSettings, stream: StreamOptions, clean: Dataset | None = None,
-             device: torch.device | str = "cpu", progress: bool = False, rank: int = 0,
-             world_size: int = 1) -> list[dict[str, Any]]:
-    """Records of this rank's share of ``jobs`` ((severity, method) pairs), in job order."""
-    return [run_job(model, method, severity, domains[severity], num_classes, settings, stream, clean, device,
-                    progress) for severity, method in list(jobs)[rank::world_size]]
+def run_jobs(model: nn.Module, jobs: Sequence[Job], domains: dict[int, dict[str, Dataset]], num_classes: int,
+             settings: MethodSettings, stream: StreamOptions, clean: Dataset | None = None,
+             device: torch.device | str = "cpu", progress: bool = False, rank: int = 0, world_size: int = 1,
+             autocast: Callable[[], ContextManager] | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """(job index, record) of this rank's share of ``jobs`` (see :func:`share`)."""
+    return [(i, run_job(model, jobs[i], domains[jobs[i].severity], num_classes, settings, stream, clean, device,
+                        progress, autocast)) for i in share(len(jobs), rank, world_size)]
+
+
+def merge_records(jobs: Sequence[Job], indexed: Sequence[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One record per (severity, method), severities then methods in job order: the jobs' counts, seconds and
+    counters summed."""
+    merged: dict[tuple[int, str], dict[str, Any]] = {}
+    for _, rec in sorted(indexed, key=lambda pair: pair[0]):
+        key = (rec["severity"], rec["method"])
+        if key not in merged:
+            merged[key] = {**rec, "correct": {}, "total": {}, "seconds": 0.0, "nan_batches": 0, "stats": {}}
+        out = merged[key]
+        for field_name in ("correct", "total", "stats"):
+            for name, value in rec[field_name].items():
+                out[field_name][name] = out[field_name].get(name, 0) + value
+        out["seconds"] += rec["seconds"]
+        out["nan_batches"] += rec["nan_batches"]
+    if len(indexed) != len(jobs):
+        raise RuntimeError(f"records of {len(jobs) - len(indexed)} of {len(jobs)} jobs did not arrive")
+    return list(merged.values())

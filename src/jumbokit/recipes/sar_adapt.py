@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--episodic", action="store_true", help="reset to the source before every batch (default: off)")
     run.add_argument("--seed", type=int, default=0, help="seed of subsets, noise and streams (default: %(default)s)")
     run.add_argument("--out", default=None, help="output folder (default: runs/tta_<setting>_<model>)")
+    run.add_argument("--mixed-precision", default="no", choices=("no", "bf16"),
+                     help="autocast precision of adaptation, bf16 on a GPU (default: %(default)s)")
     run.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is present (default: off)")
     run.add_argument("--no-progress", action="store_true", help="hide progress bars (default: off)")
     add_threads_arg(run)
@@ -136,61 +138,62 @@ def check_args(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
-    import os
     from pathlib import Path
 
     import torch
-    from accelerate import Accelerator
     from accelerate.utils import gather_object
 
     from jumbokit.adaptation import data, jobs, report, source
     from jumbokit.adaptation.wild import MethodSettings
     from jumbokit.logs import configure_logging
-    from jumbokit.training.cli import setup_threads
+    from jumbokit.training import TrainConfig, make_accelerator, setup_threads
 
     methods, spec, batch_size = check_args(args)
     configure_logging()
     setup_threads(args)
+    acc = make_accelerator(TrainConfig(mixed_precision=args.mixed_precision, cpu=args.cpu, seed=args.seed))
     checkpoint = args.checkpoint or source.find_source_run("runs", args.dataset or "digits")
     src = source.load_source(checkpoint, args.weights, args.mean, args.std)
     apply_data_flags(args, src.info)
     info, n_out = src.info, source.num_outputs(src.model, int(src.info["in_chans"]), int(src.info["img_size"]))
     data.check_class_count(n_out, info.get("classes"), f"its dataset {info.get('dataset')}")
-    accelerator = Accelerator(cpu=args.cpu)
     torch.manual_seed(args.seed)
-    progress = accelerator.is_main_process and not args.no_progress
-    clean = data.load_clean_sets(spec, info, with_fisher="eata" in methods, progress=progress)
+    progress = acc.is_main_process and not args.no_progress
+    with acc.main_process_first():  # hf: downloads and caches once
+        clean = data.load_clean_sets(spec, info, with_fisher="eata" in methods, progress=progress)
     data.check_class_count(n_out, clean.classes, f"dataset {spec.dataset_name(info)}")
-    domains = data.build_corrupted_sets(spec, info, clean, progress=progress)
+    todo = jobs.job_list(args.setting, spec.corruptions, spec.severities, methods)
+    mine = [todo[i] for i in jobs.share(len(todo), acc.process_index, acc.num_processes)]  # as run_jobs
+    workers = data.file_workers(clean.test, args.num_workers)
+    domains = data.build_corrupted_sets(spec, info, clean, progress=progress, num_workers=workers,
+                                        needed=jobs.needed_sets(mine, spec.corruptions))
     settings = MethodSettings(lr=args.lr, e0_factor=args.e0_factor, sar_rho=args.sar_rho,
                               sar_reset_constant=args.sar_reset_constant,
                               sar_exclude_last_blocks=args.sar_exclude_last_blocks,
                               eata_fisher_alpha=args.fisher_alpha, eata_d_margin=args.d_margin,
                               fisher_size=args.fisher_size, episodic=args.episodic)
-    workers = args.num_workers if args.num_workers is not None else (0 if spec.imagenet_c is None else
-                                                                      min(8, os.cpu_count() or 1))
+    stream_workers = workers if spec.imagenet_c is not None else 0  # generated sets are in memory
     stream = jobs.StreamOptions(args.setting, batch_size, args.seed, args.imbalance_ratio, args.stream_length,
-                                workers)
-    todo = [(s, m) for s in spec.severities for m in methods]
-    records = jobs.run_jobs(src.model.to(accelerator.device), todo, domains, len(clean.classes or []) or n_out,
-                            settings, stream, clean.fisher, accelerator.device, progress,
-                            accelerator.process_index, accelerator.num_processes)
-    records = gather_object(records) if accelerator.num_processes > 1 else records
-    if not accelerator.is_main_process:
+                                stream_workers, data.file_workers(clean.fisher, args.num_workers))
+    indexed = jobs.run_jobs(src.model.to(acc.device), todo, domains, len(clean.classes or []) or n_out, settings,
+                            stream, clean.fisher, acc.device, progress, acc.process_index, acc.num_processes,
+                            autocast=acc.autocast)
+    indexed = gather_object(indexed) if acc.num_processes > 1 else indexed
+    if not acc.is_main_process:
         return {}
-    order = {job: i for i, job in enumerate(todo)}
-    records = sorted(records, key=lambda r: order[(r["severity"], r["method"])])
-    rows, throughput = report.result_rows(records, spec.corruptions, src.name, args.setting)
+    rows, throughput = report.result_rows(jobs.merge_records(todo, indexed), spec.corruptions, src.name,
+                                          args.setting)
     out = Path(args.out or f"runs/tta_{args.setting}_{src.name}")
     summary = {"model": src.name, "title": f"{src.name}: {args.setting}, batch {batch_size}",
                "setting": args.setting, "batch_size": batch_size, "severities": spec.severities,
-               "methods": methods, "rows": rows, "throughput": throughput,
+               "methods": methods, "rows": rows, "throughput": throughput, "processes": acc.num_processes,
                "normalisation": {"mean": info["mean"], "std": info["std"]}}
     shift = f", imbalance ratio {args.imbalance_ratio:g}" if args.setting == "label_shift" else ""
     report.write_report(out, summary, [
         f"source: `{checkpoint}`; normalisation mean {info['mean']} std {info['std']}",
         f"data: {spec.describe(info)}",
-        f"setting `{args.setting}`, batch size {batch_size}, seed {args.seed}{shift}"])
+        f"setting `{args.setting}`, batch size {batch_size}, seed {args.seed}{shift}, "
+        f"{len(todo)} jobs on {acc.num_processes} process(es)"])
     print(report.terminal_summary(summary))
     print(f"wrote {out / 'results.csv'}, {out / 'report.md'}, {out / 'accuracy.png'}")
     return summary
