@@ -32,9 +32,9 @@ def test_tstrain_end_to_end_and_resume(tmp_path, capsys):
     assert len(runs) == 3  # one run per model
     report = json.loads((out / "results.json").read_text())
     assert {r["model"] for r in report["summary"]} == {"patchtst", "patchtst_registers", "patchtst_jumbo"}
-    tested = {json.loads(p.read_text())["model"]: json.loads(p.read_text())["test_acc"] for p in runs}
+    tested = {json.loads(p.read_text())["model"]: json.loads(p.read_text())["test_top1"] for p in runs}
     for row in report["summary"]:  # one run per model: the summary reports that run's test accuracy
-        assert row["runs"] == 1 and row["best_test_acc"] == tested[row["model"]]
+        assert row["runs"] == 1 and row["test_top1"] == tested[row["model"]]
     assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
     csv_lines = (out / "results.csv").read_text().splitlines()
     assert csv_lines[0].startswith("dataset,model") and len(csv_lines) == 4
@@ -140,16 +140,16 @@ def test_tstrain_help_and_list(capsys):
 
 def test_summary_selection_and_ranks():
     def run(d, m, lr, val, test, loss=1.0):
-        return dict(dataset=d, model=m, lr=lr, dropout=0.0, val_acc=val, test_acc=test, val_loss=loss,
+        return dict(dataset=d, model=m, lr=lr, dropout=0.0, val_top1=val, test_top1=test, val_loss=loss,
                     train_seconds=1.0, wall_seconds=1.0, step_ms=1.0, params=1, patch_len=2, stride=1, num_patches=8,
                     global_tokens=1)
 
-    runs = [run("A", "patchtst", 1e-3, 0.9, 0.5), run("A", "patchtst", 1e-4, 0.8, 0.9),
-            run("A", "patchtst_jumbo", 1e-3, 0.9, 0.7, loss=0.5), run("A", "patchtst_jumbo", 1e-4, 0.9, 0.1, loss=0.9)]
+    runs = [run("A", "patchtst", 1e-3, 90, 50), run("A", "patchtst", 1e-4, 80, 90),
+            run("A", "patchtst_jumbo", 1e-3, 90, 70, loss=0.5), run("A", "patchtst_jumbo", 1e-4, 90, 10, loss=0.9)]
     rows = {r.model: r for r in summarize(runs)}
-    assert rows["patchtst"].best_test_acc == 0.5  # chosen on validation, not on test
-    assert rows["patchtst_jumbo"].best_test_acc == 0.7  # validation tie -> lower validation loss
-    assert rows["patchtst"].avg_test_acc == pytest.approx(0.7)
+    assert rows["patchtst"].test_top1 == 50  # chosen on validation, not on test
+    assert rows["patchtst_jumbo"].test_top1 == 70  # validation tie -> lower validation loss
+    assert rows["patchtst"].avg_test_top1 == pytest.approx(70)
     ranks = rank_models(list(rows.values()), ["patchtst", "patchtst_jumbo"])
     assert ranks["patchtst_jumbo"]["best"] == 1.0 and ranks["patchtst"]["avg"] == 1.0
     assert _ranks([0.9, 0.5, 0.9]) == [1.5, 3.0, 1.5]
@@ -164,7 +164,7 @@ def test_runs_are_reproducible(tmp_path):
     cfg = SweepConfig(epochs=2, seed=3)
     first = train_run(data, "patchtst_jumbo", 1e-3, 0.1, cfg, cpu=True)
     second = train_run(data, "patchtst_jumbo", 1e-3, 0.1, cfg, cpu=True)
-    assert (first.val_loss, first.test_acc, first.train_loss) == (second.val_loss, second.test_acc, second.train_loss)
+    assert (first.val_loss, first.test_top1, first.train_loss) == (second.val_loss, second.test_top1, second.train_loss)
     assert first.steps == 2 and first.num_patches == 8
 
 
@@ -244,7 +244,7 @@ def test_branched_run_collapses_to_the_plain_depth(tmp_path, monkeypatch):
     run = ts_run.train_run(data, "patchtst_jumbo", 1e-3, 0.0, SweepConfig(epochs=2, branches=2), cpu=True)
     assert run.steps == 2 and scored
     assert all(type(m) is Encoder and len(m.blocks) == 3 for m in scored)  # the collapsed plain model is scored
-    assert run.test_acc == ts_run.evaluate(scored[-1], data.test)[0]  # and its test accuracy is the run's
+    assert run.test_top1 == 100 * ts_run.evaluate(scored[-1], data.test)[0]  # and its test accuracy is the run's
     with pytest.raises(ValueError, match="branches must be >= 1"):
         ts_run.build_series_model("patchtst", data, 8, branches=0)
 

@@ -101,8 +101,8 @@ def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir
     longest series (aeon's ``Padder``, its default fill), which is recorded as ``"padded": true``. Sets with
     missing values inside series are skipped. ``n_jobs``: threads (default: torch's thread count, so the
     baselines get the cores the transformers get). ``seconds`` is fit + predict, without numba's one-off
-    compilation (a warm-up fit on random data runs first). Returns {"test_acc", "val_acc", "full_test_acc",
-    "seconds", "padded"} or {"skipped": reason}."""
+    compilation (a warm-up fit on random data runs first). Returns {"test_top1", "val_top1", "full_test_top1"
+    (percent), "seconds", "padded"} or {"skipped": reason}."""
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; expected one of {', '.join(BASELINES)}")
     x_train, y_train = load_raw(data.name, "train", data_dir, download=False)
@@ -118,12 +118,12 @@ def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir
     x_train, x_test = np.nan_to_num(x_train, nan=0.0), np.nan_to_num(x_test, nan=0.0)  # Padder's fill: 0
     pred, seconds = _fit_predict(name, x_train, y_train, x_test, seed, n_jobs)
     correct = pred == np.asarray(y_test).astype(str)
-    out: dict[str, Any] = {"full_test_acc": float(correct.mean()), "seconds": seconds}
+    out: dict[str, Any] = {"full_test_top1": 100.0 * float(correct.mean()), "seconds": seconds}
     if padded:
         out["padded"] = True
     if data.test_index is not None:
-        out["test_acc"] = float(correct[data.test_index].mean())
-        out["val_acc"] = float(correct[data.val_index].mean())
+        out["test_top1"] = 100.0 * float(correct[data.test_index].mean())
+        out["val_top1"] = 100.0 * float(correct[data.val_index].mean())
     else:
-        out["test_acc"] = out["val_acc"] = out["full_test_acc"]
+        out["test_top1"] = out["val_top1"] = out["full_test_top1"]
     return out

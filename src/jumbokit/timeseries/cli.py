@@ -265,7 +265,8 @@ def _print_summary(result, ensemble: int) -> None:
 
     print()
     ens = f" / mean probabilities of the top {ensemble} runs" if ensemble > 1 else ""
-    print(f"test accuracy (%): best run (chosen on validation) / mean over the sweep{ens}; mean rank best / avg")
+    print(f"test top-1 accuracy (%): best run (chosen on validation) / mean over the sweep{ens}; "
+          "mean rank best / avg")
     print(format_summary(result.rows, result.ranks, result.models, dataset_seconds=result.dataset_seconds,
                          ranks_all=result.ranks_all, ensemble=ensemble))
     print()

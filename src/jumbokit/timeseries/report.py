@@ -21,13 +21,14 @@ from .results import SummaryRow, SweepResult, baseline_columns, baseline_results
 
 __all__ = ["format_summary", "training_text", "write_reports"]
 
-CSV_FIELDS = ["dataset", "model", "runs", "best_test_acc", "avg_test_acc", "std_test_acc", "best_val_acc",
-              "max_test_acc", "best_lr", "best_dropout", "train_seconds", "step_ms", "params", "patch_len", "stride",
-              "num_patches", "global_tokens", "full_test_acc"]
+CSV_FIELDS = ["dataset", "model", "runs", "test_top1", "avg_test_top1", "std_test_top1", "val_top1",
+              "max_test_top1", "best_lr", "best_dropout", "train_seconds", "step_ms", "params", "patch_len", "stride",
+              "num_patches", "global_tokens", "full_test_top1"]
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
+    """An accuracy in percent with 2 decimals ("-" for none)."""
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
 
 
 def _model_cell(values: list[float | None]) -> str:
@@ -46,9 +47,9 @@ def _dataset_lines(rows: Sequence[SummaryRow], models: Sequence[str], columns: l
             if r is None:
                 cells.append("-")
             elif m in models:
-                cells.append(_model_cell([r.best_test_acc, r.avg_test_acc] + ([r.ens_test_acc] if ens else [])))
+                cells.append(_model_cell([r.test_top1, r.avg_test_top1] + ([r.ens_test_top1] if ens else [])))
             else:
-                cells.append(_pct(r.best_test_acc) + ("*" if r.padded else ""))
+                cells.append(_pct(r.test_top1) + ("*" if r.padded else ""))
         if dataset_seconds:
             cells.append(f"{dataset_seconds.get(d, float('nan')):.0f}")
         lines.append(cells)
@@ -64,10 +65,10 @@ def _mean_line(rows: Sequence[SummaryRow], models: Sequence[str], columns: list[
         if not vals:
             means.append("-")
         elif m in models:
-            keys = ["best_test_acc", "avg_test_acc"] + (["ens_test_acc"] if ens else [])
+            keys = ["test_top1", "avg_test_top1"] + (["ens_test_top1"] if ens else [])
             means.append(_model_cell([float(np.mean([_or_nan(getattr(v, k)) for v in vals])) for k in keys]))
         else:
-            means.append(_pct(np.mean([v.best_test_acc for v in vals])) + f" ({len(vals)} sets)")
+            means.append(_pct(np.mean([v.test_top1 for v in vals])) + f" ({len(vals)} sets)")
     if dataset_seconds:
         means.append(f"{sum(dataset_seconds.values()):.0f}")
     return means
@@ -94,7 +95,7 @@ def _rank_lines(ranks: dict[str, dict], ranks_all: dict[str, dict] | None, colum
 def format_summary(rows: Sequence[SummaryRow], ranks: dict[str, dict], models: Sequence[str], markdown: bool = False,
                    dataset_seconds: dict[str, float] | None = None, ranks_all: dict[str, dict] | None = None,
                    ensemble: int = 1) -> str:
-    """A table: one line per dataset, best/avg test accuracy (%) per model (and the top-``ensemble``
+    """A table: one line per dataset, best/avg test top-1 accuracy (%, 2 decimals) per model (and the top-``ensemble``
     ensemble's when > 1), baselines, then mean accuracies and mean ranks (among the models; ``ranks_all``:
     models and baselines together, by best run and, with ensembles, by ensemble)."""
     columns = list(models) + baseline_columns(rows)
@@ -128,16 +129,16 @@ def _plot(path: Path, rows: Sequence[SummaryRow], models: Sequence[str]) -> None
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(datasets) * max(1, len(columns)) / 2), 4.2))
     xs = np.arange(len(datasets))
     for i, m in enumerate(columns):
-        best = [100 * by[(d, m)].best_test_acc if (d, m) in by else np.nan for d in datasets]
-        avg = [100 * by[(d, m)].avg_test_acc if (d, m) in by else np.nan for d in datasets]
+        best = [by[(d, m)].test_top1 if (d, m) in by else np.nan for d in datasets]
+        avg = [by[(d, m)].avg_test_top1 if (d, m) in by else np.nan for d in datasets]
         pos = xs - 0.4 + width * (i + 0.5)
         ax.bar(pos, best, width, label=m)
         if m in models:
             ax.plot(pos, avg, "k.", markersize=6, label="sweep average" if i == 0 else None)
     ax.set_xticks(xs)
     ax.set_xticklabels(datasets, rotation=20, ha="right")
-    ax.set_ylabel("test accuracy (%)")
-    lows = [100 * r.avg_test_acc for r in rows if r.model in columns]
+    ax.set_ylabel("test top-1 accuracy (%)")
+    lows = [r.avg_test_top1 for r in rows if r.model in columns]
     ax.set_ylim(max(0.0, (min(lows) if lows else 0.0) - 10), 101)
     ax.set_title("Best run (validation-selected) per dataset; dots: mean over the sweep")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -194,7 +195,7 @@ def _protocol_text(cfg: SweepConfig) -> str:
 def _write_csv(path: Path, rows: Sequence[SummaryRow], ensemble: int) -> None:
     fields = list(CSV_FIELDS)
     if ensemble > 1:
-        fields += ["ens_test_acc", "ens_val_acc", "ens_k"]
+        fields += ["ens_test_top1", "ens_val_top1", "ens_k"]
     if any(r.padded is not None for r in rows):
         fields += ["wall_seconds", "padded"]
     buf = io.StringIO()
@@ -239,7 +240,7 @@ def _report_head(result: SweepResult, cfg: SweepConfig) -> list[str]:
         + (f" x {cfg.seeds} seeds" if cfg.seeds > 1 else "")
         + f" ({len(lrs) * len(dropouts) * cfg.seeds} run(s) per dataset and model).",
         "",
-        "Test accuracy (%), best run chosen on validation / mean over the sweep"
+        "Test top-1 accuracy (%), best run chosen on validation / mean over the sweep"
         + (f" / mean probabilities of the {ensemble} runs best on validation" if ensemble > 1 else "")
         + f". {ranked}{padded}",
         "",

@@ -1,7 +1,7 @@
 """From finished runs to results: validation-based selection, ensembles, one row per (dataset, model), ranks.
 
-Per dataset and model, "best" is the test accuracy of the run with the best validation accuracy (ties: lower
-validation loss, then sweep order) and "avg" is the mean test accuracy over the runs. Models are ranked per
+Per dataset and model, "best" is the test top-1 accuracy of the run with the best validation top-1 (ties: lower
+validation loss, then sweep order) and "avg" is the mean test top-1 over the runs. Accuracies in percent. Models are ranked per
 dataset and the ranks averaged over the datasets where every ranked model has a result.
 """
 
@@ -30,22 +30,23 @@ __all__ = [
 ]
 
 # written only where set: ensembles, baselines and pretraining add them to a row
-_OPTIONAL = ("full_test_acc", "ens_test_acc", "ens_val_acc", "ens_k", "padded", "pretrain_seconds")
+_OPTIONAL = ("full_test_top1", "ens_test_top1", "ens_val_top1", "ens_k", "padded", "pretrain_seconds")
 
 
 @dataclass
 class SummaryRow:
-    """One (dataset, model or baseline): the selected run's accuracy, the sweep's mean, timings. Accuracies in
-    [0, 1]. Baselines have one run and no training settings (None)."""
+    """One (dataset, model or baseline): the selected run's top-1 accuracy (``test_top1``, ``val_top1``), the
+    sweep's mean and spread, timings. Accuracies in percent. Baselines have one run and no training settings
+    (None)."""
 
     dataset: str
     model: str
     runs: int
-    best_test_acc: float
-    best_val_acc: float
-    avg_test_acc: float
-    std_test_acc: float
-    max_test_acc: float
+    test_top1: float
+    val_top1: float
+    avg_test_top1: float
+    std_test_top1: float
+    max_test_top1: float
     best_lr: float | None
     best_dropout: float | None
     train_seconds: float
@@ -56,9 +57,9 @@ class SummaryRow:
     num_patches: int | None
     global_tokens: int | None
     wall_seconds: float
-    full_test_acc: float | None = None  # baselines: on the whole official test set
-    ens_test_acc: float | None = None  # the top-k ensemble's (a baseline's own accuracy for baselines)
-    ens_val_acc: float | None = None
+    full_test_top1: float | None = None  # baselines: on the whole official test set
+    ens_test_top1: float | None = None  # the top-k ensemble's (a baseline's own accuracy for baselines)
+    ens_val_top1: float | None = None
     ens_k: int | None = None
     padded: bool | None = None  # baselines: series zero-padded to equal length
     pretrain_seconds: float | None = None
@@ -94,7 +95,7 @@ def _record(run: RunResult | Mapping[str, Any]) -> dict[str, Any]:
 def selection_order(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Runs ranked for selection: higher validation accuracy first, then lower validation loss, then sweep
     order (the first is the "best" run)."""
-    return sorted(runs, key=lambda r: (-r["val_acc"], r["val_loss"]))
+    return sorted(runs, key=lambda r: (-r["val_top1"], r["val_loss"]))
 
 
 def ensemble_proba(probas: Sequence[np.ndarray]) -> np.ndarray:
@@ -108,17 +109,18 @@ def ensemble_proba(probas: Sequence[np.ndarray]) -> np.ndarray:
 
 def ensemble_scores(runs: Sequence[RunResult | Mapping[str, Any]], probas: Sequence[dict[str, np.ndarray]], k: int,
                     y_val: np.ndarray, y_test: np.ndarray) -> dict[str, Any]:
-    """Accuracy of the mean probabilities of the ``k`` runs ranked best on validation (all runs when fewer).
+    """Top-1 accuracy (percent) of the mean probabilities of the ``k`` runs ranked best on validation (all runs
+    when fewer).
 
-    runs: run records (val_acc, val_loss); probas: their {"val", "test"} probabilities, in the same order.
-    Returns {"k": members used, "test_acc", "val_acc", "members": indices into runs}."""
+    runs: run records (val_top1, val_loss); probas: their {"val", "test"} probabilities, in the same order.
+    Returns {"k": members used, "test_top1", "val_top1", "members": indices into runs}."""
     if k < 1:
         raise ValueError(f"expected an ensemble of at least 1 run, got {k}")
     records = [_record(r) for r in runs]
-    ranked = sorted(range(len(records)), key=lambda i: (-records[i]["val_acc"], records[i]["val_loss"]))[:k]
+    ranked = sorted(range(len(records)), key=lambda i: (-records[i]["val_top1"], records[i]["val_loss"]))[:k]
     val = ensemble_proba([probas[i]["val"] for i in ranked])
     test = ensemble_proba([probas[i]["test"] for i in ranked])
-    return {"k": len(ranked), "val_acc": scores(val, y_val)[0], "test_acc": scores(test, y_test)[0],
+    return {"k": len(ranked), "val_top1": 100.0 * scores(val, y_val)[0], "test_top1": 100.0 * scores(test, y_test)[0],
             "members": ranked}
 
 
@@ -137,27 +139,27 @@ def baseline_columns(rows: Sequence[SummaryRow]) -> list[str]:
 def _model_row(dataset: str, model: str, items: list[dict], ens: dict | None,
                pretrain_seconds: float | None) -> SummaryRow:
     best = selection_order(items)[0]
-    tests = np.array([r["test_acc"] for r in items])
+    tests = np.array([r["test_top1"] for r in items])
     wall = float(sum(r.get("wall_seconds", 0.0) for r in items)) + (pretrain_seconds or 0.0)
     row = SummaryRow(
-        dataset=dataset, model=model, runs=len(items), best_test_acc=best["test_acc"], best_val_acc=best["val_acc"],
-        avg_test_acc=float(tests.mean()), std_test_acc=float(tests.std()), max_test_acc=float(tests.max()),
+        dataset=dataset, model=model, runs=len(items), test_top1=best["test_top1"], val_top1=best["val_top1"],
+        avg_test_top1=float(tests.mean()), std_test_top1=float(tests.std()), max_test_top1=float(tests.max()),
         best_lr=best["lr"], best_dropout=best["dropout"], train_seconds=float(sum(r["train_seconds"] for r in items)),
         step_ms=float(np.mean([r["step_ms"] for r in items])), params=best["params"], patch_len=best["patch_len"],
         stride=best["stride"], num_patches=best["num_patches"], global_tokens=best["global_tokens"],
         wall_seconds=wall, pretrain_seconds=pretrain_seconds)
     if ens is not None:
-        row.ens_test_acc, row.ens_val_acc, row.ens_k = ens["test_acc"], ens["val_acc"], ens["k"]
+        row.ens_test_top1, row.ens_val_top1, row.ens_k = ens["test_top1"], ens["val_top1"], ens["k"]
     return row
 
 
 def _baseline_row(dataset: str, name: str, result: dict) -> SummaryRow:
-    acc = result["test_acc"]
+    acc = result["test_top1"]
     return SummaryRow(
-        dataset=dataset, model=name, runs=1, best_test_acc=acc, best_val_acc=result["val_acc"], avg_test_acc=acc,
-        std_test_acc=0.0, max_test_acc=acc, best_lr=None, best_dropout=None, train_seconds=result["seconds"],
+        dataset=dataset, model=name, runs=1, test_top1=acc, val_top1=result["val_top1"], avg_test_top1=acc,
+        std_test_top1=0.0, max_test_top1=acc, best_lr=None, best_dropout=None, train_seconds=result["seconds"],
         step_ms=None, params=None, patch_len=None, stride=None, num_patches=None, global_tokens=None,
-        wall_seconds=result["seconds"], full_test_acc=result["full_test_acc"], ens_test_acc=acc,
+        wall_seconds=result["seconds"], full_test_top1=result["full_test_top1"], ens_test_top1=acc,
         padded=bool(result.get("padded", False)))
 
 
@@ -167,7 +169,7 @@ def summarize(runs: Iterable[RunResult | Mapping[str, Any]], baselines: Mapping[
     """One row per (dataset, model): best (validation-selected) and mean test accuracy, timings.
 
     Baselines (``{dataset: {name: result}}``) add a row per baseline (one run: best = avg = ensemble).
-    Ensembles (``{(dataset, model): {"k", "test_acc", "val_acc"}}``) set the model row's ``ens_*`` fields;
+    Ensembles (``{(dataset, model): {"k", "test_top1", "val_top1"}}``) set the model row's ``ens_*`` fields;
     ``pretrain_seconds`` (``{(dataset, model): s}``) is added to the row's wall time."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for run in runs:
@@ -176,7 +178,7 @@ def summarize(runs: Iterable[RunResult | Mapping[str, Any]], baselines: Mapping[
     rows = [_model_row(d, m, items, (ensembles or {}).get((d, m)), (pretrain_seconds or {}).get((d, m)))
             for (d, m), items in groups.items()]
     rows += [_baseline_row(d, name, result) for d, name, result in baseline_results(baselines)
-             if "test_acc" in result]
+             if "test_top1" in result]
     order = {m: i for i, m in enumerate(PATCHTST_MODELS + BASELINES)}
     rows.sort(key=lambda r: (r.dataset, order.get(r.model, 99), r.model))
     return rows
@@ -197,23 +199,26 @@ def _ranks(values: list[float]) -> list[float]:
     return ranks
 
 
+RANK_FIELDS = {"best": "test_top1", "avg": "avg_test_top1", "ens": "ens_test_top1"}
+
+
 def rank_models(rows: Sequence[SummaryRow], models: Sequence[str],
                 keys: Sequence[str] = ("best", "avg")) -> dict[str, dict[str, float]]:
-    """Mean rank over datasets of each model, by best and by avg test accuracy (or any ``<key>_test_acc``,
-    e.g. "ens"), over the datasets where all ``models`` have results. Returns {model: {"best": r, "avg": r,
-    "datasets": n}}."""
+    """Mean rank over datasets of each model, by the best run's and by the mean test top-1 (or the ensemble's:
+    ``keys`` among :data:`RANK_FIELDS`), over the datasets where all ``models`` have results. Returns
+    {model: {"best": r, "avg": r, "datasets": n}}."""
     table: dict[str, dict[str, SummaryRow]] = {}
     for row in rows:
         table.setdefault(row.dataset, {})[row.model] = row
     out: dict[str, dict[str, float]] = {m: {**{k: 0.0 for k in keys}, "datasets": 0} for m in models}
     count = 0
     for per_model in table.values():
-        if not all(m in per_model and all(getattr(per_model[m], f"{k}_test_acc") is not None for k in keys)
+        if not all(m in per_model and all(getattr(per_model[m], RANK_FIELDS[k]) is not None for k in keys)
                    for m in models):
             continue
         count += 1
         for key in keys:
-            for m, r in zip(models, _ranks([getattr(per_model[m], f"{key}_test_acc") for m in models])):
+            for m, r in zip(models, _ranks([getattr(per_model[m], RANK_FIELDS[key]) for m in models])):
                 out[m][key] += r
     for m in models:
         out[m]["datasets"] = count

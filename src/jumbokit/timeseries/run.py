@@ -45,14 +45,14 @@ __all__ = [
 
 @dataclass
 class RunResult:
-    """One finished run. Accuracies in [0, 1]."""
+    """One finished run. Top-1 accuracies in percent (0-100)."""
 
     dataset: str
     model: str
     lr: float
     dropout: float
-    val_acc: float
-    test_acc: float
+    val_top1: float
+    test_top1: float
     val_loss: float
     train_loss: float
     epochs: int
@@ -163,14 +163,14 @@ def predict_proba(model: nn.Module, x: np.ndarray | torch.Tensor, batch_size: in
 
 
 def scores(proba: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of class probabilities (n, K) against labels y (n,)."""
+    """(accuracy in [0, 1], mean cross-entropy) of class probabilities (n, K) against labels y (n,)."""
     picked = proba[np.arange(len(y)), y]
     loss = float(-np.log(np.clip(picked, 1e-12, None)).mean())
     return float((proba.argmax(-1) == y).mean()), loss
 
 
 def evaluate(model: nn.Module, split: SeriesSplit, batch_size: int = 256) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of a model on a split."""
+    """(accuracy in [0, 1], mean cross-entropy) of a model on a split."""
     return scores(predict_proba(model, split.x, batch_size), split.y)
 
 
@@ -256,15 +256,15 @@ def train_run_with_proba(data: ClassificationData, model_name: str, lr: float, d
     proba = {"val": predict_proba(model, data.val.x, eval_batch)}
     proba["test"] = proba["val"] if data.test is data.val else predict_proba(model, data.test.x, eval_batch)
     val_acc, val_loss = scores(proba["val"], data.val.y)
-    test_acc, _ = scores(proba["test"], data.test.y)
+    test_acc = scores(proba["test"], data.test.y)[0]
     extra: dict[str, Any] = {}
     if seed != cfg.seed:
         extra["seed"] = seed
     if pretrained is not None:
         extra["pretrained"] = True
     run = RunResult(
-        dataset=data.name, model=model_name, lr=float(lr), dropout=float(dropout), val_acc=val_acc,
-        test_acc=test_acc, val_loss=val_loss, train_loss=fitted.train_loss, epochs=fitted.epochs, steps=fitted.steps,
+        dataset=data.name, model=model_name, lr=float(lr), dropout=float(dropout), val_top1=100.0 * val_acc,
+        test_top1=100.0 * test_acc, val_loss=val_loss, train_loss=fitted.train_loss, epochs=fitted.epochs, steps=fitted.steps,
         train_seconds=fitted.seconds, wall_seconds=time.perf_counter() - wall_start,
         step_ms=1000.0 * fitted.seconds / max(1, fitted.steps),
         params=sum(p.numel() for p in model.parameters()), patch_len=int(model.config["patch_len"]),

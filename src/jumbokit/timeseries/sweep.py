@@ -137,9 +137,8 @@ def _run_baselines(sweep: _Sweep, data: ClassificationData, names: Sequence[str]
         return
     for base in names:
         path = sweep.out_dir / "runs" / data.name / f"{base}.json"
-        if path.exists():
-            result = json.loads(path.read_text())
-        else:
+        result = json.loads(path.read_text()) if path.exists() else {}
+        if not ("test_top1" in result or "skipped" in result):  # not run yet, or a record of other fields
             sweep.bar.set_postfix_str(f"{data.name} {base}")
             result = rocket_baseline(base, data, seed=sweep.cfg.seed, data_dir=sweep.data_dir)
             atomic_write_text(path, json.dumps(result, indent=1) + "\n")
