@@ -6,6 +6,8 @@ from typing import Any, Sequence
 
 from torch import nn
 
+from jumbokit.encoders import save
+
 from .rundir import atomic_save_figure, markdown_table
 
 __all__ = ["RESULT_COLUMNS", "classification_report", "collapse_branches", "evaluate_splits", "percent_metrics",
@@ -87,14 +89,12 @@ def collapse_branches(trained: nn.Module, name: str, dataset: str, loaders: dict
                       out: str | Path) -> tuple[list[dict[str, Any]], str]:
     """For a progressive-join model: its collapsed plain model saved in ``out/reparameterized``, its rows and a
     note for the report (only a note when the branches are not fully joined); ``([], "")`` for other models."""
-    import jumbokit
-
     if not hasattr(trained, "reparameterize"):
         return [], ""
     if trained.join_lambda < 1.0:
         return [], (f"\nThe branches were not fully joined (lambda {trained.join_lambda:.3f} < 1), so no collapsed "
                     "model was written; use a shorter --join-warmup-steps.\n")
     plain = trained.reparameterize()
-    jumbokit.save(plain, Path(out) / "reparameterized")
+    save(plain, Path(out) / "reparameterized")
     rows = evaluate_splits(plain, f"{name} (reparameterized)", dataset, loaders)
     return rows, "\nThe joined model was collapsed to a plain encoder in `reparameterized/`.\n"
