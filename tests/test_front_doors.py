@@ -155,10 +155,12 @@ def test_sar_adapt(supervised_run, work):
     check_units(out)
 
 
+@pytest.mark.slow  # the supernet and search take about a minute each on 2 cores
 def test_nas_supernet(supernet_run):
     check_units(supernet_run)
 
 
+@pytest.mark.slow  # the supernet and search take about a minute each on 2 cores
 def test_nas_search(supernet_run, work):
     out = work / "search"
     main_of("nas-search")(["--checkpoint", str(supernet_run), "--flops-of", "vit_pico_cls", "--population", "4",
@@ -167,6 +169,7 @@ def test_nas_search(supernet_run, work):
     check_units(out)
 
 
+@pytest.mark.slow  # one sweep run with aeon's loading, ~40 s on 2 cores
 @pytest.mark.xfail(strict=False, reason="tstrain's results.csv / results.json / report.md still name accuracies "
                                        "best_test_acc, avg_test_acc, best_val_acc ... (being converted)")
 def test_tstrain(work):
