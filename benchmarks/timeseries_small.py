@@ -10,7 +10,7 @@ Accuracy and cost come from the command the README shows:
 run one dataset at a time into the same sweep directory (so the benchmark can pause between sets while
 another job holds ``--lock``), then once more over all sets, which only reads the finished runs and writes
 the reports. Per set: validation-selected best-run test accuracy of each transformer, the accuracy of the
-ensemble of its top runs, the three baselines (seed protocol: official test split 50/50 into validation
+ensemble of its top runs, the three baselines (the paper's protocol: official test split 50/50 into validation
 and test), ranks, and wall time per model (its runs, including evaluation) and per baseline (fit + predict,
 numba compilation excluded).
 
@@ -108,13 +108,13 @@ def run_in_chunks(datasets: list[str], common: list[str], lock: Path | None, log
     for name in datasets:
         wait_for(lock, log)
         start = time.perf_counter()
-        code, _ = tstrain(["--datasets", name, *common])
+        code, _ = tstrain(["--dataset", name, *common])
         if code != 0:
             raise SystemExit(f"tstrain failed on {name} (exit {code})")
         contended[name] = bool(lock is not None and lock.exists())
         log(f"  {name}: {time.perf_counter() - start:.0f} s" + (" (the lock appeared meanwhile)"
                                                                  if contended[name] else ""))
-    code, printed = tstrain(["--datasets", ",".join(datasets), *common])
+    code, printed = tstrain(["--dataset", ",".join(datasets), *common])
     if code != 0:
         raise SystemExit(f"tstrain failed (exit {code})")
     return {"printed": printed, "lock_seen_after": contended}
@@ -172,7 +172,7 @@ def main(argv=None) -> int:
 
     # accuracy table
     k = results["ensemble"]
-    lines = ["## Accuracy (test %, seed protocol)", "",
+    lines = ["## Accuracy (test top-1 %, the paper's split)", "",
              f"Best run chosen on validation / ensemble of the top {k} runs (mean probabilities). "
              "Baselines: one fit each; * = zero-padded to equal length.", "",
              "| dataset | " + " | ".join(models) + " | " + " | ".join(BASELINES) + " |",

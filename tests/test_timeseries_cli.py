@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one th
 
 
 def tiny(out, *extra: str) -> list[str]:
-    return ["--datasets", "ItalyPowerDemand", "--epochs", "2", "--lr", "1e-3", "--dropout", "0.1",
+    return ["--dataset", "ItalyPowerDemand", "--epochs", "2", "--lr", "1e-3", "--dropout", "0.1",
             "--out", str(out), "--no-progress", "--cpu", *extra]
 
 
@@ -47,7 +47,7 @@ def test_tstrain_end_to_end_and_resume(tmp_path, capsys):
 
     # the same directory with a different sweep definition is refused, nothing changes
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
-    code = cli.main(["--datasets", "ItalyPowerDemand", "--epochs", "3", "--out", str(out), "--no-progress"])
+    code = cli.main(["--dataset", "ItalyPowerDemand", "--epochs", "3", "--out", str(out), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "different sweep" in err and "epochs" in err and len(err.strip().splitlines()) == 1
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
@@ -59,10 +59,10 @@ def test_tstrain_bad_input(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     common = ["--out", str(out), "--data-dir", str(tmp_path / "cache"), "--no-progress"]
     cases = [
-        (["--datasets", "ItalyPowerDemand", "--patches", "42"], "--patches 42 is larger"),
-        (["--datasets", "GunPoint", "--model", "patchtst_big"], "unknown model"),
-        (["--datasets", "GunPoint", "--dropout", "1.5"], "--dropout must be in"),
-        (["--datasets", "GunPiont"], "did you mean GunPoint"),
+        (["--dataset", "ItalyPowerDemand", "--patches", "42"], "--patches 42 is larger"),
+        (["--dataset", "GunPoint", "--model", "patchtst_big"], "unknown model"),
+        (["--dataset", "GunPoint", "--dropout", "1.5"], "--dropout must be in"),
+        (["--dataset", "GunPiont"], "did you mean GunPoint"),
     ]
     for args, message in cases:
         code = cli.main(args + common)
@@ -75,7 +75,7 @@ def test_tstrain_bad_input(tmp_path, capsys, monkeypatch):
         raise ValueError("Could not download files: <urlopen error Name or service not known>")
 
     monkeypatch.setattr(aeon.datasets, "load_classification", offline)
-    assert cli.main(["--datasets", "Adiac"] + common) == 2  # a real dataset, not available offline
+    assert cli.main(["--dataset", "Adiac"] + common) == 2  # a real dataset, not available offline
     err = capsys.readouterr().err
     assert "'Adiac' is not available locally" in err and "ArrowHead" in err and len(err.strip().splitlines()) == 1
     assert not out.exists() and not (tmp_path / "cache" / "Adiac").exists()
@@ -93,7 +93,7 @@ def test_tstrain_bad_input(tmp_path, capsys, monkeypatch):
         cli.main(["--patches", "0"])
     assert exc.value.code == 2
     with pytest.raises(SystemExit) as exc:
-        cli.main(["--datasets", "GunPoint", "--ema", "1.5"] + common)
+        cli.main(["--dataset", "GunPoint", "--ema", "1.5"] + common)
     assert exc.value.code == 2 and "--ema: expected a decay in [0, 1)" in capsys.readouterr().err
     assert not out.exists()
 
@@ -122,7 +122,7 @@ def test_tstrain_nan_only_channel_and_one_class(tmp_path, capsys, write_ts):
         write_ts(tmp_path, "OneClassSet", split, rng.normal(size=(6, 20)), ["a"] * 6)
     for name, message in (("HoleSet", "no observed value in channel 0"), ("OneClassSet", "at least 2 classes")):
         out = tmp_path / f"out_{name}"
-        code = cli.main(["--datasets", name, "--data-dir", str(tmp_path), "--out", str(out), "--no-progress"])
+        code = cli.main(["--dataset", name, "--data-dir", str(tmp_path), "--out", str(out), "--no-progress"])
         err = capsys.readouterr().err
         assert code == 2 and message in err, err
         assert not out.exists()
@@ -136,6 +136,22 @@ def test_tstrain_help_and_list(capsys):
     assert cli.main(["--list"]) == 0
     listing = capsys.readouterr().out
     assert "UEA" in listing and "BasicMotions" in listing and "GunPoint" in listing
+
+
+def test_tstrain_help_states_each_default_once():
+    """Every valued flag has a help line giving its default once (or its value under each recipe); the paper's
+    split is called "paper"; --no-progress hides bars, not the summary."""
+    parser = cli.build_parser()
+    for action in parser._actions:
+        if not action.option_strings or action.nargs == 0:  # positional, --help and on/off switches
+            continue
+        text = action.help or ""
+        assert text.strip(), action.option_strings
+        stated = text.count("(default:") + text.count("(paper:")
+        assert stated == 1, (action.option_strings, text)
+    protocol = next(a for a in parser._actions if "--protocol" in a.option_strings)
+    assert protocol.choices == ("paper", "official") and "seed" not in protocol.help
+    assert "--datasets" not in parser.format_help() and "--dataset NAMES" in parser.format_help()
 
 
 def test_summary_selection_and_ranks():

@@ -37,7 +37,7 @@ def tiny_series_model(name: str = "patchtst_jumbo", chans: int = 2, seq_len: int
 
 
 def tiny(out, *extra: str) -> list[str]:
-    return ["--datasets", "ItalyPowerDemand", "--lr", "1e-3", "--dropout", "0.1", "--out", str(out), "--no-progress",
+    return ["--dataset", "ItalyPowerDemand", "--lr", "1e-3", "--dropout", "0.1", "--out", str(out), "--no-progress",
             "--cpu", "--model", "patchtst", *extra]
 
 

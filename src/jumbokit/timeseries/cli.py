@@ -1,7 +1,7 @@
 """``tstrain``: UCR/UEA classification with PatchTST, PatchTST+registers and PatchTST+Jumbo.
 
     tstrain --archive UEA --model patchtst_jumbo            # every UEA set available offline, 12-run sweep
-    tstrain --datasets GunPoint,ArrowHead --epochs 20 --lr 1e-3 --dropout 0.1 --baseline minirocket
+    tstrain --dataset GunPoint,ArrowHead --epochs 20 --lr 1e-3 --dropout 0.1 --baseline minirocket
     tstrain --archive UCR --recipe small-data --baseline minirocket,multirocket,hydra
     tstrain --list                                          # datasets available locally (and in --data-dir)
 
@@ -21,6 +21,7 @@ from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
 from .data import AUTO_SCALE_SPREAD, NORMALIZATIONS
 from .models import PATCHTST_MODELS
+from .protocol import LONG_SERIES, LONG_SERIES_STEPS, SMALL_DATA_STEPS
 
 DESCRIPTION = """\
 Time-series classification on the UCR (univariate) and UEA (multivariate) archives with the Jumbo
@@ -30,11 +31,13 @@ Datasets bundled with aeon/sktime work offline; others download into --data-dir 
 sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
 An interrupted sweep resumes (same --out): finished runs are skipped.
 
-Recipes: --recipe paper (default) is the paper's protocol, unchanged. --recipe small-data suits sets of tens
-to hundreds of series: 16 patches with convolutional patch features (--conv-stem 32), --normalize auto, 1000
-optimizer steps per run (3000 for series longer than 400 steps) at batch min(n_train, 32, max(8, 128 //
-channels)), series augmentation, lr 1e-3 x dropout 0.1 x 3 seeds, and the ensemble of the 3 runs.
-Flags given explicitly override the recipe's values."""
+Two recipes set the defaults: paper, the paper's protocol unchanged, and small-data, for sets of tens to
+hundreds of series (fixed optimizer steps, small batches, convolutional patch features, augmentation, several
+seeds per grid point and an ensemble). A flag's help gives its value under each recipe as
+"(paper: X; small-data: Y)"; flags given explicitly override the recipe."""
+
+# --protocol NAME -> the split stored in sweep.json and used by load_dataset ("seed" names the paper's split there)
+PROTOCOLS = {"paper": "seed", "official": "official"}
 
 
 def _float_list(text: str) -> list[float]:
@@ -88,26 +91,30 @@ def _add_data_args(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     data.add_argument("--archive", type=str.upper, choices=("UCR", "UEA"), default=None,
                       help="run every dataset of this archive available locally (default: both archives)")
-    data.add_argument("--datasets", type=_name_list, default=None,
-                      help="comma-separated dataset names, e.g. GunPoint,BasicMotions (overrides --archive)")
+    data.add_argument("--dataset", type=_name_list, default=None, metavar="NAMES",
+                      help="dataset name(s), comma-separated, e.g. GunPoint,BasicMotions (default: the local sets "
+                           "of --archive)")
     data.add_argument("--data-dir", default=None,
-                      help="cache for downloaded datasets (default: ~/.cache/jumbokit/timeseries)")
-    data.add_argument("--protocol", choices=("seed", "official"), default="seed",
-                      help="seed: official test set split 50/50 into validation/test (default); "
-                           "official: plain train/test (selection on test, optimistic)")
-    data.add_argument("--split-seed", type=int, default=0, help="seed of the validation/test split (default: 0)")
+                      help="cache for downloaded datasets and home of your own (default: ~/.cache/jumbokit/timeseries)")
+    data.add_argument("--protocol", choices=tuple(PROTOCOLS), default="paper",
+                      help="paper: the official test set split 50/50 (stratified) into validation (selection) and "
+                           "test (reported); official: plain train/test, selection on the test set (optimistic) "
+                           "(default: paper)")
+    data.add_argument("--split-seed", type=int, default=0,
+                      help="random seed of the validation/test split (default: 0)")
     data.add_argument("--normalize", choices=NORMALIZATIONS, default=None,
                       help="train: standardise each channel with training-split statistics (keeps level and "
                            "amplitude); instance: each series by its own mean/std (RevIN-style); auto: instance "
                            f"where the training series' scales differ more than {AUTO_SCALE_SPREAD:g}-fold (90th vs "
-                           "10th percentile of their std), else train; none (paper: train; small-data: auto)")
+                           "10th percentile of their std), else train; none: as loaded (paper: train; small-data: "
+                           "auto)")
     data.add_argument("--list", action="store_true",
                       help="list the datasets available locally (bundled, cached, and your own in --data-dir) and exit")
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("models")
-    model.add_argument("--model", type=_name_list, default=list(PATCHTST_MODELS),
+    model.add_argument("--model", type=_name_list, default=list(PATCHTST_MODELS), metavar="NAMES",
                        help=f"one or several of {', '.join(PATCHTST_MODELS)}, comma-separated (default: all)")
     model.add_argument("--patches", type=_positive_int, default=None,
                        help="patches per series, 8 or 42 in the paper (paper: 8; small-data: 16)")
@@ -122,29 +129,30 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "
                             "(default: 1, plain training)")
-    model.add_argument("--baseline", default=None,
+    model.add_argument("--baseline", default=None, metavar="NAMES",
                        help="also run aeon's classifiers on the same splits: one or more of minirocket, multirocket, "
-                            "hydra, comma-separated (unequal-length sets are zero-padded for them)")
+                            "hydra, comma-separated; unequal-length sets are zero-padded for them (default: none)")
 
 
 def _add_training_args(parser: argparse.ArgumentParser) -> None:
     train = parser.add_argument_group("training")
     train.add_argument("--recipe", choices=("paper", "small-data"), default="paper",
-                       help="paper: the paper's protocol (default); small-data: fixed steps, small batches, "
-                            "augmentation, seeds and an ensemble (see above); explicit flags override it")
+                       help="the defaults of the flags below (see the description) (default: paper)")
     train.add_argument("--epochs", type=_positive_int, default=None,
-                       help="epochs per run (default: 100; 20 for Sleep, Tiselac, FaceDetection)")
+                       help="epochs per run, instead of the recipe's length (paper: 100, 20 for Sleep, Tiselac and "
+                            "FaceDetection; small-data: --steps auto)")
     train.add_argument("--min-steps", type=_non_negative_int, default=0,
                        help="raise the epochs of small datasets so each run takes at least this many optimizer "
-                            "steps (default: 0, the paper's protocol; at batch 256 a set of <= 256 series gets "
-                            "only 100 steps in 100 epochs)")
+                            "steps (default: 0, off)")
     train.add_argument("--lr", type=_float_list, default=None,
-                       help="learning rate(s), comma-separated, instead of the sweep's 3e-3,1e-3,3e-4,1e-4")
+                       help="learning rate(s) of the sweep, comma-separated (paper: 3e-3,1e-3,3e-4,1e-4; "
+                            "small-data: 1e-3)")
     train.add_argument("--dropout", type=_float_list, default=None,
-                       help="dropout rate(s), comma-separated, instead of the sweep's 0,0.1,0.2")
+                       help="dropout rate(s) of the sweep, comma-separated (paper: 0,0.1,0.2; small-data: 0.1)")
     train.add_argument("--steps", type=_int_or_auto, default=None,
-                       help="optimizer steps per run, whatever the set size (instead of epochs), or 'auto' = 1000, "
-                            "3000 for series longer than 400 steps (small-data: auto)")
+                       help=f"optimizer steps per run, whatever the set size (instead of epochs), or 'auto' = "
+                            f"{SMALL_DATA_STEPS}, {LONG_SERIES_STEPS} for series longer than {LONG_SERIES} steps "
+                            "(paper: epochs decide; small-data: auto)")
     train.add_argument("--batch-size", type=_int_or_auto, default=None,
                        help="series per step, or 'auto' = min(n_train, 32, max(8, 128 // channels)) (paper: 256; "
                             "small-data: auto)")
@@ -153,29 +161,32 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
                             f"window_slice, each with probability 0.5 per series), 'none', or names among "
                             f"{', '.join(AUGMENTATIONS)}, comma-separated (paper: none; small-data: default)")
     _add_recipe_levers(train)
-    train.add_argument("--seed", type=int, default=0, help="seed of model init and data order (default: 0)")
-    train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no", help="(default: no)")
+    train.add_argument("--seed", type=int, default=0,
+                       help="random seed of model initialisation, data order and augmentation (default: 0)")
+    train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no",
+                       help="autocast precision of training on a GPU (default: no)")
     train.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")
     add_threads_arg(train)
 
 
 def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
-    """Augmentation, pretraining, weight averaging, seeds and ensembles (the small-data recipe's levers)."""
-    train.add_argument("--mixup-alpha", type=float, default=0.2, help="Beta(alpha, alpha) of mixup (default: 0.2)")
+    """Mixup, pretraining, weight averaging, seeds and ensembles."""
+    train.add_argument("--mixup-alpha", type=float, default=0.2,
+                       help="Beta(alpha, alpha) of mixup, when --augment names mixup (default: 0.2)")
     train.add_argument("--pretrain-epochs", type=_non_negative_int, default=None,
                        help="masked-patch pretraining on the training split (never validation/test) for this many "
                             "epochs before fine-tuning, once per dataset, model and seed (default: 0, off)")
     train.add_argument("--pretrain-mask-ratio", type=float, default=0.4,
-                       help="fraction of each channel's patches masked in pretraining (default: 0.4, PatchTST's)")
+                       help="fraction of each channel's patches masked in pretraining, PatchTST's (default: 0.4)")
     train.add_argument("--pretrain-lr", type=float, default=1e-3, help="pretraining learning rate (default: 1e-3)")
     train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                        help="score the exponential moving average of the weights, updated after every step with this "
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
     train.add_argument("--seeds", type=_positive_int, default=None,
-                       help="runs per (lr, dropout) with seeds --seed, --seed+1, ... (paper: 1; small-data: 3)")
+                       help="runs per (lr, dropout), with random seeds --seed, --seed+1, ... (paper: 1; small-data: 3)")
     train.add_argument("--ensemble", type=_positive_int, default=None,
-                       help="also report the accuracy of the mean probabilities of the k runs best on validation "
-                            "(paper: 1 = off; small-data: 3)")
+                       help="also report the top-1 accuracy of the mean probabilities of the k runs best on "
+                            "validation; 1 = off (paper: 1; small-data: 3)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,15 +197,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_args(parser)
     out = parser.add_argument_group("output")
     out.add_argument("--out", default=None,
-                     help="sweep directory (default: runs/tstrain_<archive or datasets>_p<patches>)")
-    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+                     help="sweep directory; the same --out resumes (default: runs/tstrain_<archive or "
+                          "datasets>_p<patches>)")
+    out.add_argument("--no-progress", action="store_true",
+                     help="hide progress bars (the log lines and the final summary stay)")
     out.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     return parser
 
 
 def _default_out(args: argparse.Namespace) -> Path:
-    if args.datasets:
-        tag = args.datasets[0] + (f"+{len(args.datasets) - 1}" if len(args.datasets) > 1 else "")
+    if args.dataset:
+        tag = args.dataset[0] + (f"+{len(args.dataset) - 1}" if len(args.dataset) > 1 else "")
     else:
         tag = args.archive or "UCR+UEA"
     recipe = "" if args.recipe == "paper" else f"_{args.recipe}"
@@ -211,7 +224,7 @@ def _list_datasets(data_dir: str | None) -> None:
     own = user_datasets(data_dir)
     where = data_dir or default_data_dir()
     print(f"your own in {where} ({len(own)}): {', '.join(own) or 'none'}"
-          + (" (run with --datasets NAME --data-dir DIR)" if own else ""))
+          + (" (run with --dataset NAME --data-dir DIR)" if own else ""))
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -231,12 +244,12 @@ def _datasets(args: argparse.Namespace) -> tuple[list[str], bool]:
     """(dataset names, skip_short): the named ones, or every local set of the archive(s), too-short ones skipped."""
     from .data import local_datasets
 
-    if args.datasets:
-        return args.datasets, False
+    if args.dataset:
+        return args.dataset, False
     archives = [args.archive] if args.archive else ["UCR", "UEA"]
     datasets = [n for a in archives for n in local_datasets(a, args.data_dir)]
     if not datasets:
-        raise ValueError(f"no {'/'.join(archives)} dataset is available locally; name one with --datasets "
+        raise ValueError(f"no {'/'.join(archives)} dataset is available locally; name one with --dataset "
                          "(it downloads into --data-dir when online)")
     return datasets, True
 
@@ -252,8 +265,9 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
     steps = args.steps if args.steps is not None else (None if args.epochs is not None else recipe["steps"])
     return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
                        epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize or recipe["normalize"],
-                       branches=args.branches, batch_size=pick("batch_size"), seed=args.seed, protocol=args.protocol,
-                       split_seed=args.split_seed, mixed_precision=args.mixed_precision, recipe=args.recipe,
+                       branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
+                       protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,
+                       mixed_precision=args.mixed_precision, recipe=args.recipe,
                        steps=steps, augment=augment, mixup_alpha=args.mixup_alpha,
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
                        pretrain_lr=args.pretrain_lr, seeds=pick("seeds"), ema_decay=args.ema)

@@ -399,7 +399,7 @@ class ClassificationData:
     classes: np.ndarray
     protocol: str
     meta: dict = field(default_factory=dict)
-    val_index: np.ndarray | None = None  # positions in the official test set ("seed" protocol)
+    val_index: np.ndarray | None = None  # positions in the official test set (the paper's protocol, "seed")
     test_index: np.ndarray | None = None
 
     @property
@@ -421,8 +421,9 @@ class ClassificationData:
     def summary(self) -> str:
         lengths = np.concatenate([self.train.lengths, self.val.lengths, self.test.lengths])
         span = f"{lengths.min()}-{lengths.max()}" if lengths.min() != lengths.max() else f"{lengths.max()}"
+        split = "paper" if self.protocol == "seed" else self.protocol
         return (f"{self.name}: {self.channels} channel(s), length {span}, {self.num_classes} classes, "
-                f"train/val/test {len(self.train)}/{len(self.val)}/{len(self.test)} ({self.protocol})"
+                f"train/val/test {len(self.train)}/{len(self.val)}/{len(self.test)} ({split} split)"
                 + (f", normalize=auto: {self.meta['normalized_as']}" if self.meta.get("normalize") == "auto" else ""))
 
 
@@ -440,8 +441,9 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     ``"instance"`` normalises each series and channel by its own statistics (RevIN-style); ``"auto"`` picks
     one of the two from the training split (:func:`resolve_normalization`); ``"none"``.
 
-    protocol: "seed" splits the official test set 50/50 (stratified, ``split_seed``) into validation and
-    test halves; "official" uses the official test set for both (selection on it is optimistic).
+    protocol: "seed" (the paper's protocol; the name sweep.json records) splits the official test set 50/50
+    (stratified, ``split_seed``) into validation and test halves; "official" uses the official test set for both
+    (selection on it is optimistic).
     """
     if protocol not in ("seed", "official"):
         raise ValueError(f"expected protocol 'seed' or 'official', got {protocol!r}")

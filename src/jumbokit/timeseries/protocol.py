@@ -90,7 +90,7 @@ class SweepConfig:
     warmup_fraction: float = 0.1
     min_lr: float = 1e-8
     seed: int = 0
-    protocol: str = "seed"
+    protocol: str = "seed"  # "seed": the paper's validation/test split (load_dataset); "official"
     split_seed: int = 0
     mixed_precision: str = "no"
     normalize: str = "train"  # see jumbokit.timeseries.data.load_dataset
