@@ -174,7 +174,7 @@ def test_nas_search(supernet_run, work):
                                        "best_test_acc, avg_test_acc, best_val_acc ... (being converted)")
 def test_tstrain(work):
     out = work / "tstrain"
-    code = main_of("tstrain")(["--datasets", "ItalyPowerDemand", "--model", "patchtst", "--epochs", "1",
+    code = main_of("tstrain")(["--dataset", "ItalyPowerDemand", "--model", "patchtst", "--epochs", "1",
                                "--lr", "1e-3", "--dropout", "0.1", "--seeds", "1", "--out", str(out),
                                "--no-progress"])
     assert code in (0, None)
