@@ -49,7 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="CPU threads of both runtimes (default: %(default)s)")
     p.add_argument("--img-size", type=int, default=224, help="image side in pixels (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=7, help="timed rounds, interleaved (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls per pair and batch first (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed calls per pair and batch before timing (default: %(default)s)")
     p.add_argument("--latency-iters", type=int, default=20, help="batch-1 calls per round (default: %(default)s)")
     p.add_argument("--throughput-batch", type=int, default=64, help="(default: %(default)s)")
     p.add_argument("--throughput-iters", type=int, default=2, help="large-batch calls per round (default: %(default)s)")
@@ -151,13 +152,14 @@ def summarise(latency, throughput, records, args) -> tuple[list[dict], dict[str,
         row["ort_vs_eager_throughput"] = round(row["onnxruntime_images_per_s"] / row["eager_images_per_s"], 4)
         rows.append(row)
     by = {row["model"]: row for row in rows}
-    ratios = {
-        "collapsed6_vs_12_latency_ort": round(by[SIX]["onnxruntime_latency_ms"] / by[BASELINE]["onnxruntime_latency_ms"], 4),
-        "collapsed6_vs_12_latency_eager": round(by[SIX]["eager_latency_ms"] / by[BASELINE]["eager_latency_ms"], 4),
-        "jumbo_vs_registers_throughput_ort": round(by[JUMBO]["onnxruntime_images_per_s"]
-                                                   / by[REGISTERS]["onnxruntime_images_per_s"], 4),
-        "jumbo_vs_registers_throughput_eager": round(by[JUMBO]["eager_images_per_s"]
-                                                     / by[REGISTERS]["eager_images_per_s"], 4),
+    def ratio(a: str, b: str, column: str) -> float:
+        return round(by[a][column] / by[b][column], 4)
+
+    ratios: dict[str, Any] = {
+        "collapsed6_vs_12_latency_ort": ratio(SIX, BASELINE, "onnxruntime_latency_ms"),
+        "collapsed6_vs_12_latency_eager": ratio(SIX, BASELINE, "eager_latency_ms"),
+        "jumbo_vs_registers_throughput_ort": ratio(JUMBO, REGISTERS, "onnxruntime_images_per_s"),
+        "jumbo_vs_registers_throughput_eager": ratio(JUMBO, REGISTERS, "eager_images_per_s"),
     }
     ratios["targets_met"] = {"collapsed6_vs_12_latency_ort <= 0.60": ratios["collapsed6_vs_12_latency_ort"] <= 0.60,
                              "jumbo_vs_registers_throughput_ort >= 0.95":
@@ -186,7 +188,8 @@ def report(rows: list[dict], ratios: dict[str, Any], env: dict[str, Any]) -> str
              f"{env['torch']}, onnxruntime {env['onnxruntime']}, {env['cpu_count']} CPUs ({env['cpu']}).", "",
              markdown_table(rows, COLUMNS, digits=4), "", "| ratio | value |", "|---|---|"]
     lines += [f"| {key} | {value} |" for key, value in ratios.items() if key != "targets_met"]
-    lines += ["", "Targets: " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in ratios["targets_met"].items())]
+    targets = ratios["targets_met"].items()
+    lines += ["", "Targets: " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in targets)]
     return "\n".join(lines) + "\n"
 
 

@@ -52,7 +52,8 @@ def build(kind: str) -> torch.nn.Module:
             "vit_res_pico_jumbo", img_size=32, patch_size=4, dims=[16, 32], head_dims=[8, 16],
             heads=[[2], [2]], mlp_hidden=[[32], [64]], stem_chans=4, num_classes=4))
     if kind.startswith("patchtst"):
-        return perturbed(jumbokit.create_model(kind, **SERIES, **({"conv_stem": 8} if kind == "patchtst_jumbo" else {})))
+        stem = {"conv_stem": 8} if kind == "patchtst_jumbo" else {}  # the conv patch features' masked pooling
+        return perturbed(jumbokit.create_model(kind, **SERIES, **stem))
     raise KeyError(kind)
 
 

@@ -36,12 +36,17 @@ import torch
 from torch import nn
 
 __all__ = ["DEPLOY_HINT", "OnnxCheck", "require_deploy", "check_exportable", "example_input", "to_onnx",
-           "check_onnx", "onnx_io", "size_multiple", "export_onnx", "OnnxExport"]
+           "check_onnx", "onnx_io", "size_multiple", "export_onnx", "OnnxExport",
+           "OnnxParityError"]
 
 logger = logging.getLogger(__name__)
 
 DEPLOY_HINT = "pip install 'jumbokit[deploy]'"
 DEFAULT_ATOL = 1e-4
+
+
+class OnnxParityError(RuntimeError):
+    """ONNX Runtime's outputs differ from PyTorch's by more than the tolerance."""
 
 
 @dataclass
@@ -81,6 +86,11 @@ def check_exportable(model: nn.Module) -> None:
     if not isinstance(getattr(model, "config", None), dict) or "tokenizer" not in model.config:
         raise ValueError(f"expected a jumbokit encoder (Encoder or MultiStageEncoder, with a .config), "
                          f"got {type(model).__name__}")
+
+
+def _device(model: nn.Module) -> torch.device:
+    param = next(model.parameters(), None)
+    return torch.device("cpu") if param is None else param.device
 
 
 def _is_series(model: nn.Module) -> bool:
@@ -161,7 +171,8 @@ def to_onnx(model: nn.Module, path: str | os.PathLike, example: torch.Tensor, *,
         with ``dynamic_img_size``); True on a model that does not allow it raises ValueError.
     opset: ONNX opset (None = the exporter's default).
     check: run the graph in ONNX Runtime on the example and on inputs of other shapes, log the max abs difference
-        to PyTorch and raise ``RuntimeError`` when it exceeds ``atol * max(1, max |output|)`` (nothing is written).
+        to PyTorch and raise :class:`OnnxParityError` when it exceeds ``atol * max(1, max |output|)`` (then nothing
+        is written).
     The file is written atomically; a model that is not in its deploy form raises ValueError first.
     """
     return export_onnx(model, path, example, dynamic_batch=dynamic_batch, dynamic_size=dynamic_size, opset=opset,
@@ -184,6 +195,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, example: torch.Tensor
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"expected a file path for the ONNX graph, got the directory {path}")
+    example = example.to(_device(model))
     was_training = model.training
     model.eval()
     result: list[OnnxCheck] = []
@@ -233,7 +245,8 @@ def _export(model: nn.Module, example: torch.Tensor, dynamic_batch: bool, dynami
 def _describe(model: nn.Module) -> str:
     cfg = model.config
     layers = getattr(model, "depth", len(getattr(model, "blocks", [])))
-    return f"{cfg.get('encoder', 'plain')} {cfg['tokenizer']} encoder, {cfg['global_tokens']} global tokens, {layers} layers"
+    return (f"{cfg.get('encoder', 'plain')} {cfg['tokenizer']} encoder, {cfg['global_tokens']} global tokens, "
+            f"{layers} layers")
 
 
 def _input_rule(model: nn.Module, dynamic_size: bool) -> str:
@@ -252,7 +265,7 @@ def _check_inputs(model: nn.Module, example: torch.Tensor, dynamic_batch: bool, 
     inputs = [example]
     batch = example.shape[0] + 1 if dynamic_batch else example.shape[0]
     gen = torch.Generator().manual_seed(1)
-    other = torch.randn((batch, *example.shape[1:]), generator=gen, dtype=example.dtype)
+    other = torch.randn((batch, *example.shape[1:]), generator=gen).to(example)
     if _is_series(model):
         length = other.shape[-1]
         other[0, 0, length // 3: length // 3 + max(1, length // 8)] = float("nan")
@@ -261,7 +274,7 @@ def _check_inputs(model: nn.Module, example: torch.Tensor, dynamic_batch: bool, 
     if dynamic_size:
         mh, mw = size_multiple(model)
         inputs.append(torch.randn(batch, example.shape[1], example.shape[2] + mh, example.shape[3] + 2 * mw,
-                                  generator=gen, dtype=example.dtype))
+                                  generator=gen).to(example))
     return inputs
 
 
@@ -272,11 +285,11 @@ def check_onnx(path: str | os.PathLike, model: nn.Module, inputs: list[torch.Ten
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
-    worst, scale = 0.0, 0.0
+    worst, scale, device = 0.0, 0.0, _device(model)
     with torch.no_grad():
         for x in inputs:
-            ref = model(x).float()
-            out = torch.from_numpy(session.run(None, {name: x.numpy()})[0])
+            ref = model(x.to(device)).float().cpu()
+            out = torch.from_numpy(session.run(None, {name: x.detach().cpu().numpy()})[0])
             if out.shape != ref.shape:
                 raise RuntimeError(f"ONNX Runtime gave shape {tuple(out.shape)} for input {tuple(x.shape)}, "
                                    f"PyTorch {tuple(ref.shape)}")
@@ -290,7 +303,7 @@ def _judge(result: OnnxCheck, atol: float) -> None:
     logger.info("ONNX Runtime vs PyTorch: max abs difference %.3g (outputs up to %.3g) on inputs %s",
                 result.max_abs_diff, result.scale, shapes)
     if not result.max_abs_diff <= atol * max(1.0, result.scale):
-        raise RuntimeError(f"ONNX Runtime differs from PyTorch by {result.max_abs_diff:.3g} (outputs up to "
+        raise OnnxParityError(f"ONNX Runtime differs from PyTorch by {result.max_abs_diff:.3g} (outputs up to "
                            f"{result.scale:.3g}, tolerance {atol:g}); the file was not written")
 
 

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     configure_logging()
     logging.getLogger("jumbokit.export").setLevel(logging.WARNING)  # its check line is in the summary below
-    from jumbokit.export import example_input, export_onnx, onnx_io, require_deploy
+    from jumbokit.export import OnnxParityError, example_input, export_onnx, onnx_io, require_deploy
 
     try:
         require_deploy()
@@ -120,8 +120,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model = load_for_export(source, args.reparameterize)
     size = None if args.img_size is None else (args.img_size * 2)[:2]
     example = example_input(model, batch=args.batch, img_size=size)
-    result = export_onnx(model, out, example, dynamic_batch=not args.static_batch, dynamic_size=args.dynamic_size,
-                         opset=args.opset, check=args.check, atol=args.atol)
+    try:
+        result = export_onnx(model, out, example, dynamic_batch=not args.static_batch,
+                             dynamic_size=args.dynamic_size, opset=args.opset, check=args.check, atol=args.atol)
+    except OnnxParityError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
     graph = onnx_io(out)
     summary: dict[str, Any] = {"source": str(source), "out": str(out), **graph,
                                "max_abs_diff": None if result.check is None else result.check.max_abs_diff}
