@@ -170,8 +170,6 @@ def test_nas_search(supernet_run, work):
 
 
 @pytest.mark.slow  # one sweep run with aeon's loading, ~40 s on 2 cores
-@pytest.mark.xfail(strict=False, reason="tstrain's results.csv / results.json / report.md still name accuracies "
-                                       "best_test_acc, avg_test_acc, best_val_acc ... (being converted)")
 def test_tstrain(work):
     out = work / "tstrain"
     code = main_of("tstrain")(["--dataset", "ItalyPowerDemand", "--model", "patchtst", "--epochs", "1",

@@ -58,12 +58,7 @@ def _front_door_parsers():
     return parsers
 
 
-_HELP_PENDING = {"tstrain": "tstrain --augment's help says 'default' twice (being converted)"}
-
-
-@pytest.mark.parametrize("command", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=False, reason=_HELP_PENDING[c])) if c in _HELP_PENDING else c
-    for c in sorted(_front_door_parsers())])
+@pytest.mark.parametrize("command", sorted(_front_door_parsers()))
 def test_front_door_help_has_one_default_per_flag(command):
     """Every flag of ``jumbokit COMMAND --help`` has a help line, which names its default at most once (the help
     text is expanded as argparse prints it, ArgumentDefaultsHelpFormatter's addition included)."""
