@@ -137,7 +137,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 def _add_training_args(parser: argparse.ArgumentParser) -> None:
     train = parser.add_argument_group("training")
     train.add_argument("--recipe", choices=("paper", "small-data"), default="paper",
-                       help="the defaults of the flags below (see the description) (default: paper)")
+                       help="the values the flags below take when not given (see the description) (default: paper)")
     train.add_argument("--epochs", type=_positive_int, default=None,
                        help="epochs per run, instead of the recipe's length (paper: 100, 20 for Sleep, Tiselac and "
                             "FaceDetection; small-data: --steps auto)")
@@ -157,9 +157,9 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="series per step, or 'auto' = min(n_train, 32, max(8, 128 // channels)) (paper: 256; "
                             "small-data: auto)")
     train.add_argument("--augment", nargs="?", const="default", default=None, metavar="NAMES",
-                       help="series augmentation: alone = the default set (jitter, scaling, magnitude_warp, time_warp, "
-                            f"window_slice, each with probability 0.5 per series), 'none', or names among "
-                            f"{', '.join(AUGMENTATIONS)}, comma-separated (paper: none; small-data: default)")
+                       help=f"series augmentation: names among {', '.join(AUGMENTATIONS)}, comma-separated; 'none'; "
+                            "or the flag alone for jitter, scaling, magnitude_warp, time_warp and window_slice, each "
+                            "with probability 0.5 per series (paper: none; small-data: the flag alone)")
     _add_recipe_levers(train)
     train.add_argument("--seed", type=int, default=0,
                        help="random seed of model initialisation, data order and augmentation (default: 0)")
