@@ -10,23 +10,11 @@ from jumbokit.encoders import save
 
 from .rundir import atomic_save_figure, markdown_table
 
-__all__ = ["RESULT_COLUMNS", "classification_report", "collapse_branches", "evaluate_splits", "percent_metrics",
-           "plot_curves", "summary_text"]
+__all__ = ["RESULT_COLUMNS", "classification_report", "collapse_branches", "evaluate_splits", "plot_curves",
+           "summary_text"]
 
 RESULT_COLUMNS = ["model", "dataset", "split", "top1", "top5", "loss", "n"]
 EPOCH_COLUMNS = ["epoch", "train_loss", "val_top1", "val_loss", "lr", "epoch_time_s"]
-
-
-def percent_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """``metrics`` with accuracies as ``top1`` / ``top5`` in percent: keys ending in ``acc1`` / ``acc5``
-    (fractions in [0, 1]) are renamed and scaled; ``top1`` / ``top5`` keys (already percent) are kept."""
-    out: dict[str, Any] = {}
-    for key, value in metrics.items():
-        for k in ("1", "5"):
-            if key.endswith(f"acc{k}"):
-                key, value = key[: -len(f"acc{k}")] + f"top{k}", 100.0 * float(value)
-        out[key] = value
-    return out
 
 
 def plot_curves(history: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
@@ -81,7 +69,7 @@ def evaluate_splits(model: nn.Module, name: str, dataset: str, loaders: dict[str
     from .evaluate import evaluate_classifier
 
     return [{"model": name, "dataset": dataset, "split": split,
-             **percent_metrics(evaluate_classifier(model, loader, progress=progress, desc=f"eval {split}"))}
+             **evaluate_classifier(model, loader, progress=progress, desc=f"eval {split}")}
             for split, loader in loaders.items()]
 
 
