@@ -174,7 +174,9 @@ def environment(args) -> dict[str, Any]:
             "onnxruntime": onnxruntime.__version__, "python": platform.python_version(),
             "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "threads": args.threads,
             "img_size": args.img_size, "repeats": args.repeats, "latency_iters": args.latency_iters,
-            "throughput_batch": args.throughput_batch, "throughput_iters": args.throughput_iters, "dtype": "float32"}
+            "throughput_batch": args.throughput_batch, "throughput_iters": args.throughput_iters, "dtype": "float32",
+            "export": "jumbokit.export (torch.onnx.export dynamo=True), dynamic batch, fixed image size",
+            "onnxruntime_session": "CPUExecutionProvider, ORT_ENABLE_ALL, sequential, inter_op_num_threads=1"}
 
 
 COLUMNS = ["model", "layers", "params_m", "onnxruntime_latency_ms", "eager_latency_ms", "ort_vs_eager_latency",
@@ -186,10 +188,10 @@ def report(rows: list[dict], ratios: dict[str, Any], env: dict[str, Any]) -> str
              f"`{env['command']}`: {env['threads']} threads, {env['img_size']} px, latency at batch 1, throughput "
              f"at batch {env['throughput_batch']}, median of {env['repeats']} interleaved rounds; torch "
              f"{env['torch']}, onnxruntime {env['onnxruntime']}, {env['cpu_count']} CPUs ({env['cpu']}).", "",
-             markdown_table(rows, COLUMNS, digits=4), "", "| ratio | value |", "|---|---|"]
-    lines += [f"| {key} | {value} |" for key, value in ratios.items() if key != "targets_met"]
+             markdown_table(rows, COLUMNS, digits=4),
+             markdown_table([{"ratio": k, "value": v} for k, v in ratios.items() if k != "targets_met"])]
     targets = ratios["targets_met"].items()
-    lines += ["", "Targets: " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in targets)]
+    lines += ["Targets: " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in targets)]
     return "\n".join(lines) + "\n"
 
 
