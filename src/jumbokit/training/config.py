@@ -6,7 +6,7 @@ from typing import Any
 
 OPTIMIZERS = ("adamw", "sgd", "lars")
 SCHEDULES = ("cosine", "linear", "constant")
-PRECISIONS = ("no", "fp16", "bf16")
+PRECISIONS = ("auto", "no", "fp16", "bf16")
 
 
 @dataclass
@@ -23,6 +23,9 @@ class TrainConfig:
     ``ema_decay`` > 0 keeps an exponential moving average of the weights, updated after every optimizer step
     with decay ``min(ema_decay, (1 + t) / (10 + t))`` at update t (timm's warm-up); the per-epoch evaluation, the
     returned model and the saved weights are then the average (0 = off).
+    ``mixed_precision``: autocast of the forward passes; "auto" (the default) is bf16 on a CUDA GPU that supports
+    it and "no" (fp32) elsewhere, CPU included, so CPU results stay exact; "no", "fp16" and "bf16" are taken as
+    given (see ``accelerator.resolve_precision``).
     """
 
     epochs: int = 100
@@ -37,7 +40,7 @@ class TrainConfig:
     schedule: str = "cosine"
     grad_clip: float | None = None
     grad_accum: int = 1
-    mixed_precision: str = "no"
+    mixed_precision: str = "auto"
     seed: int = 0
     checkpoint_every: int = 1
     checkpoint_steps: int = 0

@@ -2,15 +2,21 @@
 
 Per optimizer step: ``update_join(step)`` (progressive-join models), learning rate from the warm-up + cosine
 schedule, ``loss_fn(model, batch)``, backward (mixed precision, gradient accumulation, DDP through Accelerate),
-gradient clipping, optimizer step, weight average. Per epoch: ``eval_fn`` on the main process, a
-``metrics.jsonl`` line, an atomic checkpoint. At the end: ``model.safetensors`` + ``model_config.json``.
+gradient clipping, optimizer step, weight average. Per epoch: ``eval_loaders`` on every process (combined with
+``gather_for_metrics``), ``eval_fn`` on the main process, a ``metrics.jsonl`` line, an atomic checkpoint. At the
+end: ``model.safetensors`` + ``model_config.json``.
 
 The loop stays short because its parts are collaborators: ``resume`` (find, check and restore a checkpoint;
 the run's records), ``meters`` (running means kept on the device), ``checkpoint`` (``Checkpointer``),
-``progress`` (the bar and the epoch line), ``accelerator`` (the ``Accelerator`` for a ``TrainConfig``).
+``progress`` (the bar and the epoch line), ``accelerator`` (the ``Accelerator`` for a ``TrainConfig``),
+``distributed`` (per-process seeds, evaluation on every process, the whole model under FSDP).
 
-Resuming restores model, optimizer, RNG states and the step counters, and the data order depends only on
-(seed, epoch), so a resumed run ends where an uninterrupted one would.
+Step counts come from the loader after Accelerate sharded it. Each process draws from its own random stream
+(``seed + process index``; process 0 keeps a one-process run's stream) while the data order and augmentation
+follow the loader's seed, so the same global batch gives the same training on 1 or N processes up to the order
+of floating-point reductions. Resuming restores model, optimizer, every
+process's RNG states and the step counters, and the data order depends only on (seed, epoch), so a resumed run
+ends where an uninterrupted one would.
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ from torch import nn
 from .accelerator import launch_state, make_accelerator  # noqa: F401  (launch_state: imported from here too)
 from .checkpoint import Checkpointer, TrainerState, save_final_model
 from .config import TrainConfig
+from .distributed import FullModel, check_sharding, evaluate_loaders, seed_process
 from .ema import WeightEMA
 from .losses import LossFn
 from .meters import MetricWindow, RunningMean, check_finite, format_record, scalar_logs
@@ -54,8 +61,9 @@ class _Fit:
 
     acc: Any
     cfg: TrainConfig
-    model: nn.Module  # prepared by Accelerate (possibly DDP-wrapped)
+    model: nn.Module  # prepared by Accelerate (possibly DDP- or FSDP-wrapped)
     unwrapped: nn.Module
+    whole: FullModel
     optimizer: Any
     loader: Any
     loss_fn: LossFn
@@ -67,10 +75,26 @@ class _Fit:
     progress: Progress
     lr: float
 
-    @property
     def scored(self) -> nn.Module:
-        """What ``eval_fn`` and ``on_epoch_end`` see: the weight average when there is one, else the model."""
-        return self.ema.module if self.ema is not None else self.unwrapped
+        """What ``eval_fn`` and ``on_epoch_end`` see on the main process: the weight average when there is one,
+        else the whole model (called on every process: under FSDP gathering the model is collective)."""
+        return self.ema.module if self.ema is not None else self.whole.refresh()
+
+
+@dataclass
+class _Evals:
+    """The per-epoch evaluations of one ``fit`` call: ``eval_fn`` and ``on_epoch_end`` (main process), the
+    prepared ``loaders`` (every process) and their ``forward``."""
+
+    eval_fn: Callable | None
+    loaders: dict[str, Any]
+    forward: Callable | None
+    on_epoch_end: Callable | None
+
+    @property
+    def on_main(self) -> bool:
+        """Whether something runs the model on the main process alone."""
+        return self.eval_fn is not None or self.on_epoch_end is not None
 
 
 def fit(
@@ -83,6 +107,9 @@ def fit(
     accelerator=None,
     params: Iterable | None = None,
     *,
+    eval_loaders: dict[str, Iterable] | None = None,
+    eval_forward: Callable[[nn.Module, Any], Any] | None = None,
+    on_plan: Callable[[StepPlan], None] | None = None,
     run_config: dict[str, Any] | None = None,
     resume_record: dict[str, Any] | None = None,
     on_epoch_end: Callable[[int, nn.Module, dict], None] | None = None,
@@ -91,16 +118,23 @@ def fit(
 
     Args:
         model: any ``nn.Module``; if it has ``update_join(step)`` that is called before every optimizer step.
-        train_loader: a DataLoader (``jumbokit.data.make_loader`` for exact resume); prepared by Accelerate.
+        train_loader: a DataLoader (``jumbokit.data.make_loader`` for exact resume); prepared by Accelerate, which
+            shards it over the processes (the step counts are taken from the prepared loader).
         loss_fn: ``loss_fn(model, batch) -> (loss, logs)`` on the prepared (possibly DDP) model; it adds a
             model's ``aux_loss`` (see ``classification_loss``). A loss_fn with ``on_step(step, total_steps)`` is
             told the step before every forward. A NaN / inf loss raises ``FloatingPointError`` at the next
             logging step (``cfg.log_every``), mid-epoch checkpoint or epoch end.
         out_dir: run directory (config.json, metrics.jsonl, resumes.jsonl, checkpoints/, model.safetensors).
-        eval_fn: ``eval_fn(model) -> metrics`` on the main process after every epoch, in eval mode (wrap in
-            ``torch.no_grad`` inside); with ``cfg.ema_decay`` > 0 it gets the weight average.
+        eval_fn: ``eval_fn(model) -> metrics`` on the main process alone after every epoch, in eval mode (wrap in
+            ``torch.no_grad`` inside; the weight average with ``cfg.ema_decay`` > 0); ``eval_loaders`` is faster.
         accelerator: reuse an Accelerator (default: ``make_accelerator(cfg, out_dir)``).
         params: param groups for the optimizer (default: ``param_groups(model)`` with no-decay groups).
+        eval_loaders: ``{split: loader of (images, labels)}`` evaluated after every epoch on every process (each
+            on its shard of the prepared loader) and combined with ``gather_for_metrics``, so each sample counts
+            once: the record gets ``{split}_top1``, ``{split}_top5`` (percent), ``{split}_loss``, ``{split}_n``.
+        eval_forward: ``eval_forward(model, images) -> logits`` for ``eval_loaders`` (default ``model(images)``).
+        on_plan: told the ``StepPlan`` (steps per epoch and in all, after sharding) before the model is checked
+            and prepared: schedules measured in steps (a progressive join's warm-up) are set here.
         run_config: entries for ``config.json`` next to the train config (dataset record, args); config.json
             is written when a run starts and left as it is by a resume.
         resume_record: entries for the ``resumes.jsonl`` line a resume appends (e.g. flags that changed); the
@@ -108,23 +142,47 @@ def fit(
         on_epoch_end: ``on_epoch_end(epoch, model, record)`` on the main process (plots, samples); the model
             is the one ``eval_fn`` sees.
     Returns:
-        FitResult(history, final, model (unwrapped; the weight average with ``cfg.ema_decay`` > 0), accelerator).
+        FitResult(history, final, model (unwrapped; the weight average with ``cfg.ema_decay`` > 0; under FSDP the
+        whole model on the main process and the sharded module on the others), accelerator).
     """
-    from accelerate.utils import set_seed
-
     acc = accelerator or make_accelerator(cfg, out_dir)
+    check_sharding(acc, cfg.ema_decay)
     run = RunDir(out_dir, enabled=acc.is_main_process) if out_dir is not None else None
-    set_seed(cfg.seed)
+    seed_process(cfg.seed, acc)
+    loader = acc.prepare(train_loader)
+    plan = StepPlan.of(len(loader), cfg)
+    if on_plan is not None:
+        on_plan(plan)
     fingerprint = model_fingerprint(model)
     checkpoint, saved = find_resume(cfg, run, fingerprint, acc.is_main_process)
+    whole = FullModel(acc, model)
     optimizer = build_optimizer(params if params is not None else model, cfg)
-    model, optimizer, loader = acc.prepare(model, optimizer, train_loader)
-    unwrapped, plan, state = acc.unwrap_model(model), StepPlan.of(len(loader), cfg), TrainerState()
+    model, optimizer = acc.prepare(model, optimizer)
+    whole.attach(model)
+    unwrapped, state = acc.unwrap_model(model), TrainerState()
     ema = WeightEMA(unwrapped, cfg.ema_decay) if cfg.ema_decay > 0 else None
     history = restore(acc, checkpoint, saved, state, ema, run) if checkpoint is not None else []
+    checkpointer = _open_run(acc, cfg, run, plan, fingerprint, ema, run_config,
+                             None if checkpoint is None else resume_entry(
+                                 checkpoint, state, acc.num_processes, cfg.epochs, plan.total_steps, resume_record))
+    progress = Progress(plan.total_steps, state.step, cfg.progress and acc.is_local_main_process)
+    evals = _Evals(eval_fn, {k: acc.prepare_data_loader(v) for k, v in (eval_loaders or {}).items()},
+                   eval_forward, on_epoch_end)
+    f = _Fit(acc, cfg, model, unwrapped, whole, optimizer, loader, loss_fn, plan, state, ema, run, checkpointer,
+             progress, lr=optimizer.param_groups[0]["lr"])
+    for epoch in range(state.epoch, cfg.epochs):
+        started = time.time()
+        epoch_loss = _train_epoch(f, epoch)
+        history.append(_end_epoch(f, epoch, epoch_loss, started, evals))
+    progress.close()
+    return _finish(f, history)
+
+
+def _open_run(acc, cfg: TrainConfig, run: RunDir | None, plan: StepPlan, fingerprint: dict, ema: WeightEMA | None,
+              run_config: dict | None, resumed: dict | None) -> Checkpointer | None:
+    """The run's start records (config.json, or a resumes.jsonl line ``resumed``), the trackers, and the
+    checkpointer (None without a run directory)."""
     if run is not None:
-        resumed = None if checkpoint is None else resume_entry(checkpoint, state, acc.num_processes, cfg.epochs,
-                                                               plan.total_steps, resume_record)
         write_start_records(run, {
             **(run_config or {}), "train": cfg.to_dict(), "model_config": fingerprint["config"],
             "num_processes": acc.num_processes, "steps_per_epoch": plan.steps_per_epoch,
@@ -132,17 +190,8 @@ def fit(
     if cfg.log_with:
         acc.init_trackers("jumbokit", config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
                                               for k, v in cfg.to_dict().items()})
-    checkpointer = None if run is None else Checkpointer(acc, run, cfg.keep_checkpoints, {
+    return None if run is None else Checkpointer(acc, run, cfg.keep_checkpoints, {
         "model": fingerprint, "total_steps": plan.total_steps, "train": cfg.to_dict()}, ema)
-    progress = Progress(plan.total_steps, state.step, cfg.progress and acc.is_local_main_process)
-    f = _Fit(acc, cfg, model, unwrapped, optimizer, loader, loss_fn, plan, state, ema, run, checkpointer,
-             progress, lr=optimizer.param_groups[0]["lr"])
-    for epoch in range(state.epoch, cfg.epochs):
-        started = time.time()
-        epoch_loss = _train_epoch(f, epoch)
-        history.append(_end_epoch(f, epoch, epoch_loss, started, eval_fn, on_epoch_end))
-    progress.close()
-    return _finish(f, history)
 
 
 def _train_epoch(f: _Fit, epoch: int) -> RunningMean:
@@ -200,24 +249,26 @@ def _after_optimizer_step(f: _Fit, epoch: int, window: MetricWindow, epoch_loss:
         f.checkpointer.save(state, end_of_epoch=False)
 
 
-def _end_epoch(f: _Fit, epoch: int, epoch_loss: RunningMean, started: float,
-               eval_fn: Callable | None, on_epoch_end: Callable | None) -> dict[str, Any]:
-    """The epoch's record (train loss, time, ``eval_fn``'s metrics) to metrics.jsonl, the epoch line, trackers
-    and ``on_epoch_end``; the epoch checkpoint when due. Returns the record."""
+def _end_epoch(f: _Fit, epoch: int, epoch_loss: RunningMean, started: float, evals: _Evals) -> dict[str, Any]:
+    """The epoch's record (train loss, time, the evaluations) to metrics.jsonl, the epoch line, trackers and
+    ``on_epoch_end``; the epoch checkpoint when due. Returns the record."""
     acc, cfg, state = f.acc, f.cfg, f.state
     state.epoch, state.batch_in_epoch = epoch + 1, 0
     train_loss = epoch_loss.mean(acc)
     check_finite(train_loss, f"in epoch {epoch + 1} (up to step {state.step})", cfg.lr)
     record: dict[str, Any] = {"kind": "epoch", "epoch": epoch + 1, "step": state.step, "lr": f.lr,
                               "train_loss": train_loss, "epoch_time_s": round(time.time() - started, 3)}
+    if evals.loaders:
+        record.update(_evaluate_everywhere(f, evals))
+    scored = f.scored() if evals.on_main else None  # collective under FSDP: every process takes part
     if acc.is_main_process:
-        if eval_fn is not None:
-            record.update(_evaluate(f, eval_fn))
+        if evals.eval_fn is not None:
+            record.update(_evaluate(f, scored, evals.eval_fn))
         if f.run is not None:
             f.run.append_metrics(record)
         f.progress.line(f"epoch {epoch + 1}/{cfg.epochs}  {format_record(record)}")
-        if on_epoch_end is not None:
-            on_epoch_end(epoch, f.scored, record)
+        if evals.on_epoch_end is not None:
+            evals.on_epoch_end(epoch, scored, record)
     if cfg.log_with:
         acc.log({f"epoch/{k}": v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"},
                 step=state.step)
@@ -227,9 +278,18 @@ def _end_epoch(f: _Fit, epoch: int, epoch_loss: RunningMean, started: float,
     return record
 
 
-def _evaluate(f: _Fit, eval_fn: Callable[[nn.Module], dict]) -> dict[str, float | int]:
+def _evaluate_everywhere(f: _Fit, evals: _Evals) -> dict[str, float | int]:
+    """The ``eval_loaders`` on every process: the weight average (a plain copy on each process) or the model
+    (unwrapped under DDP; the sharded module under FSDP, whose forward is collective)."""
+    model = f.ema.module if f.ema is not None else (f.model if f.whole.sharded else f.unwrapped)
+    was_training = model.training
+    metrics = scalar_logs(evaluate_loaders(f.acc, model, evals.loaders, evals.forward))
+    model.train(was_training)
+    return metrics
+
+
+def _evaluate(f: _Fit, scored: nn.Module, eval_fn: Callable[[nn.Module], dict]) -> dict[str, float | int]:
     """``eval_fn`` on the scored model in eval mode under the run's autocast; its numbers as Python scalars."""
-    scored = f.scored
     was_training = scored.training
     scored.eval()
     with f.acc.autocast():
@@ -242,12 +302,13 @@ def _finish(f: _Fit, history: list[dict]) -> FitResult:
     """Load the weight average into the model (when kept), write the final model, end trackers."""
     if f.ema is not None:  # the returned and saved model is the average
         f.unwrapped.load_state_dict(f.ema.module.state_dict())
+    final_model = f.whole.refresh()  # collective under FSDP
     if f.run is not None and f.cfg.save_model and f.acc.is_main_process:
-        save_final_model(f.unwrapped, f.run.path)
+        save_final_model(final_model, f.run.path)
     if f.cfg.log_with:
         f.acc.end_training()
     f.acc.wait_for_everyone()
     final = dict(history[-1]) if history else {"epoch": f.state.epoch, "step": f.state.step}
-    return FitResult(history=history, final=final, model=f.unwrapped, accelerator=f.acc,
+    return FitResult(history=history, final=final, model=final_model, accelerator=f.acc,
                      out_dir=f.run.path if f.run else None,
                      checkpoints=f.checkpointer.kept() if f.checkpointer else [])

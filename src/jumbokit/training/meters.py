@@ -85,8 +85,14 @@ class MetricWindow:
         self.sums: dict[str, Any] = defaultdict(float)
         self.n = 0
 
-    def add_grad_norm(self, norm: torch.Tensor) -> None:
-        self.sums["grad_norm"] += norm.detach().float()
+    def add_grad_norm(self, norm: torch.Tensor | float | None) -> None:
+        """One optimizer step's gradient norm as the clipping returned it: a tensor (DDP, one process), a DTensor
+        (FSDP2: its full value is taken), a float, or None (DeepSpeed clips inside its engine: nothing logged)."""
+        if norm is None:
+            return
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        self.sums["grad_norm"] += norm.detach().float() if isinstance(norm, torch.Tensor) else float(norm)
 
     def add(self, loss: torch.Tensor, logs: dict[str, Any] | None) -> None:
         """One micro-batch: its loss and the logs ``loss_fn`` returned."""
