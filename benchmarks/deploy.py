@@ -54,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--latency-iters", type=int, default=20, help="batch-1 calls per round (default: %(default)s)")
     p.add_argument("--throughput-batch", type=int, default=64, help="(default: %(default)s)")
     p.add_argument("--throughput-iters", type=int, default=2, help="large-batch calls per round (default: %(default)s)")
+    p.add_argument("--opset", type=int, default=None,
+                   help="ONNX opset of the exported graphs, e.g. 23 for ONNX's Attention operator (default: the "
+                        "exporter's)")
     p.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     p.add_argument("--work-dir", type=Path, default=None, help="where the .onnx files go (default: a temp dir)")
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/deploy.json"), help="(default: %(default)s)")
@@ -112,7 +115,7 @@ def runners(models: dict[str, nn.Module], args, work: Path) -> tuple[dict[tuple[
     records: dict[str, dict[str, Any]] = {}
     for i, (name, model) in enumerate(models.items()):
         example = torch.randn(2, 3, args.img_size, args.img_size)
-        result = export_onnx(model, work / f"model{i}.onnx", example, dynamic_size=False)
+        result = export_onnx(model, work / f"model{i}.onnx", example, dynamic_size=False, opset=args.opset)
         session = ort_session(result.path, args.threads)
         input_name = session.get_inputs()[0].name
         calls[(name, "eager")] = lambda x, m=model: m(torch.from_numpy(x))
@@ -176,6 +179,7 @@ def environment(args) -> dict[str, Any]:
             "img_size": args.img_size, "repeats": args.repeats, "latency_iters": args.latency_iters,
             "throughput_batch": args.throughput_batch, "throughput_iters": args.throughput_iters, "dtype": "float32",
             "export": "jumbokit.export (torch.onnx.export dynamo=True), dynamic batch, fixed image size",
+            "opset": args.opset or "exporter default",
             "onnxruntime_session": "CPUExecutionProvider, ORT_ENABLE_ALL, sequential, inter_op_num_threads=1"}
 
 

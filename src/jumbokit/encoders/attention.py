@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .tokenizers import exporting
+
 __all__ = ["Attention"]
 
 
@@ -57,9 +59,10 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
         q, k, v = (t.reshape(batch, length, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))
         qk_head, v_head = q.shape[-1], v.shape[-1]
-        if v_head < qk_head:  # fused kernels want equal head widths; zero value columns change nothing
+        pad = not exporting()  # an exported graph spells attention out as matmuls, which take unequal widths
+        if pad and v_head < qk_head:  # fused kernels want equal head widths; zero value columns change nothing
             v = F.pad(v, (0, qk_head - v_head))
-        elif v_head > qk_head:  # zero q/k columns leave the logits unchanged; keep the scale of the real width
+        elif pad and v_head > qk_head:  # zero q/k columns leave the logits unchanged; keep the scale of the real width
             q, k = F.pad(q, (0, v_head - qk_head)), F.pad(k, (0, v_head - qk_head))
         x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop, scale=qk_head**-0.5)
         x = x[..., :v_head].transpose(1, 2).reshape(batch, length, self.v_dim)
