@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 
 import torch
 from torch import nn
@@ -158,8 +157,6 @@ def main(argv: list[str] | None = None) -> dict:
     loader = make_loader(train, args.batch_size, num_workers=args.num_workers, seed=args.seed,
                          world_size=state.num_processes)
     eval_loaders = {s: make_loader(d, args.eval_batch_size, num_workers=args.num_workers) for s, d in evals.items()}
-    if args.branches > 1 and args.join_warmup_steps is None:
-        model.join_warmup_steps = max(1, math.ceil(len(loader) / max(1, args.grad_accum)) * args.epochs // 2)
     mixup = make_mixup(train.num_classes, mixup=args.mixup, cutmix=args.cutmix, label_smoothing=args.label_smoothing)
     criterion = None if mixup is not None else nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
     loss_fn = TokenDropLoss(criterion, mixup, args.token_drop)
@@ -169,12 +166,13 @@ def main(argv: list[str] | None = None) -> dict:
                 + (f" ({train.channel_note})" if train.channel_note else "") + f" | out {out}")
     logger.info(f"data: {train.choices.describe()} {list(train.mean)} / {list(train.std)}")
 
-    def eval_fn(m: nn.Module) -> dict:
-        row = evaluate_splits(m, name, args.dataset, {"val": eval_loaders["val"]})[0]
-        return {f"val_{k}": row[k] for k in ("top1", "top5", "loss") if k in row}
+    def on_plan(plan) -> None:  # the join's default length: half the steps, counted after the loader is sharded
+        if args.branches > 1 and args.join_warmup_steps is None:
+            model.join_warmup_steps = max(1, plan.total_steps // 2)
 
     record = {k: v for k, v in train.info().items() if k not in ("split", "task", "num_samples")}
-    result = fit(model, loader, loss_fn, cfg, out_dir=out, eval_fn=eval_fn if "val" in eval_loaders else None,
+    result = fit(model, loader, loss_fn, cfg, out_dir=out, on_plan=on_plan,  # val: on every process, gathered
+                 eval_loaders={"val": eval_loaders["val"]} if "val" in eval_loaders else None,
                  run_config={"recipe": "supervised", "model_name": name, "args": vars(args), "data": record,
                              "num_params": n_params}, resume_record=parsed.resume_record)
     if not result.accelerator.is_main_process:
