@@ -5,7 +5,8 @@
     tstrain --archive UCR --recipe small-data --baseline minirocket,multirocket,hydra
     tstrain --list                                          # datasets available locally (and in --data-dir)
 
-Runs on one CPU/GPU, or on many with ``accelerate launch -m jumbokit.timeseries.cli ...``.
+Runs on one CPU/GPU, or on many with ``torchrun --nproc_per_node N -m jumbokit tstrain ...`` (or ``accelerate
+launch``): the sweep's runs are then split between the processes, each run trained whole by one of them.
 """
 
 from __future__ import annotations
@@ -166,6 +167,9 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no",
                        help="autocast precision of training on a GPU (default: no)")
     train.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")
+    train.add_argument("--runs-per-device", type=_positive_int, default=1, metavar="K",
+                       help="runs trained at once by each process on its device, in a pool of K worker processes "
+                            "(several small runs fill a GPU; on a CPU keep 1) (default: 1)")
     add_threads_arg(train)
 
 
@@ -310,7 +314,8 @@ def _run(args: argparse.Namespace) -> int:
                       dropouts=tuple(args.dropout) if args.dropout else tuple(recipe["dropouts"]),
                       baseline=baselines, data_dir=args.data_dir, skip_short=skip_short, ensemble=ensemble)
     setup_threads(args)  # after every check: bad input gets one line, nothing else
-    result = execute_sweep(plan, progress=not args.no_progress, cpu=args.cpu)
+    result = execute_sweep(plan, progress=not args.no_progress, cpu=args.cpu,
+                           runs_per_device=args.runs_per_device)
     if result.paths:
         _print_summary(result, ensemble)
     return 0

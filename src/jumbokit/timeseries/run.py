@@ -34,6 +34,7 @@ __all__ = [
     "evaluate",
     "train_config",
     "series_loss",
+    "run_length",
     "fit_series_model",
     "pretrain_model",
     "train_run",
@@ -202,20 +203,27 @@ def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
     return classification_loss()
 
 
+def run_length(data: ClassificationData, cfg: SweepConfig) -> tuple[int, int, int, int | None]:
+    """(batch size, optimizer steps, passes over the training data, the fixed steps or None) of a run on
+    ``data``: fixed steps whatever the set size, or the protocol's epochs of ``ceil(n_train / batch)`` steps."""
+    n = len(data.train)
+    batch = cfg.batch_for(n, data.channels)
+    fixed_steps = cfg.steps_for(data.seq_len)
+    if fixed_steps is not None:
+        return batch, fixed_steps, math.ceil(fixed_steps * min(batch, n) / n), fixed_steps
+    per_epoch = math.ceil(n / batch)
+    epochs = cfg.epochs_for(data.name, per_epoch)
+    return batch, epochs * per_epoch, epochs, None
+
+
 def fit_series_model(model: nn.Module, data: ClassificationData, lr: float, cfg: SweepConfig, seed: int,
                      progress: bool = False, accelerator: Any = None, cpu: bool = False) -> FittedModel:
     """Train ``model`` on ``data.train`` for the length ``cfg`` sets (fixed steps, or epochs of the protocol)."""
     from ..training import fit
 
-    batch = cfg.batch_for(len(data.train), data.channels)
-    fixed_steps = cfg.steps_for(data.seq_len)
+    batch, steps, epochs, fixed_steps = run_length(data, cfg)
     loader = series_loader(data.train, batch, shuffle=True, seed=seed, steps=fixed_steps)
-    if fixed_steps is not None:
-        steps, fit_epochs = fixed_steps, 1
-        epochs = math.ceil(steps * min(batch, len(data.train)) / len(data.train))  # passes over the data
-    else:
-        epochs = fit_epochs = cfg.epochs_for(data.name, len(loader))
-        steps = epochs * len(loader)
+    fit_epochs = 1 if fixed_steps is not None else epochs
     if cfg.branches > 1:
         model.join_warmup_steps = max(1, steps // 2)  # joined by mid-training, then trained joined
     tcfg = train_config(cfg, lr, fit_epochs, progress=progress, cpu=cpu, seed=seed)

@@ -1,32 +1,31 @@
 """Run (or resume) a sweep: every dataset x model x (lr, dropout, seed), the baselines, then the reports.
 
 :func:`plan_sweep` checks the request and loads every dataset before anything is written;
-:func:`execute_sweep` runs what the sweep directory (:mod:`jumbokit.timeseries.store`) does not hold yet,
-scores ensembles, runs the baselines and writes the reports (``results.csv``, ``results.json``, ``report.md``,
-``accuracy.png``). Only the main process writes files.
+:func:`execute_sweep` does the jobs (:mod:`jumbokit.timeseries.jobs`) the sweep directory
+(:mod:`jumbokit.timeseries.store`) does not hold yet, each whole in one process (on N processes the jobs are split
+between them, never a run), reads every finished run back, scores ensembles and writes the reports
+(``results.csv``, ``results.json``, ``report.md``, ``accuracy.png``) from the main process alone.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
-
-import numpy as np
-import torch
-
-from jumbokit.training.rundir import atomic_write_text
+from typing import Any, Callable, Sequence
 
 from . import store
-from .baselines import parse_baselines, rocket_baseline
+from .baselines import parse_baselines
 from .data import ClassificationData, load_dataset
+from .jobs import Job, assign_jobs, job_cost, job_done, pending_jobs, sweep_jobs
 from .models import PATCHTST_MODELS
 from .protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
 from .report import write_reports
 from .results import SweepResult, baseline_columns, ensemble_scores, rank_models, summarize
-from .run import RunResult, check_patches, pretrain_run, quiet_training, train_config, train_run_with_proba
+from .run import RunResult, check_patches
+from .worker import POLL_SECONDS, JobContext, run_jobs
 
 __all__ = ["SweepPlan", "plan_sweep", "execute_sweep", "run_sweep"]
 
@@ -34,116 +33,54 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class _Sweep:
-    """The state of one sweep while it runs: its settings, where it writes, what it has gathered."""
+class _Gathered:
+    """Everything the sweep directory holds for a planned sweep, read back in the sweep's order."""
 
-    cfg: SweepConfig
-    out_dir: Path
-    grid: list[tuple[float, float]]
-    ensemble: int
-    accelerator: Any
-    bar: Any
-    cpu: bool = False
-    data_dir: str | Path | None = None
     runs: list[RunResult] = field(default_factory=list)
     ensembles: dict[tuple[str, str], dict] = field(default_factory=dict)
     baselines: dict[str, dict] = field(default_factory=dict)
     dataset_seconds: dict[str, float] = field(default_factory=dict)
     pretrain_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
 
-    @property
-    def is_main(self) -> bool:
-        return self.accelerator.is_main_process
-
     def add_seconds(self, dataset: str, seconds: float) -> None:
         self.dataset_seconds[dataset] = self.dataset_seconds.get(dataset, 0.0) + seconds
 
 
-# ---------------------------------------------------------------- the sweep
-def _pretrained_state(sweep: _Sweep, data: ClassificationData, model: str,
-                      seed: int) -> tuple[dict[str, torch.Tensor], dict]:
-    """The pretrained weights of (dataset, model, seed): read from the sweep directory, or pretrained on the
-    training split and written there."""
-    folder = sweep.out_dir / "runs" / data.name / model
-    stored = store.read_pretrained(folder, seed)
-    if stored is not None:
-        return stored
-    state, record = pretrain_run(data, model, sweep.cfg, seed=seed, accelerator=sweep.accelerator, cpu=sweep.cpu)
-    if sweep.is_main:
-        store.write_pretrained(folder, seed, state, record)
-    return state, record
+def _gather_model(got: _Gathered, plan: "SweepPlan", data: ClassificationData, model: str, jobs: list[Job]) -> None:
+    """The runs of one model on one dataset (with their probabilities when an ensemble is scored), its
+    pretraining time and its ensemble."""
+    runs, probas = [], []
+    for job in jobs:
+        path = job.path(plan.out_dir)
+        run = store.load_run(path)
+        if run is None:
+            raise RuntimeError(f"{path} is missing or unreadable after every process finished its jobs")
+        runs.append(run)
+        probas.append(store.load_proba(store.proba_path(path)) if plan.ensemble > 1 else None)
+        got.add_seconds(data.name, run.wall_seconds)
+    got.runs += runs
+    if plan.cfg.pretrain_epochs:
+        folder = plan.out_dir / "runs" / data.name / model
+        records = [store.pretrain_record_path(folder, seed) for seed in plan.cfg.run_seeds()]
+        spent = float(sum(json.loads(r.read_text()).get("seconds", 0.0) for r in records if r.exists()))
+        got.pretrain_seconds[(data.name, model)] = spent  # once per seed, counted also when its runs were resumed
+        got.add_seconds(data.name, spent)
+    if plan.ensemble > 1:
+        got.ensembles[(data.name, model)] = ensemble_scores(runs, probas, plan.ensemble, data.val.y, data.test.y)
 
 
-def _finished_run(sweep: _Sweep, path: Path) -> tuple[RunResult | None, dict[str, np.ndarray] | None]:
-    """A run already on disk (and its probabilities when an ensemble needs them), or (None, None)."""
-    done = store.load_run(path) if path.exists() else None
-    if done is None or sweep.ensemble == 1:
-        return done, None
-    proba = store.load_proba(store.proba_path(path))
-    if proba is None:
-        logger.info("%s has no stored probabilities (needed by --ensemble): running it again", path)
-        return None, None
-    return done, proba
-
-
-def _run_model(sweep: _Sweep, data: ClassificationData, model: str) -> None:
-    """Every run of one model on one dataset (resumed ones read back), then its ensemble."""
-    model_runs: list[RunResult] = []
-    model_probas: list[dict[str, np.ndarray] | None] = []
-    pretrain_records: dict[int, dict] = {}
-    seeds = sweep.cfg.run_seeds()
-    for offset, seed in enumerate(seeds):
-        pretrained = None
-        for lr, dropout in sweep.grid:
-            path = sweep.out_dir / "runs" / data.name / model / f"{store.run_id(lr, dropout, offset)}.json"
-            done, proba = _finished_run(sweep, path)
-            if done is None:
-                if sweep.cfg.pretrain_epochs and pretrained is None:
-                    sweep.bar.set_postfix_str(f"{data.name} {model} pretraining seed {seed}")
-                    pretrained, pretrain_records[seed] = _pretrained_state(sweep, data, model, seed)
-                sweep.bar.set_postfix_str(f"{data.name} {model} lr={lr:g} do={dropout:g}"
-                                          + (f" seed={seed}" if len(seeds) > 1 else ""))
-                done, proba = train_run_with_proba(data, model, lr, dropout, sweep.cfg, accelerator=sweep.accelerator,
-                                                   cpu=sweep.cpu, seed=seed, pretrained=pretrained)
-                if sweep.is_main:
-                    store.write_run(path, done, proba)
-                sweep.accelerator.free_memory()
-            sweep.runs.append(done)
-            model_runs.append(done)
-            model_probas.append(proba)
-            sweep.add_seconds(data.name, done.wall_seconds)
-            sweep.bar.update(1)
-    if sweep.cfg.pretrain_epochs:
-        _count_pretraining(sweep, data.name, model, pretrain_records)
-    if sweep.ensemble > 1:
-        sweep.ensembles[(data.name, model)] = ensemble_scores(model_runs, model_probas, sweep.ensemble,
-                                                              data.val.y, data.test.y)
-
-
-def _count_pretraining(sweep: _Sweep, dataset: str, model: str, records: dict[int, dict]) -> None:
-    """Pretraining costs once per seed, counted also when its runs were resumed."""
-    for seed in sweep.cfg.run_seeds():
-        record_path = store.pretrain_record_path(sweep.out_dir / "runs" / dataset / model, seed)
-        if seed not in records and record_path.exists():
-            records[seed] = json.loads(record_path.read_text())
-    spent = float(sum(r.get("seconds", 0.0) for r in records.values()))
-    sweep.pretrain_seconds[(dataset, model)] = spent
-    sweep.add_seconds(dataset, spent)
-
-
-def _run_baselines(sweep: _Sweep, data: ClassificationData, names: Sequence[str]) -> None:
-    """aeon's baselines on one dataset (main process only; a finished one is read back)."""
-    if not sweep.is_main:
-        return
-    for base in names:
-        path = sweep.out_dir / "runs" / data.name / f"{base}.json"
-        result = json.loads(path.read_text()) if path.exists() else {}
-        if not ("test_top1" in result or "skipped" in result):  # not run yet, or a record of other fields
-            sweep.bar.set_postfix_str(f"{data.name} {base}")
-            result = rocket_baseline(base, data, seed=sweep.cfg.seed, data_dir=sweep.data_dir)
-            atomic_write_text(path, json.dumps(result, indent=1) + "\n")
-        sweep.baselines.setdefault(data.name, {})[base] = result
-        sweep.add_seconds(data.name, float(result.get("seconds", 0.0)))
+def _gather(plan: "SweepPlan", jobs: list[Job]) -> _Gathered:
+    """Read every finished run and baseline of the sweep from its directory (whichever process wrote them)."""
+    got = _Gathered()
+    for data in plan.datasets.values():
+        for model in plan.models:
+            _gather_model(got, plan, data, model,
+                          [j for j in jobs if j.kind == "run" and j.dataset == data.name and j.model == model])
+        for job in (j for j in jobs if j.kind == "baseline" and j.dataset == data.name):
+            result = json.loads(job.path(plan.out_dir).read_text())
+            got.baselines.setdefault(data.name, {})[job.model] = result
+            got.add_seconds(data.name, float(result.get("seconds", 0.0)))
+    return got
 
 
 def _load_all(datasets: Sequence[str], cfg: SweepConfig, data_dir: str | Path | None,
@@ -219,51 +156,95 @@ def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig,
                      baselines=baselines, ensemble=int(ensemble), data_dir=data_dir)
 
 
-def _result(sweep: _Sweep, plan: SweepPlan) -> SweepResult:
+def _result(got: _Gathered, plan: SweepPlan) -> SweepResult:
     """Rows and ranks of everything the sweep gathered."""
-    rows = summarize(sweep.runs, sweep.baselines, sweep.ensembles, sweep.pretrain_seconds)
+    rows = summarize(got.runs, got.baselines, got.ensembles, got.pretrain_seconds)
     ran = baseline_columns(rows)
     keys = ("best", "ens") if plan.ensemble > 1 else ("best",)
-    return SweepResult(runs=sweep.runs, rows=rows, ranks=rank_models(rows, plan.models),
+    return SweepResult(runs=got.runs, rows=rows, ranks=rank_models(rows, plan.models),
                        ranks_all=rank_models(rows, plan.models + ran, keys=keys) if ran else None,
-                       models=plan.models, baselines=sweep.baselines, dataset_seconds=sweep.dataset_seconds,
+                       models=plan.models, baselines=got.baselines, dataset_seconds=got.dataset_seconds,
                        datasets={n: d.summary() for n, d in plan.datasets.items()}, lrs=plan.lrs,
                        dropouts=plan.dropouts, ensemble=plan.ensemble)
 
 
-def _start(plan: SweepPlan, accelerator: Any) -> None:
-    """sweep.json (once, on the main process) and the sweep's first line."""
-    if not accelerator.is_main_process:
-        return
+def _start(plan: SweepPlan, todo: list[Job], processes: int) -> None:
+    """sweep.json (once) and the sweep's first lines; main process only."""
     store.write_sweep_file(plan.out_dir, plan.cfg)
     total = len(plan.datasets) * len(plan.models) * plan.runs_per_model
     logger.info("%d dataset(s) x %d model(s) x %d run(s) = %d runs -> %s", len(plan.datasets), len(plan.models),
                 plan.runs_per_model, total, plan.out_dir)
+    if processes > 1 or len(todo) < total:
+        logger.info("%d job(s) to do (runs, pretrainings, baselines) on %d process(es), whole runs each",
+                    len(todo), processes)
+    for data in plan.datasets.values():
+        logger.info("%s", data.summary())
 
 
-def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False) -> SweepResult:
-    """Run (or resume) a planned sweep and write the reports (``result.paths``; none on non-main processes)."""
+def _broadcast(value: Any, state: Any) -> Any:
+    """``value`` of the main process, on every process."""
+    if state.num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    box = [value]
+    broadcast_object_list(box, from_process=0)
+    return box[0]
+
+
+def _wait_for_all(jobs: list[Job], plan: SweepPlan, state: Any, tick: Callable[[], None]) -> None:
+    """Return once every run and baseline of the sweep lies in its directory (other processes write theirs);
+    ``tick`` is called while waiting. No collective call: a process may finish long before another."""
+    left = [j for j in jobs if j.kind != "pretrain"]
+    while True:
+        left = [j for j in left if not job_done(j, plan.out_dir, plan.ensemble)]
+        if not left:
+            return
+        if state.num_processes == 1:
+            raise RuntimeError(f"{len(left)} job(s) were left undone, e.g. {left[0].describe()}")
+        tick()
+        time.sleep(POLL_SECONDS)
+
+
+def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False, runs_per_device: int = 1) -> SweepResult:
+    """Run (or resume) a planned sweep and write the reports (``result.paths``; none on non-main processes).
+
+    Under a launch of N processes the jobs that are not finished are split over the processes (see
+    :func:`~jumbokit.timeseries.jobs.assign_jobs`); each trains its runs whole on its own device, alone, and
+    writes them to the sweep directory; every process then reads all of them back (the same result on each) and
+    the main process writes the reports. ``runs_per_device``: jobs run at once by each process (a pool)."""
     from tqdm.auto import tqdm
 
-    from ..training import make_accelerator
+    from ..training import launch_state
 
-    accelerator = make_accelerator(train_config(plan.cfg, 1e-3, 1, cpu=cpu))
-    _start(plan, accelerator)
-    total = len(plan.datasets) * len(plan.models) * plan.runs_per_model
-    bar = tqdm(total=total, desc="sweep", unit="run", disable=not (progress and accelerator.is_main_process),
+    if isinstance(runs_per_device, bool) or int(runs_per_device) != runs_per_device or runs_per_device < 1:
+        raise ValueError(f"runs per device must be a positive integer, got {runs_per_device!r}")
+    state = launch_state(cpu)
+    state.wait_for_everyone()  # every process has checked --out (plan_sweep) before anything is written there
+    jobs = sweep_jobs(plan)
+    todo = pending_jobs(jobs, plan.out_dir, plan.ensemble) if state.is_main_process else None
+    if state.is_main_process:
+        _start(plan, todo, state.num_processes)
+    todo = _broadcast(todo, state)
+    costs = [job_cost(job, plan.datasets[job.dataset], plan.cfg) for job in todo]
+    mine = assign_jobs(todo, costs, state.num_processes)[state.process_index]
+    runs = [job.path(plan.out_dir) for job in jobs if job.kind == "run"]
+    bar = tqdm(total=len(runs), desc="sweep", unit="run", disable=not (progress and state.is_main_process),
                dynamic_ncols=True)
-    sweep = _Sweep(cfg=plan.cfg, out_dir=plan.out_dir, grid=[(lr, do) for lr in plan.lrs for do in plan.dropouts],
-                   ensemble=plan.ensemble, accelerator=accelerator, bar=bar, cpu=cpu, data_dir=plan.data_dir)
-    with quiet_training():  # one line per dataset, not per epoch of every run
-        for data in plan.datasets.values():
-            if sweep.is_main:
-                (bar.write if progress else logger.info)(data.summary())
-            for model in plan.models:
-                _run_model(sweep, data, model)
-            _run_baselines(sweep, data, plan.baselines)
+
+    def tick(job: Job | None = None) -> None:  # the bar counts the finished runs of every process
+        bar.update(sum(path.exists() for path in runs) - bar.n)
+
+    ctx = JobContext(plan.datasets, plan.cfg, plan.out_dir, device=str(state.device), data_dir=plan.data_dir,
+                     wait=state.num_processes > 1 or runs_per_device > 1)
+    tick()
+    run_jobs(mine, ctx, int(runs_per_device), on_start=lambda job: bar.set_postfix_str(job.describe()), on_done=tick)
+    bar.set_postfix_str("waiting for the other processes" if state.num_processes > 1 else "")
+    _wait_for_all(jobs, plan, state, tick)
+    tick()
     bar.close()
-    result = _result(sweep, plan)
-    if sweep.is_main:
+    result = _result(_gather(plan, jobs), plan)
+    if state.is_main_process:
         result.paths = write_reports(plan.out_dir, result, plan.cfg)
     return result
 
@@ -271,10 +252,11 @@ def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False) -> 
 def run_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, out_dir: str | Path,
               lrs: Sequence[float] = SWEEP_LRS, dropouts: Sequence[float] = SWEEP_DROPOUTS,
               baseline: str | Sequence[str] | None = None, data_dir: str | Path | None = None,
-              progress: bool = True, skip_short: bool = False, cpu: bool = False, ensemble: int = 1) -> SweepResult:
+              progress: bool = True, skip_short: bool = False, cpu: bool = False, ensemble: int = 1,
+              runs_per_device: int = 1) -> SweepResult:
     """Check, run (or resume) the sweep and write the reports: :func:`plan_sweep` then :func:`execute_sweep`.
 
     Every dataset is loaded and checked before any training, so bad input fails with nothing written."""
     plan = plan_sweep(datasets, models, cfg, out_dir, lrs=lrs, dropouts=dropouts, baseline=baseline,
                       data_dir=data_dir, skip_short=skip_short, ensemble=ensemble)
-    return execute_sweep(plan, progress=progress, cpu=cpu)
+    return execute_sweep(plan, progress=progress, cpu=cpu, runs_per_device=runs_per_device)
