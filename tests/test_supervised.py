@@ -214,9 +214,9 @@ def test_small_gray_images_get_small_image_defaults(recipe, gray_digits):
 
     train = small_train(recipe, gray_digits)
     c = train.choices
-    assert (c.rule, train.in_chans, train.img_size, c.train_crop, c.padding, c.hflip, train.crop_pct) == (
-        "small", 1, 28, "pad", 4, 0.0, 1.0)
-    assert "RandomCrop" in transform_ops(train) and "RandomHorizontalFlip" not in transform_ops(train)
+    assert (c.rule, train.in_chans, train.img_size, c.train_crop, c.scale, c.hflip, train.crop_pct) == (
+        "small", 1, 28, "rrc", (0.7, 1.0), 0.0, 1.0)  # gray files: the digits' crops, no flip
+    assert "RandomResizedCrop" in transform_ops(train) and "RandomHorizontalFlip" not in transform_ops(train)
     assert train[0][0].shape == (1, 28, 28)
     # the statistics of the training images (all 48 of them: fewer than the sample size)
     pixels = np.stack([np.asarray(Image.open(p), dtype=np.float64) / 255 for p in gray_digits.glob("train/*/*.png")])
@@ -230,8 +230,7 @@ def test_small_gray_images_get_small_image_defaults(recipe, gray_digits):
     [
         (["--in-chans", "3"], lambda ds: ds.in_chans == 3 and ds[0][0].shape == (3, 28, 28) and len(ds.mean) == 3),
         (["--img-size", "32"], lambda ds: ds.img_size == 32 and ds[0][0].shape == (1, 32, 32)),
-        (["--scale", "0.7", "1"], lambda ds: ds.choices.scale == (0.7, 1.0) and "RandomResizedCrop" in transform_ops(ds)
-         and "RandomCrop" not in transform_ops(ds)),
+        (["--scale", "0.5", "1"], lambda ds: ds.choices.scale == (0.5, 1.0) and "RandomResizedCrop" in transform_ops(ds)),
         (["--ratio", "0.9", "1.1"], lambda ds: ds.choices.ratio == (0.9, 1.1) and ds.choices.train_crop == "rrc"),
         (["--hflip", "0.5"], lambda ds: "RandomHorizontalFlip" in transform_ops(ds)),
         (["--no-aug"], lambda ds: ds.choices.train_crop == "none" and "RandomCrop" not in transform_ops(ds)),
@@ -275,7 +274,8 @@ def test_supervised_run_on_small_gray_folder_records_its_choices(recipe, gray_di
     info = read_data_info(out)
     assert (info["in_chans"], info["img_size"], info["crop_pct"], info["defaults"], info["stats"]) == (
         1, 28, 1.0, "small", "data")
-    assert info["augmentation"]["train_crop"] == "pad" and info["augmentation"]["hflip"] == 0.0
+    assert info["augmentation"]["train_crop"] == "rrc" and info["augmentation"]["scale"] == [0.7, 1.0]
+    assert info["augmentation"]["hflip"] == 0.0
     assert info["classes"] == ["0", "1", "2", "3"] and 0.1 < info["mean"][0] < 0.5
     assert jumbokit.load(out).config["patch_size"] == 7  # a 4x4 grid at 28 px
     assert {r["split"] for r in result["rows"]} == {"val", "test"}

@@ -2,9 +2,10 @@
 
 ``resolve_choices`` turns the caller's values (None = choose) into a ``DataChoices`` by the rule of the dataset's
 kind: ``digits`` keeps its fixed defaults; ``folder:`` / ``hf:`` data whose files are small (longer side
-<= ``SMALL_IMAGE_MAX_SIDE`` px in ``PROBE_FILES`` files spread over the split) gets CIFAR-style defaults: size and
-channels from the files, pad-and-crop by img_size / 8, flips only for colour files, full-frame evaluation and
-normalisation statistics of a seeded sample of the training split; other data gets ImageNet's defaults. A value
+<= ``SMALL_IMAGE_MAX_SIDE`` px in ``PROBE_FILES`` files spread over the split) gets small-image defaults: size and
+channels from the files, full-frame evaluation, normalisation statistics of a seeded sample of the training split,
+and for colour files CIFAR-style pad-and-crop by img_size / 8 with flips, for gray files the digits' crops
+(RandomResizedCrop 0.7-1, MAE 0.5-1) without flips; other data gets ImageNet's defaults. A value
 the caller gives always wins.
 """
 from __future__ import annotations
@@ -152,13 +153,15 @@ def resolve_choices(
     stats = "given" if len(given) == 2 else ("data" if small else rule)
     if len(given) == 1:
         stats = f"{given[0]} given, {'std' if given[0] == 'mean' else 'mean'} {stats}"
+    gray_small = small and probe.in_chans == 1  # digit- and character-like: the digits' mild crops
     if no_aug:
         train_crop = "none"
-    elif small and crop_scale is None and ratio is None:
+    elif small and not gray_small and crop_scale is None and ratio is None:
         train_crop = "pad"
     else:
         train_crop = "rrc"
-    scale = tuple(crop_scale) if crop_scale is not None else d.crop_scale_for(task)
+    scale_defaults = DEFAULTS["digits"] if gray_small else d
+    scale = tuple(crop_scale) if crop_scale is not None else scale_defaults.crop_scale_for(task)
     flip_default = (0.5 if probe.in_chans == 3 else 0.0) if small else d.hflip
     return DataChoices(
         rule=rule, img_size=size, in_chans=chans, mean=mean_t, std=std_t,

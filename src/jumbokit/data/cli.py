@@ -29,8 +29,9 @@ AUGMENTATION_HELP = textwrap.fill(
     "Defaults per dataset: digits keeps its own (crops 0.7-1, MAE 0.5-1; no flip; its statistics; full frame). "
     f"folder:/hf: data whose files are small (at most {SMALL_IMAGE_MAX_SIDE} px on the longer side, a few files "
     "checked) gets small-image defaults: size and channels from the files (gray files -> 1 channel), "
-    f"pad-and-crop by img_size/{PAD_FRACTION} px, flips only for colour files, full-frame evaluation, and mean/std "
-    f"of {STATS_SAMPLES} training images (saved in the run's config.json for evaluation). Other data gets "
+    f"full-frame evaluation, mean/std of {STATS_SAMPLES} training images (saved in the run's config.json for "
+    f"evaluation), and for colour files pad-and-crop by img_size/{PAD_FRACTION} px with flips, for gray files the "
+    "digits' crops without flips. Other data gets "
     "ImageNet's: RandomResizedCrop 0.08-1 (MAE 0.2-1), flip 0.5, ImageNet statistics, crop-pct 0.875. "
     "Each flag below overrides its own choice only.", width=78
 )
@@ -158,7 +159,7 @@ def add_data_args(
 def _add_augmentation_args(parser: argparse.ArgumentParser) -> None:
     aug = parser.add_argument_group("augmentation and normalisation", AUGMENTATION_HELP)
     aug.add_argument("--scale", type=float, nargs=2, default=None, metavar=("LO", "HI"),
-                     help="train with RandomResizedCrop of this area range, e.g. 0.7 1 (default: see above)")
+                     help="train with RandomResizedCrop of this area range, e.g. 0.5 1 (default: see above)")
     aug.add_argument("--ratio", type=float, nargs=2, default=None, metavar=("LO", "HI"),
                      help="RandomResizedCrop aspect-ratio range (default: 0.75 1.33)")
     aug.add_argument("--hflip", type=float, default=None, metavar="P",
