@@ -3,6 +3,7 @@
 the TF32 switch."""
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 import torch
 
 from .config import TrainConfig
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["use_cpu", "launch_state", "make_accelerator", "resolve_precision", "is_fsdp", "configure_tf32",
            "check_tracker"]
@@ -92,6 +95,8 @@ def enable_cpu_fsdp(accelerator) -> bool:
     accelerator.state.fsdp_plugin = plugin
     accelerator.state.distributed_type = DistributedType.FSDP
     PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    if accelerator.is_main_process:
+        logger.info("FSDP2 over gloo on %d CPU processes", accelerator.num_processes)
     return True
 
 

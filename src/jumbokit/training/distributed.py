@@ -12,7 +12,8 @@ from torch import nn
 from .accelerator import is_fsdp
 from .evaluate import evaluate_classifier
 
-__all__ = ["process_seed", "seed_process", "check_sharding", "FullModel", "evaluate_loaders"]
+__all__ = ["process_seed", "seed_process", "check_sharding", "FullModel", "full_state_dict",
+           "evaluate_loaders"]
 
 
 def process_seed(seed: int, process_index: int) -> int:
@@ -60,11 +61,23 @@ class FullModel:
         processes get the sharded module)."""
         if not self.sharded:
             return self.acc.unwrap_model(self.prepared)
-        state = self.acc.get_state_dict(self.prepared)  # collective; full tensors on the main process
+        state = full_state_dict(self.acc, self.prepared)
         if self.copy is None:
             return self.acc.unwrap_model(self.prepared)
         self.copy.load_state_dict({k: v.to(next(self.copy.parameters()).device) for k, v in state.items()})
         return self.copy
+
+
+def full_state_dict(accelerator, prepared: nn.Module) -> dict[str, torch.Tensor]:
+    """The whole state dict of an FSDP-prepared model (collective: every process calls it).
+
+    FSDP2: the module's own ``state_dict()`` (its key renaming hooks apply: timm names) with every sharded
+    DTensor gathered by ``full_tensor()``; FSDP1: ``accelerator.get_state_dict`` (full tensors on the main
+    process)."""
+    if not getattr(accelerator, "is_fsdp2", False):
+        return accelerator.get_state_dict(prepared)
+    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach()
+            for k, v in prepared.state_dict().items()}
 
 
 def evaluate_loaders(accelerator, model: nn.Module, loaders: dict[str, Any],
