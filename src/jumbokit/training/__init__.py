@@ -5,7 +5,7 @@ run directories, a classification evaluation loop and the common recipe flags.
 from jumbokit.training import TrainConfig, fit, classification_loss, evaluate_classifier, RunDir
 cfg = TrainConfig(epochs=10, lr=1e-3, warmup_epochs=1, grad_clip=1.0)
 result = fit(model, train_loader, classification_loss(), cfg, out_dir="runs/x",
-             eval_fn=lambda m: evaluate_classifier(m, val_loader, prefix="val_"))
+             eval_loaders={"val": val_loader})   # val_top1, val_top5, val_loss, val_n; on every process
 ```
 """
 from .cli import (
@@ -19,7 +19,8 @@ from .cli import (
     train_config_from_args,
 )
 from .threads import ThreadChoice, add_threads_arg, configure_threads
-from .accelerator import configure_tf32, launch_state, make_accelerator
+from .accelerator import configure_tf32, launch_state, make_accelerator, resolve_precision
+from .distributed import evaluate_loaders, process_seed
 from .checkpoint import Checkpointer, TrainerState, save_final_model
 from .config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
 from .ema import WeightEMA
@@ -44,5 +45,6 @@ __all__ = [
     "default_out_dir", "prepare_out_dir", "run_cli", "one_line", "atomic_save_figure", "atomic_write_json", "atomic_write_text",
     "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "setup_threads", "configure_threads",
     "add_threads_arg", "ThreadChoice", "configure_tf32", "WeightEMA", "Checkpointer", "TrainerState", "StepPlan",
-    "MetricWindow", "RunningMean", "Progress", "find_latest_run", "read_data_record",
+    "MetricWindow", "RunningMean", "Progress", "find_latest_run", "read_data_record", "resolve_precision",
+    "evaluate_loaders", "process_seed",
 ]

@@ -28,18 +28,22 @@ EMA_FILE = "ema.safetensors"  # the weight average in a checkpoint (TrainConfig.
 
 
 class TrainerState:
-    """Optimizer step / epoch / micro-batch position, saved as ``trainer_state.json`` in each checkpoint."""
+    """Optimizer step / epoch / micro-batch position, saved as ``trainer_state.json`` in each checkpoint; a mid-epoch
+    checkpoint also keeps every process's running loss sum, so the resumed epoch's mean is the uninterrupted one."""
 
     def __init__(self) -> None:
         self.epoch = 0  # completed epochs
         self.step = 0  # optimizer steps taken
         self.batch_in_epoch = 0  # micro-batches consumed in the current epoch
+        self.epoch_loss: list[float] = []  # mid-epoch: each process's running loss sum of the current epoch
 
-    def to_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step, "batch_in_epoch": self.batch_in_epoch}
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "step": self.step, "batch_in_epoch": self.batch_in_epoch,
+                "epoch_loss": self.epoch_loss}
 
-    def load(self, data: dict[str, int]) -> None:
+    def load(self, data: dict[str, Any]) -> None:
         self.epoch, self.step, self.batch_in_epoch = data["epoch"], data["step"], data["batch_in_epoch"]
+        self.epoch_loss = list(data.get("epoch_loss", []))
 
 
 class Checkpointer:

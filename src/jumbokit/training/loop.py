@@ -202,6 +202,8 @@ def _train_epoch(f: _Fit, epoch: int) -> RunningMean:
     batches = acc.skip_first_batches(f.loader, state.batch_in_epoch) if state.batch_in_epoch else f.loader
     f.model.train()
     epoch_loss, window = RunningMean(acc.device), MetricWindow(cfg.grad_accum)
+    if state.batch_in_epoch and len(state.epoch_loss) == acc.num_processes:  # resumed from a mid-epoch checkpoint
+        epoch_loss.restore(state.epoch_loss, state.batch_in_epoch, acc.process_index)
     update_join = getattr(f.unwrapped, "update_join", None)
     on_step = getattr(f.loss_fn, "on_step", None)
     for batch in batches:
@@ -245,7 +247,8 @@ def _after_optimizer_step(f: _Fit, epoch: int, window: MetricWindow, epoch_loss:
         f.progress.show(epoch=epoch + 1, loss=f"{record['loss']:.4f}", lr=f"{f.lr:.2e}")
     if (f.checkpointer is not None and cfg.checkpoint_steps and state.step % cfg.checkpoint_steps == 0
             and state.batch_in_epoch < f.plan.batches):
-        check_finite(epoch_loss.total(acc), f"in epoch {epoch + 1} before step {state.step}", cfg.lr)
+        state.epoch_loss = epoch_loss.sums(acc)
+        check_finite(sum(state.epoch_loss), f"in epoch {epoch + 1} before step {state.step}", cfg.lr)
         f.checkpointer.save(state, end_of_epoch=False)
 
 
@@ -253,7 +256,7 @@ def _end_epoch(f: _Fit, epoch: int, epoch_loss: RunningMean, started: float, eva
     """The epoch's record (train loss, time, the evaluations) to metrics.jsonl, the epoch line, trackers and
     ``on_epoch_end``; the epoch checkpoint when due. Returns the record."""
     acc, cfg, state = f.acc, f.cfg, f.state
-    state.epoch, state.batch_in_epoch = epoch + 1, 0
+    state.epoch, state.batch_in_epoch, state.epoch_loss = epoch + 1, 0, []
     train_loss = epoch_loss.mean(acc)
     check_finite(train_loss, f"in epoch {epoch + 1} (up to step {state.step})", cfg.lr)
     record: dict[str, Any] = {"kind": "epoch", "epoch": epoch + 1, "step": state.step, "lr": f.lr,

@@ -65,6 +65,16 @@ class RunningMean:
         self.sum += value.detach().float()
         self.count += 1
 
+    def sums(self, accelerator) -> list[float]:
+        """Every process's sum, in process order (a host sync); ``restore`` takes them back exactly."""
+        return accelerator.gather(self.sum.reshape(1)).tolist()
+
+    def restore(self, sums: list[float], count: int, process_index: int) -> None:
+        """Continue from this process's entry of ``sums`` after ``count`` values (a resumed epoch's mean then
+        equals the uninterrupted one's)."""
+        self.sum.fill_(sums[process_index])
+        self.count = count
+
     def mean(self, accelerator) -> float:
         """The mean over micro-batches, averaged over processes (a host sync)."""
         return accelerator.reduce(self.sum / max(1, self.count), "mean").item()
