@@ -9,7 +9,9 @@ in eval mode. Features are the global-token plug-in's pooled feature (``--featur
 J*D vector, ...) or the mean patch token (``--feature avg``). By default they are extracted once (eval
 transform) and the head is trained on the cached tensors, which is fast on a CPU; ``--no-cache-features``
 trains through the shared loop on augmented images instead (MAE's ImageNet protocol). Optimizer: LARS
-(MAE's linear-probe recipe, lr = blr * batch / 256) or AdamW. Reports top1 / top5 (percent) on val and test;
+(MAE's linear-probe recipe, lr = blr * global batch / 256) or AdamW. On N processes each embeds 1/N of every split
+and every process trains the same head on all gathered features with the global batch (--batch-size x N), so the
+same global batch gives the same probe on 1 or N processes. Reports top1 / top5 (percent) on val and test;
 writes config.json, metrics.jsonl, results.csv, report.md, summary.json and probe_head.safetensors to --out.
 """
 from __future__ import annotations
@@ -53,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="head optimizer; lars with its --blr is MAE's large-batch ImageNet recipe and moves a "
                           "head too little on a small dataset such as digits (default: %(default)s)")
     opt.add_argument("--blr", type=float, default=None,
-                     help="base lr, lr = blr * batch / 256 (default: 0.1 for LARS as in MAE, 3e-2 for AdamW)")
+                     help="base lr, lr = blr * global batch / 256 (default: 0.1 for LARS as in MAE, 3e-2 for AdamW)")
     opt.add_argument("--lr", type=float, default=None, help="absolute learning rate (default: from --blr)")
     opt.add_argument("--epochs", type=int, default=90, help="passes over the training set (default: %(default)s, as "
                                                             "MAE; raised by --min-steps unless given)")
@@ -62,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "optimizer steps; 0 = off (default: %(default)s)")
     opt.add_argument("--warmup-epochs", type=float, default=10.0, help="warm-up epochs (default: %(default)s, as MAE)")
     opt.add_argument("--batch-size", type=int, default=256,
-                     help="per-process batch; when not given it shrinks to a smaller training set "
-                          "(default: %(default)s)")
+                     help="per-process batch; the global batch (batch x processes) sets the lr and the steps, so "
+                          "the same global batch gives the same probe on 1 or N processes; when not given it shrinks "
+                          "to a smaller training set (default: %(default)s)")
     opt.add_argument("--weight-decay", type=float, default=0.0, help="weight decay of the matrix (default: 0, as MAE)")
     opt.add_argument("--momentum", type=float, default=0.9, help="LARS momentum (default: %(default)s)")
     opt.add_argument("--cache-features", action=argparse.BooleanOptionalAction, default=True,
@@ -74,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0,
                      help="random seed of the head, data order and subsets (default: %(default)s)")
     run.add_argument("--cpu", action="store_true", help="run on CPU even when a GPU is present (default: off)")
-    run.add_argument("--mixed-precision", default="no", choices=PRECISIONS,
-                     help="autocast precision with --no-cache-features (default: %(default)s)")
+    run.add_argument("--mixed-precision", default="auto", choices=PRECISIONS,
+                     help="autocast of the frozen encoder's forward (feature extraction; with --no-cache-features "
+                          "the whole training); auto = bf16 on a CUDA GPU, fp32 on a CPU (default: %(default)s)")
     run.add_argument("--no-progress", action="store_true",
                      help="hide progress bars; the summary lines stay (default: bars shown)")
     add_threads_arg(run)
@@ -109,12 +113,14 @@ def dataset_options(encoder_config: dict[str, Any], info: dict[str, Any], args: 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    import torch
+
     from jumbokit import ssl
-    from jumbokit.data import steps_per_epoch
     from jumbokit.data.cli import data_settings_from_args
     from jumbokit.logs import configure_logging
-    from jumbokit.training import (RunDir, TrainConfig, atomic_write_json, check_count_flags, epochs_for_min_steps,
-                                   launch_state, prepare_out_dir, setup_threads)
+    from jumbokit.training import (RunDir, TrainConfig, check_count_flags, launch_state, make_accelerator,
+                                   prepare_out_dir, setup_threads)
+    from jumbokit.training.accelerator import resolve_precision, use_cpu
     from jumbokit.training.cli import given_flags
     from jumbokit.training.rundir import read_data_record
 
@@ -137,53 +143,50 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     eval_sets = {split: settings.build(split, "eval", **common) for split in splits}
     train = settings.build(args.train_split, "eval" if args.cache_features else "supervised", seed=args.seed,
                            max_samples=args.max_train_samples, **common)
-    batch = ssl.fit_batch_size(args.batch_size, len(train), "batch_size" in given)
-    blr = args.blr if args.blr is not None else (0.1 if args.optimizer == "lars" else 3e-2)
-    lr = args.lr if args.lr is not None else blr * batch * state.num_processes / 256
-    per_step = batch if args.cache_features else batch * state.num_processes
-    min_steps = 0 if "epochs" in given else args.min_steps
-    epochs = epochs_for_min_steps(args.epochs, min_steps, steps_per_epoch(len(train), per_step))
+    plan = ssl.probe_plan(args.batch_size, len(train), state.num_processes, optimizer=args.optimizer, blr=args.blr,
+                          lr=args.lr, epochs=args.epochs, min_steps=0 if "epochs" in given else args.min_steps,
+                          batch_given="batch_size" in given)
+    precision = resolve_precision(args.mixed_precision, use_cpu(args.cpu))
+    torch.manual_seed(args.seed)  # the head's initial weights: the same on every process
     probe = ssl.LinearProbe(encoder, num_classes=train.num_classes, feature=args.feature).to(state.device)
     run = RunDir(out, enabled=state.is_main_process)
-    run_config = {"recipe": RECIPE, "checkpoint": str(checkpoint), "args": vars(args), "lr": lr, "batch_size": batch,
-                  "epochs": epochs, "data": train.info(), "encoder_config": encoder.config,
+    run_config = {"recipe": RECIPE, "checkpoint": str(checkpoint), "args": vars(args), "lr": plan.lr,
+                  "batch_size": plan.batch_size, "effective_batch": plan.effective_batch, "epochs": plan.epochs,
+                  "num_processes": state.num_processes, "data": train.info(), "encoder_config": encoder.config,
                   "feature_dim": probe.head.bn.num_features}
-    raised = f" (raised from {args.epochs} by --min-steps {args.min_steps})" if epochs > args.epochs else ""
+    raised = f" (raised from {args.epochs} by --min-steps {args.min_steps})" if plan.epochs > args.epochs else ""
+    per_process = f" ({plan.batch_size} x {state.num_processes} processes)" if state.num_processes > 1 else ""
     logger.info(f"linear probe of {checkpoint} ({encoder.config.get('global_tokens')} tokens, feature "
                 f"{args.feature!r}, {probe.head.bn.num_features} dims) on {dataset}: {len(train)} train images, "
-                f"{args.optimizer} lr {lr:.3g}, batch {batch}, {epochs} epochs{raised}, "
-                f"{'cached features' if args.cache_features else 'augmented images'}")
-    progress = not args.no_progress and state.is_main_process
+                f"{args.optimizer} lr {plan.lr:.3g}, batch {plan.effective_batch}{per_process}, {plan.epochs} epochs"
+                f"{raised}, {'cached features' if args.cache_features else 'augmented images'}, {precision} autocast")
+    cfg = TrainConfig(epochs=plan.epochs, lr=plan.lr, min_lr=0.0, weight_decay=args.weight_decay,
+                      optimizer=args.optimizer, momentum=args.momentum, warmup_epochs=args.warmup_epochs,
+                      seed=args.seed, mixed_precision=precision, cpu=args.cpu, progress=not args.no_progress,
+                      checkpoint_every=0, save_model=False)
     if args.cache_features:
         run.write_config(run_config)
         run.write_text(RunDir.METRICS, "")
-        optimizer = ssl.build_probe_optimizer(probe.head, args.optimizer, lr=lr, weight_decay=args.weight_decay,
+        optimizer = ssl.build_probe_optimizer(probe.head, args.optimizer, lr=plan.lr, weight_decay=args.weight_decay,
                                               momentum=args.momentum)
         results = ssl.probe_on_features(
-            probe, train, eval_sets, optimizer, epochs=epochs, batch_size=batch, warmup_epochs=args.warmup_epochs,
-            seed=args.seed, num_workers=args.num_workers, device=state.device, progress=progress,
+            probe, train, eval_sets, optimizer, accelerator=make_accelerator(cfg), epochs=plan.epochs,
+            batch_size=plan.effective_batch, warmup_epochs=args.warmup_epochs, seed=args.seed,
+            num_workers=args.num_workers, progress=cfg.progress and state.is_main_process,
             train_split=args.train_split, on_epoch=lambda record: run.append_metrics({"kind": "epoch", **record}))
     else:
-        cfg = TrainConfig(epochs=epochs, lr=lr, min_lr=0.0, weight_decay=args.weight_decay, optimizer=args.optimizer,
-                          momentum=args.momentum, warmup_epochs=args.warmup_epochs, seed=args.seed,
-                          mixed_precision=args.mixed_precision, cpu=args.cpu, progress=not args.no_progress,
-                          checkpoint_every=0, save_model=False)
-        probe, results = ssl.probe_on_images(probe, train, eval_sets, cfg, out, batch_size=batch,
+        probe, results = ssl.probe_on_images(probe, train, eval_sets, cfg, out, batch_size=plan.batch_size,
                                              num_workers=args.num_workers, world_size=state.num_processes,
                                              run_config=run_config)
     summary: dict[str, Any] = {}
     if state.is_main_process:
-        rows = ssl.results_rows(results)
-        ssl.save_probe_head(probe.head, out / "probe_head.safetensors",
-                            {"feature": args.feature, "checkpoint": str(checkpoint)})
-        summary = {"checkpoint": str(checkpoint), "dataset": dataset, "feature": args.feature, "lr": lr,
-                   "optimizer": args.optimizer, "epochs": epochs, "batch_size": batch,
-                   **{f"{split}_top1": m["top1"] for split, m in results.items() if " " not in split}}
-        atomic_write_json(out / "summary.json", summary)
-        run.write_results_csv(rows)
-        run.write_report(ssl.probe_report(checkpoint, dataset, f"Frozen encoder ({encoder.config.get('global_tokens')}"
-                                          f" global tokens), feature `{args.feature}`, head BatchNorm1d(affine=False)"
-                                          f" + Linear, {args.optimizer} lr {lr:.3g}, {epochs} epochs.", rows))
+        summary = {"checkpoint": str(checkpoint), "dataset": dataset, "feature": args.feature, "lr": plan.lr,
+                   "optimizer": args.optimizer, "epochs": plan.epochs, "batch_size": plan.batch_size,
+                   "effective_batch": plan.effective_batch}
+        rows, summary = ssl.write_probe_outputs(out, probe.head, results, summary, (
+            f"Frozen encoder ({encoder.config.get('global_tokens')} global tokens), feature `{args.feature}`, head "
+            f"BatchNorm1d(affine=False) + Linear, {args.optimizer} lr {plan.lr:.3g}, global batch "
+            f"{plan.effective_batch}, {plan.epochs} epochs."))
         print(f"linear probe ({args.feature} feature, {args.optimizer})\n{ssl.results_text(rows)}\n"
               f"wrote {out}/results.csv, report.md, probe_head.safetensors")
     state.wait_for_everyone()

@@ -4,19 +4,22 @@ loop, the results rows (``top1``/``top5`` in percent, ``loss``, ``n``), the save
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from jumbokit.training.optim import param_groups
+from jumbokit.data import steps_per_epoch
+from jumbokit.training.optim import epochs_for_min_steps, param_groups
 
-from .linear_probe import LinearProbe, evaluate_head, extract_features, train_head_on_features
+from .features import extract_split_features
+from .linear_probe import LinearProbe, evaluate_head, train_head_on_features
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_image_encoder", "probe_on_features", "probe_on_images", "fit_batch_size", "results_rows", "results_text",
-           "save_probe_head", "probe_report"]
+__all__ = ["load_image_encoder", "ProbePlan", "probe_plan", "fit_batch_size", "probe_on_features", "probe_on_images",
+           "results_rows", "results_text", "save_probe_head", "probe_report", "write_probe_outputs"]
 
 
 def load_image_encoder(checkpoint: Path):
@@ -34,17 +37,51 @@ def load_image_encoder(checkpoint: Path):
     return encoder
 
 
-def fit_batch_size(batch_size: int, num_samples: int, given: bool) -> int:
-    """The probe batch for ``num_samples`` training samples: a default batch shrinks to fit (logged); a batch the
-    user gave that does not fit raises ``ValueError``."""
-    if batch_size <= num_samples:
+def fit_batch_size(batch_size: int, num_samples: int, given: bool, world_size: int = 1) -> int:
+    """The per-process probe batch for ``num_samples`` training samples on ``world_size`` processes (the global
+    batch ``batch_size * world_size`` must fit): a default batch shrinks to fit (logged); a batch the user gave that
+    does not fit raises ``ValueError``."""
+    if batch_size * world_size <= num_samples:
         return batch_size
+    fitted = max(1, num_samples // world_size)
+    on = f" x {world_size} processes" if world_size > 1 else ""
     if given:
-        raise ValueError(f"--batch-size {batch_size} is larger than the {num_samples} training samples; "
-                         f"pass --batch-size <= {num_samples}")
-    logger.info(f"batch size {num_samples} (the default {batch_size} is larger than the {num_samples} training "
+        raise ValueError(f"--batch-size {batch_size}{on} is larger than the {num_samples} training samples; "
+                         f"pass --batch-size <= {fitted}")
+    logger.info(f"batch size {fitted}{on} (the default {batch_size}{on} is larger than the {num_samples} training "
                 "samples)")
-    return num_samples
+    return fitted
+
+
+DEFAULT_BLR = {"lars": 0.1, "adamw": 3e-2}  # MAE's LARS base lr; AdamW's moves a small head enough
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """The head's optimisation on a launch: per-process batch, global batch (one optimizer step), peak lr, epochs."""
+
+    batch_size: int
+    effective_batch: int
+    lr: float
+    epochs: int
+
+
+def probe_plan(batch_size: int, num_samples: int, num_processes: int = 1, *, optimizer: str = "adamw",
+               blr: float | None = None, lr: float | None = None, epochs: int = 90, min_steps: int = 0,
+               batch_given: bool = False) -> ProbePlan:
+    """The probe's batch, lr and epochs for ``num_samples`` training samples on ``num_processes`` processes.
+
+    The global batch is ``batch_size * num_processes`` (``batch_size`` shrunk to fit unless ``batch_given``, see
+    ``fit_batch_size``); the lr follows it as in MAE, ``lr = blr * global batch / 256`` (``lr`` given wins), and the
+    epochs are raised to reach ``min_steps`` optimizer steps of the global batch, so one plan holds for any process
+    count that gives the same global batch."""
+    if optimizer not in DEFAULT_BLR:
+        raise ValueError(f"unknown probe optimizer {optimizer!r}; expected one of {sorted(DEFAULT_BLR)}")
+    batch = fit_batch_size(batch_size, num_samples, batch_given, num_processes)
+    global_batch = batch * num_processes
+    peak = lr if lr is not None else (blr if blr is not None else DEFAULT_BLR[optimizer]) * global_batch / 256
+    total = epochs_for_min_steps(epochs, min_steps, steps_per_epoch(num_samples, global_batch))
+    return ProbePlan(batch, global_batch, float(peak), total)
 
 
 def _with_n(metrics: dict[str, float], count: int) -> dict[str, float]:
@@ -52,19 +89,21 @@ def _with_n(metrics: dict[str, float], count: int) -> dict[str, float]:
 
 
 def probe_on_features(
-    probe: LinearProbe, train, eval_sets: dict[str, Any], optimizer: torch.optim.Optimizer, *, epochs: int,
-    batch_size: int, warmup_epochs: float, seed: int, num_workers: int | None, device: torch.device,
-    progress: bool, train_split: str = "train", on_epoch: Callable[[dict], None] | None = None,
+    probe: LinearProbe, train, eval_sets: dict[str, Any], optimizer: torch.optim.Optimizer, *, accelerator,
+    epochs: int, batch_size: int, warmup_epochs: float, seed: int, num_workers: int | None, progress: bool,
+    train_split: str = "train", on_epoch: Callable[[dict], None] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Extract the frozen features of ``train`` and every eval set once, train the head on them and evaluate it:
-    ``{split: {top1, top5, loss, n}}`` (the training split as ``"<split> (fit)"``)."""
-    from jumbokit.data import make_loader
+    """Extract the frozen features of ``train`` and every eval set once, sharded over the processes of
+    ``accelerator`` and gathered in dataset order; train the head on them and evaluate it:
+    ``{split: {top1, top5, loss, n}}`` (the training split as ``"<split> (fit)"``).
 
-    torch.manual_seed(seed)
+    ``batch_size`` is the global batch. Every process trains the same head on all the gathered features with it
+    (same seed, same order), so the head, its lr schedule and the results do not depend on the process count, and
+    each sample is evaluated once (``n`` = the split's size)."""
 
     def features(dataset, desc: str):
-        loader = make_loader(dataset, 256, train=False, num_workers=num_workers)
-        return extract_features(probe.encoder, loader, probe.feature, device, progress=progress, desc=desc)
+        return extract_split_features(probe.encoder, dataset, accelerator, probe.feature, num_workers=num_workers,
+                                      progress=progress, desc=desc)
 
     train_feats, train_labels = features(train, f"features {train_split}")
     cached = {split: features(ds, f"features {split}") for split, ds in eval_sets.items()}
@@ -95,27 +134,19 @@ def probe_on_images(
     probe: LinearProbe, train, eval_sets: dict[str, Any], cfg, out: Path, *, batch_size: int,
     num_workers: int | None, world_size: int, run_config: dict[str, Any],
 ) -> tuple[LinearProbe, dict[str, dict[str, float]]]:
-    """Train the head through the shared loop (``fit``) on augmented images, the encoder frozen; evaluate on every
-    eval set. Returns the trained probe and ``{split: {top1, top5, loss, n}}``."""
+    """Train the head through the shared loop (``fit``) on augmented images, the encoder frozen, with every eval set
+    evaluated after each epoch on every process (each on its shard, each sample once). Returns the trained probe and
+    the last epoch's ``{split: {top1, top5, loss, n}}``."""
     from jumbokit.data import make_loader
-    from jumbokit.training import classification_loss, evaluate_classifier, fit, make_accelerator
+    from jumbokit.training import classification_loss, fit, make_accelerator
 
     accelerator = make_accelerator(cfg, out)
     train_loader = make_loader(train, batch_size, seed=cfg.seed, num_workers=num_workers, world_size=world_size)
     loaders = {split: make_loader(ds, batch_size, train=False, num_workers=num_workers)
                for split, ds in eval_sets.items()}
-    first = next(iter(loaders), None)
-
-    def eval_fn(net) -> dict[str, float]:
-        if first is None:
-            return {}
-        metrics = _percent(evaluate_classifier(net, loaders[first]))
-        return {f"{first}_{k}": v for k, v in metrics.items() if k != "n"}
-
-    result = fit(probe, train_loader, classification_loss(), cfg, out_dir=out, eval_fn=eval_fn,
-                 accelerator=accelerator, params=param_groups(probe.head, cfg.weight_decay), run_config=run_config)
-    trained = result.model
-    return trained, {split: _percent(evaluate_classifier(trained, loader)) for split, loader in loaders.items()}
+    result = fit(probe, train_loader, classification_loss(), cfg, out_dir=out, accelerator=accelerator,
+                 params=param_groups(probe.head, cfg.weight_decay), eval_loaders=loaders, run_config=run_config)
+    return result.model, {split: _percent(result.final, f"{split}_") for split in loaders}
 
 
 def results_rows(results: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
@@ -146,3 +177,20 @@ def probe_report(checkpoint: Path, dataset: str, description: str, rows: list[di
 
     return "\n".join([f"# Linear probe of `{checkpoint}` on {dataset}", "", description, "",
                       "## Accuracy (top1 / top5 in %)", "", markdown_table(rows, digits=4), ""])
+
+
+def write_probe_outputs(out: Path, head: torch.nn.Module, results: dict[str, dict[str, float]],
+                        summary: dict[str, Any], description: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Write a probe run's files into ``out``: probe_head.safetensors, summary.json (``summary`` plus each
+    evaluated split's ``{split}_top1``), results.csv and report.md. Returns the results rows and the summary."""
+    from jumbokit.training import RunDir, atomic_write_json
+
+    rows = results_rows(results)
+    checkpoint, dataset = summary["checkpoint"], summary["dataset"]
+    save_probe_head(head, out / "probe_head.safetensors", {"feature": summary["feature"], "checkpoint": checkpoint})
+    summary = {**summary, **{f"{split}_top1": m["top1"] for split, m in results.items() if " " not in split}}
+    atomic_write_json(out / "summary.json", summary)
+    run = RunDir(out)
+    run.write_results_csv(rows)
+    run.write_report(probe_report(Path(checkpoint), dataset, description, rows))
+    return rows, summary
