@@ -71,8 +71,8 @@ def train(name: str, seed: int, args) -> dict:
         subprocess.run(cmd, check=True, cwd=ROOT)
     with results.open() as fh:
         rows = {r["split"]: r for r in csv.DictReader(fh)}
-    return {"model": name, "seed": seed, "test_acc1": 100 * float(rows["test"]["acc1"]),
-            "val_acc1": 100 * float(rows["val"]["acc1"]), "train_time_s": float(rows["test"]["train_time_s"])}
+    return {"model": name, "seed": seed, "test_acc1": float(rows["test"]["top1"]),
+            "val_acc1": float(rows["val"]["top1"]), "train_time_s": float(rows["test"]["train_time_s"])}
 
 
 @torch.no_grad()

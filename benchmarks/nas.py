@@ -55,7 +55,7 @@ def retrain(arch_file: Path, out: Path, seed: int, epochs: int, redo: bool) -> f
                         "--seed", str(seed), "--epochs", str(epochs), "--out", str(out), "--overwrite",
                         "--no-progress"], check=True, cwd=ROOT)
     with (out / "results.csv").open() as fh:
-        return 100 * float(next(r for r in csv.DictReader(fh) if r["split"] == "test")["acc1"])
+        return float(next(r for r in csv.DictReader(fh) if r["split"] == "test")["top1"])
 
 
 def write_arch(path: Path, space: nas.SearchSpace, arch: dict) -> Path:
@@ -92,7 +92,7 @@ def main(argv=None) -> dict:
         found = nas.random_search(space, lambda a: 0.0, target, evaluations=1, seed=100 + i, window=0.9,
                                   flops=lambda a: space.flops(a, img, chans, classes))
         arch = found.history[0]["arch"]
-        inherited = 100 * evaluate_classifier(supernet.extract(arch).eval(), batches, topk=(1,))["acc1"]
+        inherited = evaluate_classifier(supernet.extract(arch).eval(), batches, topk=(1,))["top1"]
         standalone = retrain(write_arch(work / f"tau{i}.json", space, arch), work / f"tau{i}_s0", 0, args.epochs,
                              args.redo)
         tau_rows.append({"arch": i, "MFLOPs": round(found.history[0]["flops"] / 1e6, 2),

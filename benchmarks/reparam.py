@@ -300,7 +300,7 @@ def accuracy_digits(args) -> dict:
             for row in result["rows"]:
                 collapsed = "reparameterized" in row["model"]
                 runs.append(dict(variant=name + (" (collapsed)" if collapsed else ""), seed=seed,
-                                 split=row["split"], acc1=row["acc1"], train_time_s=result["train_time_s"]))
+                                 split=row["split"], acc1=row["top1"] / 100, train_time_s=result["train_time_s"]))
     return dict(dataset=f"digits ({args.digits_model}, patch {args.digits_patch})", epochs=args.digits_epochs,
                 steps=steps, join_warmup_steps=warmup, runs=runs, summary=_summarise(runs))
 

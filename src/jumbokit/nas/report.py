@@ -28,8 +28,7 @@ def subnet_top1(model: nn.Module, batches: Iterable, arch: dict[str, Any] | None
 
     forward: Callable | None = None if arch is None else (lambda m, x: m(x, arch))
     metrics = evaluate_classifier(model, batches, topk=(1,), forward=forward)
-    # evaluate_classifier moves from acc1 in [0, 1] to top1 in percent; read either until that lands
-    return float(metrics["top1"]) if "top1" in metrics else 100.0 * float(metrics["acc1"])
+    return float(metrics["top1"])
 
 
 def inherited_fitness(supernet: nn.Module, batches: Iterable) -> Callable[[dict[str, Any]], float]:
