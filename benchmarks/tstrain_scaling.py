@@ -1,0 +1,125 @@
+"""tstrain on 1 vs N processes: the same 12-run sweep launched once as one process and once as N torchrun
+processes (one CPU thread each), on the same machine.
+
+Checks that both give identical runs (every record's results and the stored validation / test probabilities,
+bit for bit) and reports the wall time of each launch (start-up, data loading, all runs, reports) and their
+ratio: with whole runs split between the processes the ideal on N free cores is N. The CPU seconds of all
+processes of a launch show the cost of going parallel (start-up and data loading repeated per process) also when
+the machine is busy and the wall-time ratio says little.
+
+    OMP_NUM_THREADS=1 python benchmarks/tstrain_scaling.py                    # 12 runs, 1 vs 2 processes
+    python benchmarks/tstrain_scaling.py --steps 60 --nproc 4 --out /tmp/tstrain_scaling
+
+Prints a table and writes benchmarks/results/tstrain_scaling.json and .md (or --json). Never run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from jumbokit.timeseries import store
+from jumbokit.training.rundir import atomic_write_text, markdown_table
+
+# 2 datasets x 2 models x 3 learning rates = 12 runs
+SWEEP = ["--dataset", "ItalyPowerDemand,GunPoint", "--model", "patchtst,patchtst_jumbo", "--lr", "1e-3,3e-4,1e-4",
+         "--dropout", "0.1", "--batch-size", "32", "--cpu", "--no-progress"]
+RESULT_KEYS = ("val_top1", "test_top1", "val_loss", "train_loss", "steps")
+
+
+def launch(nproc: int, argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of all its processes) of ``tstrain argv`` as one plain process or ``nproc``
+    torchrun processes, one thread each."""
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "jumbokit", "tstrain", *argv]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--standalone",
+               "-m", "jumbokit", "tstrain", *argv]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cpu_start, start = _children_cpu(), time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
+    if done.returncode != 0:
+        raise SystemExit(f"tstrain on {nproc} process(es) failed:\n{done.stderr[-3000:]}")
+    return seconds, cpu
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def runs_of(out: Path) -> dict[str, tuple[list, dict[str, np.ndarray]]]:
+    """Every run record's results and stored probabilities in a sweep directory."""
+    found = {}
+    for path in sorted((out / "runs").glob("*/*/*.json")):
+        if path.name.startswith((".", "pretrained_")):
+            continue
+        record = json.loads(path.read_text())
+        found[str(path.relative_to(out))] = ([record[k] for k in RESULT_KEYS],
+                                             store.load_proba(store.proba_path(path)) or {})
+    return found
+
+
+def identical(a: dict, b: dict) -> tuple[bool, int]:
+    """(whether two sweeps hold the same runs with the same results and probabilities, runs compared)."""
+    if sorted(a) != sorted(b):
+        return False, 0
+    same = all(a[k][0] == b[k][0] and set(a[k][1]) == set(b[k][1])
+               and all(np.array_equal(a[k][1][s], b[k][1][s]) for s in a[k][1]) for k in a)
+    return same, len(a)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps per run (default: 100)")
+    parser.add_argument("--nproc", type=int, default=2, help="processes of the parallel launch (default: 2)")
+    parser.add_argument("--out", default="runs/tstrain_scaling", help="scratch sweep directories (default: "
+                        "runs/tstrain_scaling; emptied first)")
+    parser.add_argument("--json", default="benchmarks/results/tstrain_scaling.json",
+                        help="result file; a markdown copy goes next to it (default: %(default)s)")
+    args = parser.parse_args()
+    out = Path(args.out)
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [*SWEEP, "--steps", str(args.steps)]
+    load_before = os.getloadavg()
+    timed = {n: launch(n, [*argv, "--out", str(out / f"p{n}")]) for n in (1, args.nproc)}
+    seconds = {n: wall for n, (wall, _) in timed.items()}
+    load_after = os.getloadavg()
+    same, runs = identical(runs_of(out / "p1"), runs_of(out / f"p{args.nproc}"))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    rows = [{"processes": n, "runs": runs, "wall_s": seconds[n], "cpu_s": timed[n][1],
+             "speed-up": seconds[1] / seconds[n]} for n in (1, args.nproc)]
+    result = {"command": "tstrain " + " ".join(argv), "threads_per_process": 1, "cores": cores,
+              "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+              "load_average_1min": {"before": load_before[0], "after": load_after[0]},
+              "identical_runs": same, "rows": rows, "speed_up": seconds[1] / seconds[args.nproc]}
+    loaded = max(load_before[0], load_after[0]) > 0.5 * cores
+    note = (f"Measured on a loaded machine (1-minute load average {load_before[0]:.1f} before, {load_after[0]:.1f} "
+            f"after, on {cores} cores): the ratio is not the idle one." if loaded else
+            f"Machine idle at the start (1-minute load average {load_before[0]:.1f} on {cores} cores).")
+    result["note"] = note
+    table = markdown_table(rows, formats={"wall_s": ".1f", "cpu_s": ".1f", "speed-up": ".2f"})
+    print(table)
+    print(f"identical runs on 1 and {args.nproc} processes: {same} ({runs} runs compared); {note}")
+    path = Path(args.json)
+    atomic_write_text(path, json.dumps(result, indent=1) + "\n")
+    atomic_write_text(path.with_suffix(".md"), "\n".join([
+        f"# tstrain on 1 vs {args.nproc} processes", "", f"`{result['command']}`, one CPU thread per process, "
+        f"{cores} cores. Whole runs are split between the processes.", "", table, "",
+        f"Identical runs (results and stored probabilities, bit for bit): {same} ({runs} runs).", "", note, "",
+        "Re-run on an idle machine: `OMP_NUM_THREADS=1 python benchmarks/tstrain_scaling.py`", ""]))
+
+
+if __name__ == "__main__":
+    main()
