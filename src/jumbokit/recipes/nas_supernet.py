@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from functools import partial
 
 import torch
 
@@ -45,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subnet_forward(supernet, images: torch.Tensor, arch: dict) -> torch.Tensor:
+    """Logits of the supernet's ``arch`` (the per-epoch evaluation of a probe architecture)."""
+    return supernet(images, arch)
+
+
 def main(argv: list[str] | None = None) -> dict:
     from jumbokit.training.cli import parse_run_args
 
@@ -53,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
     from jumbokit.data import data_settings_from_args, make_loader
     from jumbokit.encoders.flops import count_params
     from jumbokit.logs import configure_logging
-    from jumbokit.nas.report import subnet_top1, supernet_rows, write_supernet_report
+    from jumbokit.nas.report import supernet_rows, write_supernet_report
     from jumbokit.training import fit, launch_state, prepare_out_dir, setup_threads, train_config_from_args
 
     if args.num_archs < 1 or args.num_archs > args.batch_size:
@@ -81,8 +87,8 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = train_config_from_args(args)
     started = time.time()
     result = fit(supernet, train_loader, loss_fn, cfg, out_dir=out, accelerator=nas.supernet_accelerator(cfg, out),
-                 eval_fn=lambda model: {f"val_{name}_top1": subnet_top1(model, val_loader, arch)
-                                        for name, arch in probes.items()},
+                 eval_loaders={f"val_{name}": val_loader for name in probes},  # on every process, gathered
+                 eval_forward={f"val_{name}": partial(_subnet_forward, arch=arch) for name, arch in probes.items()},
                  run_config={"recipe": "nas_supernet", "space": space.to_dict(), "args": vars(args),
                              "data": {k: v for k, v in train.info().items() if k not in ("split", "task")}},
                  resume_record=parsed.resume_record)

@@ -12,6 +12,8 @@ from torch import nn
 from .accelerator import is_fsdp
 from .evaluate import evaluate_classifier
 
+Forward = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+
 __all__ = ["process_seed", "seed_process", "check_sharding", "FullModel", "full_state_dict",
            "evaluate_loaders"]
 
@@ -81,13 +83,14 @@ def full_state_dict(accelerator, prepared: nn.Module) -> dict[str, torch.Tensor]
 
 
 def evaluate_loaders(accelerator, model: nn.Module, loaders: dict[str, Any],
-                     forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None) -> dict[str, Any]:
+                     forward: Forward | dict[str, Forward] | None = None) -> dict[str, Any]:
     """``evaluate_classifier`` of ``model`` on every prepared loader, each process on its shard, combined with
     ``gather_for_metrics``: ``{f"{split}_top1", f"{split}_top5", f"{split}_loss", f"{split}_n"}`` per split,
-    the same on every process."""
+    the same on every process. ``forward(model, images) -> logits``: one for every split, or one per split."""
     out: dict[str, Any] = {}
     with accelerator.autocast():
         for split, loader in loaders.items():
-            out.update(evaluate_classifier(model, loader, forward=forward, prefix=f"{split}_",
+            split_forward = forward.get(split) if isinstance(forward, dict) else forward
+            out.update(evaluate_classifier(model, loader, forward=split_forward, prefix=f"{split}_",
                                            accelerator=accelerator))
     return out

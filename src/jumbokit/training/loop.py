@@ -108,7 +108,7 @@ def fit(
     params: Iterable | None = None,
     *,
     eval_loaders: dict[str, Iterable] | None = None,
-    eval_forward: Callable[[nn.Module, Any], Any] | None = None,
+    eval_forward: Callable[[nn.Module, Any], Any] | dict[str, Callable] | None = None,
     on_plan: Callable[[StepPlan], None] | None = None,
     run_config: dict[str, Any] | None = None,
     resume_record: dict[str, Any] | None = None,
@@ -132,7 +132,8 @@ def fit(
         eval_loaders: ``{split: loader of (images, labels)}`` evaluated after every epoch on every process (each
             on its shard of the prepared loader) and combined with ``gather_for_metrics``, so each sample counts
             once: the record gets ``{split}_top1``, ``{split}_top5`` (percent), ``{split}_loss``, ``{split}_n``.
-        eval_forward: ``eval_forward(model, images) -> logits`` for ``eval_loaders`` (default ``model(images)``).
+        eval_forward: ``eval_forward(model, images) -> logits`` for ``eval_loaders`` (default ``model(images)``),
+            or a dict of them by split.
         on_plan: told the ``StepPlan`` (steps per epoch and in all, after sharding) before the model is checked
             and prepared: schedules measured in steps (a progressive join's warm-up) are set here.
         run_config: entries for ``config.json`` next to the train config (dataset record, args); config.json
