@@ -60,8 +60,9 @@ def add_common_args(
     run.add_argument("--overwrite", action="store_true", help="replace an existing run in --out (default: off)")
     run.add_argument("--seed", type=int, default=0,
                      help="random seed of initialisation, data order and subsets (default: %(default)s)")
-    run.add_argument("--mixed-precision", default="no", choices=PRECISIONS,
-                     help="autocast precision of the forward pass (default: %(default)s)")
+    run.add_argument("--mixed-precision", default="auto", choices=PRECISIONS,
+                     help="autocast precision of the forward pass; auto: bf16 on a CUDA GPU that supports it, else "
+                          "no (fp32) (default: %(default)s)")
     run.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present (default: off)")
     run.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
                      help="on a CUDA GPU, run fp32 matmuls and convolutions on TF32 tensor cores "
