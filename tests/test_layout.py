@@ -134,7 +134,6 @@ def _size_violations() -> list[str]:
     return found
 
 
-@pytest.mark.xfail(strict=False, reason="modules and functions over the size limits are still being split")
 def test_modules_and_functions_stay_small():
     found = _size_violations()
     assert not found, "over the size limits:\n" + "\n".join(found)
