@@ -86,12 +86,15 @@ def test_collapse_is_exact(tokenizer: str, kind: str, n: int) -> None:
         assert (ref.global_tokens - out.global_tokens).abs().max().item() <= TOL
 
 
-def test_collapse_keeps_the_series_conv_stem() -> None:
+@pytest.mark.parametrize("front", [dict(conv_stem=8), dict(trunk="inception", trunk_width=2, trunk_diff=True,
+                                                          token_stats=True)])
+def test_collapse_keeps_the_series_front_end(front) -> None:
     torch.manual_seed(0)
-    model = branched(tiny_config("series", "jumbo", depth=4, conv_stem=8), 2)
+    model = branched(tiny_config("series", "jumbo", depth=4, **front), 2).eval()
     model.set_join(1.0)
     plain = jumbokit.reparameterize(model).eval()
-    assert plain.patch_embed.conv is not None
+    assert (plain.patch_embed.conv is not None) == bool(front.get("conv_stem"))
+    assert (plain.patch_embed.trunk is not None) == bool(front.get("trunk"))
     x = tiny_input("series", missing=True)
     with torch.no_grad():
         assert (model(x) - plain(x)).abs().max().item() <= TOL

@@ -39,6 +39,17 @@ def test_series_flops_match_counter(kind, conv_stem):
     assert encoder_flops(model) == counted_flops(model, torch.randn(1, 2, 30))
 
 
+@pytest.mark.parametrize("front", [
+    dict(trunk="inception"), dict(trunk="inception", trunk_depth=4, trunk_diff=True, token_stats=True),
+    dict(trunk="inception", trunk_depth=6, trunk_width=4), dict(trunk="resnet", trunk_width=8, trunk_diff=True),
+    dict(trunk="resnet", trunk_depth=1, token_stats=True), dict(token_stats=True),
+])
+def test_series_trunk_flops_match_counter(front):
+    model = Encoder(tokenizer="series", seq_len=30, patch_len=6, stride=3, in_chans=2, dim=32, depth=2,
+                    num_heads=4, mlp_hidden=64, num_classes=0, **CONFIGS["jumbo"], **front).eval()
+    assert encoder_flops(model) == counted_flops(model, torch.randn(1, 2, 30))
+
+
 @pytest.mark.parametrize("dim,patches,j", [(128, 8, 4), (128, 42, 4), (192, 196, 6), (64, 10, 2)])
 def test_proposition_1_equalises_layer_flops(dim, patches, j):
     r = matching_registers(dim, patches, j)

@@ -276,3 +276,18 @@ def test_fitted_estimator_pickles_with_its_normalizer(how):
     clf = PatchTSTClassifier(model="patchtst", patches=4, epochs=1, batch_size=8, normalize=how,
                              random_state=0).fit(X, y)
     np.testing.assert_allclose(pickle.loads(pickle.dumps(clf)).predict_proba(X), clf.predict_proba(X))
+
+
+def test_tstrain_trunk_front_end(tmp_path, capsys):
+    """--trunk/--diff/--token-stats reach the runs' models, sweep.json and the report; --diff alone is refused."""
+    out = tmp_path / "trunk"
+    front = ["--model", "patchtst_jumbo", "--trunk", "inception", "--trunk-width", "2", "--trunk-depth", "1",
+             "--diff", "--token-stats"]
+    assert cli.main(tiny(out, *front)) == 0
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["trunk"] == "inception" and sweep["trunk_width"] == 2 and sweep["trunk_diff"] is True
+    assert "inception trunk (1 x width 2, with the first difference)" in (out / "report.md").read_text()
+    capsys.readouterr()
+    assert cli.main(tiny(tmp_path / "bad", "--diff")) == 2
+    err = capsys.readouterr().err
+    assert "--diff feeds the first difference" in err and not (tmp_path / "bad").exists()

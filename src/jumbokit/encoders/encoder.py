@@ -33,6 +33,11 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "stride": None,
     "pad_end": True,
     "conv_stem": 0,  # width of convolutional patch features added to the linear projection (0 = none)
+    "trunk": None,  # full-resolution convolutional trunk whose window features join each token: inception | resnet
+    "trunk_width": 16,  # filters per branch (inception, 4 branches) or per layer (resnet)
+    "trunk_depth": 3,  # inception modules / residual blocks
+    "trunk_diff": False,  # the first difference of each channel as a second trunk input
+    "token_stats": False,  # each window's observed mean and std, projected and added to its token
     # shared
     "in_chans": 3,
     "pos_embed": "learn",
@@ -146,9 +151,10 @@ class Encoder(nn.Module):
         self.depth = depth
 
         if cfg["tokenizer"] == "image":
-            if cfg["conv_stem"]:
-                raise ValueError(f"conv_stem applies to series tokenizers only, got conv_stem={cfg['conv_stem']!r} "
-                                 "with tokenizer='image'")
+            series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "token_stats") if cfg[k]]
+            if series_only:
+                raise ValueError(f"{', '.join(series_only)} apply to series tokenizers only, got "
+                                 f"{', '.join(f'{k}={cfg[k]!r}' for k in series_only)} with tokenizer='image'")
             self.patch_embed: ImagePatchTokenizer | SeriesPatchTokenizer = ImagePatchTokenizer(
                 cfg["img_size"], cfg["patch_size"], cfg["in_chans"], dim,
                 dynamic_img_size=cfg["dynamic_img_size"], dynamic_img_pad=cfg["dynamic_img_pad"],
@@ -160,7 +166,8 @@ class Encoder(nn.Module):
                                  f"patch_len={cfg['patch_len']}, stride={cfg['stride']}")
             self.patch_embed = SeriesPatchTokenizer(
                 cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg["in_chans"], dim, pad_end=cfg["pad_end"],
-                conv_stem=cfg["conv_stem"],
+                conv_stem=cfg["conv_stem"], trunk=cfg["trunk"], trunk_width=cfg["trunk_width"],
+                trunk_depth=cfg["trunk_depth"], trunk_diff=cfg["trunk_diff"], token_stats=cfg["token_stats"],
             )
         else:
             raise ValueError(f"unknown tokenizer {cfg['tokenizer']!r}; expected 'image' or 'series'")

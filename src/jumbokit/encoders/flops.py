@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from .stages import multistage_config_check, stage_grids
+from .series_trunk import token_stats_flops, trunk_flops
 from .tokenizers import conv_stem_flops, series_patch_count
 
 __all__ = ["LayerFlops", "layer_flops", "encoder_flops", "multistage_flops", "matching_registers", "count_params",
@@ -92,13 +93,24 @@ def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int 
         embed = 2 * num_patches * dim * ph * pw * config.get("in_chans", 3)
         seqs = 1
     else:
-        embed = 2 * num_patches * dim * config["patch_len"]
-        width = config.get("conv_stem", 0)
-        if width:  # ConvPatchFeatures over the padded series
-            steps = config["seq_len"] + (config["stride"] if config.get("pad_end", True) else 0)
-            embed += conv_stem_flops(width, steps, num_patches, dim)
+        embed = _series_embed_flops(config, num_patches, dim)
         seqs = channels if channels is not None else config.get("in_chans", 1)
     return seqs * (depth * per_layer + embed)
+
+
+def _series_embed_flops(config: dict[str, Any], num_patches: int, dim: int) -> int:
+    """Series tokenizer FLOPs per channel-series: the linear patch projection plus the optional conv stem,
+    trunk and token statistics (the convolutions run over the padded series)."""
+    embed = 2 * num_patches * dim * config["patch_len"]
+    steps = config["seq_len"] + (config["stride"] if config.get("pad_end", True) else 0)
+    if config.get("conv_stem", 0):
+        embed += conv_stem_flops(config["conv_stem"], steps, num_patches, dim)
+    if config.get("trunk"):
+        embed += trunk_flops(config["trunk"], config.get("trunk_width", 16), config.get("trunk_depth", 3),
+                             steps, num_patches, dim, bool(config.get("trunk_diff", False)))
+    if config.get("token_stats"):
+        embed += token_stats_flops(num_patches, dim)
+    return embed
 
 
 def multistage_flops(model_or_config: nn.Module | dict[str, Any], img_size: int | tuple[int, int] | None = None,

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .series_trunk import TokenStats, TrunkPatchFeatures, window_max_mean
+
 __all__ = [
     "Tokens",
     "ImagePatchTokenizer",
@@ -215,6 +217,11 @@ class SeriesPatchTokenizer(nn.Module):
         dim: token width D.
         pad_end: extend the end by ``stride`` steps so the tail gets a patch.
         conv_stem: width W of the convolutional patch features (0 = the linear projection only).
+        trunk: "inception" | "resnet" | None: a full-resolution convolutional trunk whose features, reduced
+            per patch window, are added to each token (:class:`~jumbokit.encoders.series_trunk.TrunkPatchFeatures`).
+        trunk_width, trunk_depth: the trunk's filters per branch (inception) or layer (resnet), and its modules.
+        trunk_diff: feed each channel's first difference to the trunk as a second input.
+        token_stats: add each window's observed mean and standard deviation, projected (``TokenStats``).
     """
 
     kind = "series"
@@ -228,6 +235,11 @@ class SeriesPatchTokenizer(nn.Module):
         dim: int = 128,
         pad_end: bool = True,
         conv_stem: int = 0,
+        trunk: str | None = None,
+        trunk_width: int = 16,
+        trunk_depth: int = 3,
+        trunk_diff: bool = False,
+        token_stats: bool = False,
     ) -> None:
         super().__init__()
         if patch_len <= 0 or stride <= 0 or seq_len <= 0:
@@ -248,14 +260,21 @@ class SeriesPatchTokenizer(nn.Module):
         if isinstance(conv_stem, bool) or int(conv_stem) != conv_stem or conv_stem < 0 or conv_stem == 1:
             raise ValueError(f"expected conv_stem to be 0 (none) or an integer width >= 2, got {conv_stem!r}")
         self.conv = ConvPatchFeatures(int(conv_stem), dim, patch_len, stride) if conv_stem else None
+        if trunk_diff and not trunk:
+            raise ValueError("trunk_diff feeds the first difference to a convolutional trunk; pass trunk='inception' "
+                             "or 'resnet' with it")
+        self.trunk = (TrunkPatchFeatures(trunk, trunk_width, trunk_depth, dim, patch_len, stride, trunk_diff)
+                      if trunk else None)
+        self.stats = TokenStats(dim, patch_len, stride) if token_stats else None
 
     def forward(self, x: torch.Tensor) -> Tokens:
         values, observed = self.padded(x)  # (B, C, L')
         patches = self._windows(values)  # (B, C, N, P)
         batch, chans, num, _ = patches.shape
         tokens = self.proj(patches.reshape(batch * chans, num, self.patch_len))
-        if self.conv is not None:
-            tokens = tokens + self.conv(values, observed)
+        for features in (self.conv, self.trunk, self.stats):
+            if features is not None:
+                tokens = tokens + features(values, observed)
         pad_mask = None
         if observed is not None:
             pad_mask = ~self._windows(observed).any(-1).reshape(batch * chans, -1)
@@ -342,15 +361,8 @@ class ConvPatchFeatures(nn.Module):
     def forward(self, values: torch.Tensor, observed: torch.Tensor | None = None) -> torch.Tensor:
         batch, chans, length = values.shape
         feats = self.convs(values.reshape(batch * chans, 1, length))  # (B*C, W, L')
-        window = dict(kernel_size=self.patch_len, stride=self.stride)
-        if observed is None:
-            peak, mean = F.max_pool1d(feats, **window), F.avg_pool1d(feats, **window)
-        else:
-            seen = observed.reshape(batch * chans, 1, length).to(feats.dtype)
-            peak = F.max_pool1d(feats.masked_fill(seen == 0, float("-inf")), **window)
-            peak = peak.masked_fill(torch.isinf(peak), 0.0)  # windows with no observed step
-            mean = F.avg_pool1d(feats * seen, **window) / F.avg_pool1d(seen, **window).clamp_min(1.0 / self.patch_len)
-        return self.proj(torch.cat([peak, mean], dim=1).transpose(1, 2))  # (B*C, N, D)
+        seen = None if observed is None else observed.reshape(batch * chans, 1, length)
+        return self.proj(window_max_mean(feats, seen, self.patch_len, self.stride))  # (B*C, N, D)
 
 
 def conv_stem_flops(width: int, steps: int, num_patches: int, dim: int) -> int:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..encoders.series_trunk import TRUNKS
 from ..logs import configure_logging
 from ..training.cli import ema_decay_arg, setup_threads
 from ..training.threads import add_threads_arg
@@ -126,6 +127,18 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                        help="add convolutional patch features of width W to each token: two 1-D convolutions over "
                             "the series, max and mean within each patch; 0 = linear patches only, as PatchTST "
                             "(paper: 0; small-data: 32)")
+    model.add_argument("--trunk", choices=("none", *TRUNKS), default=None,
+                       help="a full-resolution convolutional trunk over each channel (stride 1): inception = "
+                            "InceptionTime modules (kernels 39/19/9 + max-pool), resnet = ResNet blocks (7/5/3); "
+                            "its features, max and mean per patch window, are added to each token (default: none)")
+    model.add_argument("--trunk-width", type=_positive_int, default=None, metavar="F",
+                       help="trunk filters per branch (inception: 4 branches) or per layer (resnet) (default: 16)")
+    model.add_argument("--trunk-depth", type=_positive_int, default=None, metavar="K",
+                       help="inception modules (a shortcut around every 3) or residual blocks (default: 3)")
+    model.add_argument("--diff", action="store_true",
+                       help="feed each channel's first difference to the trunk as a second input (needs --trunk)")
+    model.add_argument("--token-stats", action="store_true",
+                       help="add each patch window's mean and standard deviation, projected, to its token")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "
@@ -267,7 +280,13 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
         return value if value is not None else recipe[name]
 
     steps = args.steps if args.steps is not None else (None if args.epochs is not None else recipe["steps"])
+    trunk = None if args.trunk in (None, "none") else args.trunk
+    if args.diff and trunk is None:
+        raise ValueError("--diff feeds the first difference to a convolutional trunk; add --trunk inception or "
+                         "--trunk resnet")
     return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
+                       trunk=trunk, trunk_width=args.trunk_width or 16, trunk_depth=args.trunk_depth or 3,
+                       trunk_diff=args.diff, token_stats=args.token_stats,
                        epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize or recipe["normalize"],
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
                        protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,

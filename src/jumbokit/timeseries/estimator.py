@@ -69,6 +69,17 @@ class PatchTSTClassifier(BaseClassifier):
     conv_stem : int, default=0
         Width of convolutional patch features added to each token (two 1-D convolutions over the series,
         max and mean within each patch); 0 = linear patches only, as PatchTST.
+    trunk : {"inception", "resnet"} or None, default=None
+        A full-resolution convolutional trunk over each channel (InceptionTime modules or ResNet blocks,
+        stride 1); its features, max and mean per patch window, are added to each token.
+    trunk_width : int, default=16
+        Trunk filters per branch (inception, 4 branches) or per layer (resnet).
+    trunk_depth : int, default=3
+        Inception modules (a shortcut around every 3) or residual blocks.
+    trunk_diff : bool, default=False
+        Feed each channel's first difference to the trunk as a second input.
+    token_stats : bool, default=False
+        Add each patch window's mean and standard deviation, projected, to its token.
     ema_decay : float, default=0.0
         > 0: predict with the exponential moving average of the weights (updated after every step with this
         decay, e.g. 0.998) instead of the last weights.
@@ -119,7 +130,9 @@ class PatchTSTClassifier(BaseClassifier):
     def __init__(self, model: str = "patchtst_jumbo", patches: int = 8, epochs: int = 100, lr: float = 1e-3,
                  dropout: float = 0.1, batch_size: int | str = 256, weight_decay: float = 0.02, normalize: str = "train",
                  random_state: int | None = None, verbose: bool = False, steps: int | str | None = None,
-                 augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0) -> None:
+                 augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0,
+                 trunk: str | None = None, trunk_width: int = 16, trunk_depth: int = 3, trunk_diff: bool = False,
+                 token_stats: bool = False) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -132,6 +145,11 @@ class PatchTSTClassifier(BaseClassifier):
         self.pretrain_epochs = pretrain_epochs
         self.conv_stem = conv_stem
         self.ema_decay = ema_decay
+        self.trunk = trunk
+        self.trunk_width = trunk_width
+        self.trunk_depth = trunk_depth
+        self.trunk_diff = trunk_diff
+        self.token_stats = token_stats
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -156,7 +174,9 @@ class PatchTSTClassifier(BaseClassifier):
                           batch_size=self.batch_size if self.batch_size == "auto" else int(self.batch_size),
                           weight_decay=float(self.weight_decay), seed=seed, augment=self.augment,
                           steps=self.steps if self.steps is None or isinstance(self.steps, str) else int(self.steps),
-                          pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay))
+                          pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay),
+                          trunk=self.trunk, trunk_width=int(self.trunk_width), trunk_depth=int(self.trunk_depth),
+                          trunk_diff=bool(self.trunk_diff), token_stats=bool(self.token_stats))
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
                                   protocol="official")
@@ -190,5 +210,8 @@ class PatchTSTClassifier(BaseClassifier):
 
     @classmethod
     def _get_test_params(cls, parameter_set: str = "default") -> dict | list[dict]:
-        """Tiny settings for aeon's estimator checks."""
-        return {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
+        """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
+        with the first difference and token statistics."""
+        plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
+        trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True)
+        return [plain, trunk]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from jumbokit.encoders.series_trunk import TRUNKS
 from jumbokit.training.optim import epochs_for_min_steps
 
 __all__ = [
@@ -39,7 +40,9 @@ LARGE_DATASETS = frozenset({"Sleep", "Tiselac", "FaceDetection"})  # trained for
 RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len": None, "conv_stem": 0,
                                "augment": "none",
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
-                               "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0}
+                               "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
+                               "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
+                               "token_stats": False}
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
@@ -84,6 +87,11 @@ class SweepConfig:
     patches: int = 8
     max_patch_len: int | None = None  # longer series get more patches of this length (None = exactly `patches`)
     conv_stem: int = 0  # width of convolutional patch features added to each token (0 = linear patches only)
+    trunk: str | None = None  # full-resolution convolutional trunk: "inception" | "resnet" (None = none)
+    trunk_width: int = 16  # the trunk's filters per branch (inception) or per layer (resnet)
+    trunk_depth: int = 3  # inception modules or residual blocks
+    trunk_diff: bool = False  # each channel's first difference as a second trunk input
+    token_stats: bool = False  # each patch window's mean and std added to its token
     epochs: int | None = None  # None: 100, or 20 for LARGE_DATASETS
     batch_size: int | str = 256  # "auto": auto_batch_size(training series, channels)
     weight_decay: float = 0.02
@@ -120,6 +128,10 @@ class SweepConfig:
             ("steps", self.steps in (None, "auto") or int(self.steps) >= 1, "None, 'auto' or >= 1"),
             ("max_patch_len", self.max_patch_len is None or int(self.max_patch_len) >= 2, "None or >= 2"),
             ("conv_stem", self.conv_stem == 0 or int(self.conv_stem) >= 2, "0 (none) or a width >= 2"),
+            ("trunk", self.trunk in (None, *TRUNKS), f"None or one of {', '.join(TRUNKS)}"),
+            ("trunk_width", int(self.trunk_width) >= 1, ">= 1"),
+            ("trunk_depth", int(self.trunk_depth) >= 1, ">= 1"),
+            ("trunk_diff", not self.trunk_diff or self.trunk is not None, "False without a trunk"),
             ("pretrain_epochs", self.pretrain_epochs >= 0, ">= 0 (0 = no pretraining)"),
             ("pretrain_mask_ratio", 0 < self.pretrain_mask_ratio < 1, "in (0, 1)"),
             ("pretrain_lr", self.pretrain_lr > 0, "> 0"),
@@ -130,6 +142,12 @@ class SweepConfig:
         for name, ok, expected in checks:
             if not ok:
                 raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+
+    def tokenizer_options(self) -> dict[str, Any]:
+        """The series tokenizer's encoder options (conv stem, trunk, token statistics) of this sweep."""
+        return dict(conv_stem=int(self.conv_stem), trunk=self.trunk, trunk_width=int(self.trunk_width),
+                    trunk_depth=int(self.trunk_depth), trunk_diff=bool(self.trunk_diff),
+                    token_stats=bool(self.token_stats))
 
     def epochs_for(self, dataset: str, steps_per_epoch: int = 1) -> int:
         """The protocol's epochs (100; 20 for the largest sets), raised to reach ``min_steps`` steps."""

@@ -161,6 +161,11 @@ def training_text(cfg: SweepConfig) -> str:
                                            if cfg.max_patch_len else "")
     if cfg.conv_stem:
         patching += f" + convolutional patch features of width {cfg.conv_stem}"
+    if cfg.trunk:
+        patching += (f" + a full-resolution {cfg.trunk} trunk ({cfg.trunk_depth} x width {cfg.trunk_width}"
+                     + (", with the first difference" if cfg.trunk_diff else "") + ") pooled per patch")
+    if cfg.token_stats:
+        patching += " + per-patch mean/std"
     text = (f"{patching}; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}; "
             f"warm-up {int(100 * cfg.warmup_fraction)}% then cosine to {cfg.min_lr:g}; seed {cfg.seed}")
     if cfg.seeds > 1:

@@ -96,11 +96,12 @@ def quiet_training() -> Iterator[None]:
 
 def build_series_model(name: str, data: ClassificationData, patches: int, dropout: float = 0.0,
                        strict: bool = True, branches: int = 1, max_patch_len: int | None = None,
-                       conv_stem: int = 0) -> nn.Module:
+                       **tokenizer: Any) -> nn.Module:
     """The zoo model for a dataset: channels, length and classes from ``data``; ``dropout`` -> drop_rate.
 
     ``max_patch_len``: longer series get more patches of this length (see ``capped_patch_geometry``).
-    ``conv_stem=W``: add convolutional patch features of width W to each token (``ConvPatchFeatures``).
+    ``tokenizer``: series tokenizer options of the encoder (``conv_stem=W``, ``trunk="inception"``,
+    ``trunk_width``, ``trunk_depth``, ``trunk_diff``, ``token_stats``; see ``SweepConfig.tokenizer_options``).
     ``branches=n > 1``: the progressive-join training form with n times the layers in blocks of n parallel
     branches, which collapses exactly into the plain model's depth (``model.reparameterize()``)."""
     from ..encoders import create_model, model_config
@@ -114,7 +115,7 @@ def build_series_model(name: str, data: ClassificationData, patches: int, dropou
         extra = dict(branches=branches, depth=int(model_config(name, seq_len=data.seq_len)["depth"]) * branches)
     return create_model(name, num_classes=data.num_classes, in_chans=data.channels, seq_len=data.seq_len,
                         patches=patches, max_patch_len=max_patch_len, strict_patches=strict,
-                        drop_rate=float(dropout), conv_stem=int(conv_stem), **extra)
+                        drop_rate=float(dropout), **tokenizer, **extra)
 
 
 def check_patches(data: ClassificationData, patches: int) -> None:
@@ -130,7 +131,7 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
     """The sweep's model for ``data``, initialised from ``torch.manual_seed(seed)``."""
     torch.manual_seed(seed)
     return build_series_model(model_name, data, cfg.patches, dropout, strict=strict, branches=cfg.branches,
-                              max_patch_len=cfg.max_patch_len, conv_stem=cfg.conv_stem)
+                              max_patch_len=cfg.max_patch_len, **cfg.tokenizer_options())
 
 
 def series_loader(split: SeriesSplit, batch_size: int, shuffle: bool, seed: int = 0,

@@ -1,0 +1,103 @@
+"""The full-resolution convolutional trunk of the series tokenizer: shapes, missing steps, the first
+difference and token statistics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jumbokit
+from jumbokit.encoders.series_trunk import TokenStats, TrunkPatchFeatures, first_difference
+from jumbokit.encoders.tokenizers import SeriesPatchTokenizer
+
+FRONTS = [dict(trunk="inception"), dict(trunk="inception", trunk_depth=3, trunk_diff=True, token_stats=True),
+          dict(trunk="resnet", trunk_width=8, trunk_depth=2), dict(token_stats=True)]
+
+
+@pytest.mark.parametrize("kind, width, depth, out", [("inception", 4, 1, 16), ("inception", 4, 6, 16),
+                                                      ("resnet", 8, 2, 8)])
+def test_trunk_features_give_one_token_per_patch_window(kind, width, depth, out):
+    feats = TrunkPatchFeatures(kind, width, depth, dim=24, patch_len=10, stride=5)
+    assert feats.trunk.out_chans == out
+    tokens = feats(torch.randn(3, 2, 60))
+    assert tokens.shape == (6, (60 - 10) // 5 + 1, 24)  # (B*C, N, D)
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_the_trunk_sees_every_step_at_full_resolution(front):
+    """A change at one step moves the features of the windows holding it; a trunk also moves its neighbours'
+    (receptive field), the linear patch projection alone does not."""
+    torch.manual_seed(0)
+    tok = SeriesPatchTokenizer(seq_len=64, patch_len=8, stride=8, dim=16, pad_end=False, **front).eval()
+    x = torch.randn(1, 1, 64)
+    y = x.clone()
+    y[..., 20] += 1.0  # step 20 lies in window 2 (steps 16-23)
+    moved = (tok(x).tokens - tok(y).tokens).abs().sum(-1)[0]
+    assert moved[2] > 0
+    others = torch.cat([moved[:2], moved[3:]])
+    if front.get("trunk"):
+        assert moved[1] > 0 and moved[3] > 0
+    else:
+        assert others.sum() == 0
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_missing_steps_are_ignored_and_unequal_lengths_run(front):
+    """NaN padding at the end gives the tokens of the observed part of a series that is NaN-free and as long
+    (the trunk reads padding as 0, so only windows that touch the padding differ), with the padding masked."""
+    torch.manual_seed(0)
+    tok = SeriesPatchTokenizer(seq_len=48, patch_len=8, stride=4, dim=16, **front).eval()
+    x = torch.randn(2, 1, 48)
+    x[1, :, 30:] = float("nan")
+    out = tok(x)
+    assert torch.isfinite(out.tokens).all()
+    assert out.pad_mask is not None and out.pad_mask[1].any() and not out.pad_mask[0].any()
+    short = tok(x[1:2, :, :30])  # the same series, cut where the NaNs start
+    assert torch.isfinite(short.tokens).all()
+    if not front.get("trunk"):  # without a trunk, the first windows depend on their own steps only
+        torch.testing.assert_close(out.tokens[1, :5], short.tokens[0, :5])
+
+
+def test_models_with_a_trunk_train_and_keep_the_global_token_plugins():
+    for name in ("patchtst", "patchtst_registers", "patchtst_jumbo"):
+        model = jumbokit.create_model(name, num_classes=3, in_chans=2, seq_len=40, patches=8, trunk="inception",
+                                      trunk_width=4, trunk_depth=1, trunk_diff=True, token_stats=True)
+        x = torch.randn(4, 2, 40)
+        x[0, :, 25:] = float("nan")
+        loss = model(x).logsumexp(-1).mean()
+        loss.backward()
+        assert all(p.grad is not None for p in model.patch_embed.trunk.parameters())
+        assert model.config["global_tokens"] in ("cls", "registers", "jumbo")
+
+
+def test_first_difference_is_zero_where_a_step_is_missing():
+    x = torch.tensor([[[1.0, 3.0, 0.0, 4.0, 6.0]]])
+    seen = torch.tensor([[[True, True, False, True, True]]])
+    assert first_difference(x, seen).tolist() == [[[0.0, 2.0, 0.0, 0.0, 2.0]]]
+    assert first_difference(x, None).tolist() == [[[0.0, 2.0, -3.0, 4.0, 2.0]]]
+
+
+def test_token_stats_are_the_observed_mean_and_std_of_each_window():
+    stats = TokenStats(dim=2, patch_len=4, stride=4)
+    with torch.no_grad():
+        stats.proj.weight.copy_(torch.eye(2))
+        stats.proj.bias.zero_()
+    x = torch.tensor([[[1.0, 2.0, 3.0, 4.0, 5.0, 5.0, 0.0, 0.0]]])
+    seen = torch.tensor([[[True] * 6 + [False] * 2]])
+    out = stats(x, seen)[0]
+    torch.testing.assert_close(out[0], torch.tensor([2.5, (1.25 + 1e-5) ** 0.5]))
+    torch.testing.assert_close(out[1], torch.tensor([5.0, 1e-5 ** 0.5]))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(trunk="lstm"), "unknown trunk 'lstm'"), (dict(trunk="inception", trunk_width=0), "trunk_width"),
+    (dict(trunk_diff=True), "trunk_diff feeds the first difference"),
+])
+def test_bad_trunk_settings_name_the_setting(bad, message):
+    with pytest.raises(ValueError, match=message):
+        jumbokit.create_model("patchtst", num_classes=2, seq_len=40, **bad)
+
+
+def test_image_encoders_refuse_series_options():
+    with pytest.raises(ValueError, match="apply to series tokenizers only"):
+        jumbokit.create_model("vit_pico_cls", trunk="inception")
