@@ -99,5 +99,5 @@ def test_bad_trunk_settings_name_the_setting(bad, message):
 
 
 def test_image_encoders_refuse_series_options():
-    with pytest.raises(ValueError, match="apply to series tokenizers only"):
+    with pytest.raises(ValueError, match="trunk applies to series tokenizers only"):
         jumbokit.create_model("vit_pico_cls", trunk="inception")

@@ -153,7 +153,8 @@ class Encoder(nn.Module):
         if cfg["tokenizer"] == "image":
             series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "token_stats") if cfg[k]]
             if series_only:
-                raise ValueError(f"{', '.join(series_only)} apply to series tokenizers only, got "
+                verb = "applies" if len(series_only) == 1 else "apply"
+                raise ValueError(f"{', '.join(series_only)} {verb} to series tokenizers only, got "
                                  f"{', '.join(f'{k}={cfg[k]!r}' for k in series_only)} with tokenizer='image'")
             self.patch_embed: ImagePatchTokenizer | SeriesPatchTokenizer = ImagePatchTokenizer(
                 cfg["img_size"], cfg["patch_size"], cfg["in_chans"], dim,

@@ -1,0 +1,146 @@
+"""The full-resolution convolutional trunk on the local UCR/UEA sets, against the small-data recipe without it,
+aeon's ROCKET classifiers (same splits) and published ResNet / InceptionTime numbers (reference columns).
+
+    python benchmarks/timeseries_trunk.py                                   # every local set, patchtst_jumbo
+    python benchmarks/timeseries_trunk.py --datasets OSULeaf --seeds 3 --models patchtst,patchtst_jumbo
+
+Each set runs through the command the docs show,
+
+    tstrain --recipe small-data --conv-stem 0 --trunk inception --trunk-width 16 --trunk-depth 3 --diff \\
+            --seeds 1 --model patchtst_jumbo --threads 2 --cpu --out OUT
+
+one set at a time into the same sweep directory (finished runs are reused when the benchmark is run again).
+The recipe without the trunk and the three ROCKET classifiers come from ``--reference`` (the small-data
+benchmark's JSON, same seed-protocol splits); ResNet (Fawaz et al.) and InceptionTime are published numbers
+on the full official test sets, not ours and not on the same half split. Writes JSON and a markdown copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from jumbokit.timeseries import cli
+from jumbokit.timeseries.data import local_datasets
+from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
+
+# Published test accuracy (%), full official test sets. ResNet: hfawaz/dl-4-tsc results/results-ucr-128.csv
+# (UCRArchive_2018, mean of 5 iterations) and results/results-mts.csv (mean of 10); InceptionTime (ensemble
+# of 5): hfawaz/InceptionTime results-InceptionTime-128.csv, multivariate from results-mts.csv at commit 0d623a3
+# (since removed from the repository).
+RESNET = {"ACSF1": 91.6, "ArrowHead": 83.8, "GunPoint": 99.1, "ItalyPowerDemand": 96.2, "OSULeaf": 98.0,
+          "PLAID": 94.0, "PickupGestureWiimoteZ": 70.4, "JapaneseVowels": 99.2}
+INCEPTIONTIME = {"ACSF1": 92.0, "ArrowHead": 84.6, "GunPoint": 100.0, "ItalyPowerDemand": 96.5, "OSULeaf": 94.2,
+                 "PLAID": 94.4, "PickupGestureWiimoteZ": 76.0, "BasicMotions": 100.0, "JapaneseVowels": 99.2}
+BASELINES = ("minirocket", "multirocket", "hydra")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--datasets", default=None, help="comma-separated (default: every local UCR/UEA set)")
+    p.add_argument("--models", default="patchtst_jumbo", help="comma-separated (default: %(default)s)")
+    p.add_argument("--seeds", type=int, default=1, help="runs per set and model (default: %(default)s)")
+    p.add_argument("--trunk-args", default="--conv-stem 0 --trunk inception --trunk-width 16 --trunk-depth 3 --diff",
+                   help="the front-end flags of the arm (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=2, help="(default: %(default)s)")
+    p.add_argument("--out", default="runs/bench_ts_trunk", help="sweep directory (default: %(default)s)")
+    p.add_argument("--reference", default="benchmarks/results/timeseries_small.json",
+                   help="the small-data benchmark's JSON: the recipe without the trunk and the baselines")
+    p.add_argument("--json", default="benchmarks/results/timeseries_trunk.json", help="(default: %(default)s)")
+    return p.parse_args(argv)
+
+
+def tstrain(args: list[str]) -> None:
+    """Run ``tstrain`` in this process, its table silenced; a failure stops the benchmark."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(args)
+    if code != 0:
+        raise SystemExit(f"tstrain {' '.join(args)} failed (exit {code})")
+
+
+def reference_rows(path: Path) -> dict[tuple[str, str], dict]:
+    """(dataset, model) -> {"best", "avg", "ens", "seconds"} in percent from the small-data benchmark's JSON."""
+    rows = json.loads(path.read_text())["summary"]
+    return {(r["dataset"], r["model"]): {"best": 100 * r["best_test_acc"], "avg": 100 * r["avg_test_acc"],
+                                         "ens": 100 * r["ens_test_acc"],
+                                         "seconds": r["wall_seconds"] / max(1, r["runs"])}
+            for r in rows}
+
+
+def collect(out: Path, sets: list[str], models: list[str], ref: dict) -> list[dict]:
+    """One row per set and model: the trunk arm's runs beside the recipe's and the references."""
+    results = json.loads((out / "results.json").read_text())
+    summary = {(r["dataset"], r["model"]): r for r in results["summary"]}
+    rows = []
+    for d in sets:
+        for m in models:
+            arm, base = summary[(d, m)], ref.get((d, m), {})
+            rows.append({
+                "dataset": d, "model": m, "trunk_best": arm["test_top1"], "trunk_avg": arm["avg_test_top1"],
+                "trunk_runs": arm["runs"], "trunk_seconds": arm["wall_seconds"] / arm["runs"], "recipe_best": base.get("best"),
+                "recipe_avg": base.get("avg"), "recipe_seconds": base.get("seconds"),
+                **{b: ref.get((d, b), {}).get("best") for b in BASELINES},
+                "resnet_published": RESNET.get(d), "inceptiontime_published": INCEPTIONTIME.get(d),
+            })
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    def f(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    header = ["dataset", "model", "trunk: best / mean of runs", "recipe: best / mean of 3", "minirocket",
+              "multirocket", "hydra", "ResNet (published)", "InceptionTime (published)", "wall s per run: trunk / recipe"]
+    body = [[r["dataset"], r["model"], f"{f(r['trunk_best'])} / {f(r['trunk_avg'])}",
+             f"{f(r['recipe_best'])} / {f(r['recipe_avg'])}", f(r["minirocket"]), f(r["multirocket"]), f(r["hydra"]),
+             f(r["resnet_published"]), f(r["inceptiontime_published"]),
+             f"{r['trunk_seconds']:.0f} / {'-' if r['recipe_seconds'] is None else round(r['recipe_seconds'])}"]
+            for r in rows]
+    keys = ("trunk_best", "trunk_avg", "recipe_best", "recipe_avg", *BASELINES)
+    for m in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == m]
+        mean = {k: statistics.mean(r[k] for r in mine) if all(r[k] is not None for r in mine) else None
+                for k in keys}
+        body.append(["mean", m, f"{f(mean['trunk_best'])} / {f(mean['trunk_avg'])}",
+                     f"{f(mean['recipe_best'])} / {f(mean['recipe_avg'])}", *(f(mean[b]) for b in BASELINES),
+                     "", "", ""])
+    return markdown_table([dict(zip(header, line)) for line in body], header)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    sets = args.datasets.split(",") if args.datasets else local_datasets()
+    models = args.models.split(",")
+    common = ["--recipe", "small-data", *args.trunk_args.split(), "--seeds", str(args.seeds), "--model",
+              ",".join(models), "--threads", str(args.threads), "--cpu", "--no-progress", "--out", args.out]
+    start = time.perf_counter()
+    for name in sets:
+        t0 = time.perf_counter()
+        tstrain(["--dataset", name, *common])
+        print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    tstrain(["--dataset", ",".join(sets), *common])
+    rows = collect(Path(args.out), sets, models, reference_rows(Path(args.reference)))
+    text = table(rows)
+    command = "tstrain --recipe small-data " + " ".join(common[2:])
+    record = {"command": command, "datasets": sets, "rows": rows, "torch": torch.__version__,
+              "python": platform.python_version(), "device": "cpu (fp32)", "threads": args.threads,
+              "benchmark_seconds": time.perf_counter() - start}
+    print(text)
+    print(json.dumps(record, indent=1))
+    atomic_write_json(Path(args.json), record)
+    atomic_write_text(Path(args.json).with_suffix(".md"), f"# Convolutional trunk vs the small-data recipe\n\n"
+                      f"CPU, {args.threads} threads, fp32. `{command}`\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
