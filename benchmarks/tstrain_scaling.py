@@ -104,10 +104,11 @@ def main() -> None:
               "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
               "load_average_1min": {"before": load_before[0], "after": load_after[0]},
               "identical_runs": same, "rows": rows, "speed_up": seconds[1] / seconds[args.nproc]}
-    loaded = max(load_before[0], load_after[0]) > 0.5 * cores
-    note = (f"Measured on a loaded machine (1-minute load average {load_before[0]:.1f} before, {load_after[0]:.1f} "
-            f"after, on {cores} cores): the ratio is not the idle one." if loaded else
-            f"Machine idle at the start (1-minute load average {load_before[0]:.1f} on {cores} cores).")
+    loaded = load_before[0] > 0.5 * cores  # the load after includes the benchmark's own processes
+    note = (f"Measured on a loaded machine (1-minute load average {load_before[0]:.1f} before the launches, on "
+            f"{cores} cores): the ratio is not the idle one." if loaded else
+            f"Machine idle at the start (1-minute load average {load_before[0]:.1f} on {cores} cores; "
+            f"{load_after[0]:.1f} after, the benchmark's own processes).")
     result["note"] = note
     table = markdown_table(rows, formats={"wall_s": ".1f", "cpu_s": ".1f", "speed-up": ".2f"})
     print(table)
