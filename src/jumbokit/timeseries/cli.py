@@ -196,6 +196,10 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
     train.add_argument("--pretrain-mask-ratio", type=float, default=0.4,
                        help="fraction of each channel's patches masked in pretraining, PatchTST's (default: 0.4)")
     train.add_argument("--pretrain-lr", type=float, default=1e-3, help="pretraining learning rate (default: 1e-3)")
+    train.add_argument("--pretrain-on", default=None, metavar="NAMES",
+                       help="pretrain on the training splits of these sets instead (comma-separated; each target is "
+                            "left out, so its validation and test series are never read), as many steps as "
+                            "--pretrain-epochs passes over the target's training split take (default: off)"),
     train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                        help="score the exponential moving average of the weights, updated after every step with this "
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
@@ -271,6 +275,26 @@ def _datasets(args: argparse.Namespace) -> tuple[list[str], bool]:
     return datasets, True
 
 
+def _pool_arg(args: argparse.Namespace) -> str | None:
+    """``--pretrain-on`` as a canonical comma list (None when not given); ValueError for names that are not
+    available locally or for a pool without ``--pretrain-epochs``."""
+    from .data import local_datasets
+    from .pool import parse_pool
+
+    names = parse_pool(args.pretrain_on)
+    if not names:
+        return None
+    if not args.pretrain_epochs:
+        raise ValueError("--pretrain-on needs --pretrain-epochs N (the pretraining length, in passes over the "
+                         "target's training split)")
+    available = set(local_datasets(data_dir=args.data_dir))
+    missing = [n for n in names if n not in available]
+    if missing:
+        raise ValueError(f"--pretrain-on: {', '.join(missing)} not available locally; available: "
+                         f"{', '.join(sorted(available))}")
+    return ",".join(names)
+
+
 def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
     """The SweepConfig of the flags, the recipe filling what was not given."""
     from .protocol import SweepConfig
@@ -293,7 +317,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
                        mixed_precision=args.mixed_precision, recipe=args.recipe,
                        steps=steps, augment=augment, mixup_alpha=args.mixup_alpha,
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
-                       pretrain_lr=args.pretrain_lr, seeds=pick("seeds"), ema_decay=args.ema)
+                       pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema)
 
 
 def _print_summary(result, ensemble: int) -> None:

@@ -42,7 +42,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
-                               "token_stats": False}
+                               "token_stats": False, "pretrain_on": None}
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
@@ -111,6 +111,7 @@ class SweepConfig:
     pretrain_epochs: int = 0  # masked-patch pretraining on the training split before fine-tuning (0 = off)
     pretrain_mask_ratio: float = 0.4
     pretrain_lr: float = 1e-3
+    pretrain_on: str | None = None  # comma-separated sets whose TRAINING splits pretrain each target (itself left out)
     seeds: int = 1  # runs per grid point, with seeds seed, seed+1, ...
     ema_decay: float = 0.0  # > 0: score the exponential moving average of the weights (TrainConfig.ema_decay)
 
@@ -135,6 +136,8 @@ class SweepConfig:
             ("pretrain_epochs", self.pretrain_epochs >= 0, ">= 0 (0 = no pretraining)"),
             ("pretrain_mask_ratio", 0 < self.pretrain_mask_ratio < 1, "in (0, 1)"),
             ("pretrain_lr", self.pretrain_lr > 0, "> 0"),
+            ("pretrain_on", not self.pretrain_on or self.pretrain_epochs > 0,
+             "None without pretrain_epochs (pretraining is off)"),
             ("mixup_alpha", self.mixup_alpha > 0, "> 0"),
             ("seeds", self.seeds >= 1, ">= 1"),
             ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1) (0 = off)"),

@@ -177,8 +177,10 @@ def training_text(cfg: SweepConfig) -> str:
     if cfg.ema_decay:
         text += f" Scored: the exponential moving average of the weights (decay {cfg.ema_decay:g})."
     if cfg.pretrain_epochs:
-        text += (f" Masked-patch pretraining on the training split first: {cfg.pretrain_epochs} epochs, mask ratio "
-                 f"{cfg.pretrain_mask_ratio:g}, lr {cfg.pretrain_lr:g}.")
+        source = (f"the training splits of {cfg.pretrain_on.replace(',', ', ')} (each target left out)"
+                  if cfg.pretrain_on else "the training split")
+        text += (f" Masked-patch pretraining on {source} first: the steps of {cfg.pretrain_epochs} epochs of the "
+                 f"training split, mask ratio {cfg.pretrain_mask_ratio:g}, lr {cfg.pretrain_lr:g}.")
     if cfg.recipe != "paper":
         text += f" Recipe: {cfg.recipe}."
     return text

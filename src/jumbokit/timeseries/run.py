@@ -12,6 +12,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -239,13 +240,20 @@ def fit_series_model(model: nn.Module, data: ClassificationData, lr: float, cfg:
 
 
 def pretrain_model(model: nn.Module, data: ClassificationData, cfg: SweepConfig, seed: int, progress: bool = False,
-                   cpu: bool = False, accelerator: Any = None):
-    """Masked-patch pretraining of ``model`` (in place) on the TRAINING split only: ``cfg.pretrain_epochs``
-    passes at the run's batch size. Returns the :class:`~jumbokit.timeseries.pretrain.PretrainResult`."""
+                   cpu: bool = False, accelerator: Any = None, data_dir: str | Path | None = None):
+    """Masked-patch pretraining of ``model`` (in place) for as many steps as ``cfg.pretrain_epochs`` passes over
+    the TRAINING split take at the run's batch size: on that split, or with ``cfg.pretrain_on`` on the pool of
+    the named sets' training splits (``pretraining_pool``; the target is left out). Returns the
+    :class:`~jumbokit.timeseries.pretrain.PretrainResult`."""
+    from .pool import pretraining_pool
     from .pretrain import pretrain_series
 
-    return pretrain_series(model, data.train.x, epochs=cfg.pretrain_epochs,
-                           batch_size=cfg.batch_for(len(data.train), data.channels), lr=cfg.pretrain_lr,
+    batch = min(cfg.batch_for(len(data.train), data.channels), len(data.train))
+    steps = cfg.pretrain_epochs * math.ceil(len(data.train) / batch)
+    x = data.train.x
+    if cfg.pretrain_on:
+        x = pretraining_pool(cfg.pretrain_on, data.name, data.channels, data.seq_len, data_dir, seed)
+    return pretrain_series(model, x, steps=steps, batch_size=batch, lr=cfg.pretrain_lr,
                            mask_ratio=cfg.pretrain_mask_ratio, seed=seed, progress=progress, cpu=cpu,
                            accelerator=accelerator)
 
@@ -294,11 +302,13 @@ def train_run(data: ClassificationData, model_name: str, lr: float, dropout: flo
 
 
 def pretrain_run(data: ClassificationData, model_name: str, cfg: SweepConfig, seed: int | None = None,
-                 progress: bool = False, accelerator: Any = None, cpu: bool = False) -> tuple[dict, dict]:
-    """Masked-patch pretraining of a sweep's model (dropout 0) on the training split only. Returns (state dict
-    of the model, {"loss", "steps", "seconds"})."""
+                 progress: bool = False, accelerator: Any = None, cpu: bool = False,
+                 data_dir: str | Path | None = None) -> tuple[dict, dict]:
+    """Masked-patch pretraining of a sweep's model (dropout 0) on training series only (see
+    :func:`pretrain_model`). Returns (state dict of the model, {"loss", "steps", "seconds"})."""
     seed = cfg.seed if seed is None else int(seed)
     model = new_run_model(data, model_name, cfg, 0.0, seed)
-    result = pretrain_model(model, data, cfg, seed, progress=progress, cpu=cpu, accelerator=accelerator)
+    result = pretrain_model(model, data, cfg, seed, progress=progress, cpu=cpu, accelerator=accelerator,
+                            data_dir=data_dir)
     state = {k: v.detach().cpu().clone() for k, v in result.model.state_dict().items()}
     return state, {"loss": result.loss, "steps": result.steps, "seconds": result.seconds}

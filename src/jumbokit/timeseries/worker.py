@@ -77,7 +77,8 @@ def execute_job(job: Job, ctx: JobContext) -> None:
 
     data = ctx.datasets[job.dataset]
     if job.kind == "pretrain":
-        state, record = pretrain_run(data, job.model, ctx.cfg, seed=job.seed, accelerator=ctx.accelerator(job.seed))
+        state, record = pretrain_run(data, job.model, ctx.cfg, seed=job.seed, accelerator=ctx.accelerator(job.seed),
+                                     data_dir=ctx.data_dir)
         store.write_pretrained(job.folder(ctx.out_dir), job.seed, state, record)
     elif job.kind == "run":
         pretrained = wait_for_pretrained(job, ctx) if ctx.cfg.pretrain_epochs else None
