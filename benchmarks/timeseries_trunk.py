@@ -86,7 +86,8 @@ def collect(out: Path, sets: list[str], models: list[str], ref: dict) -> list[di
             arm, base = summary[(d, m)], ref.get((d, m), {})
             rows.append({
                 "dataset": d, "model": m, "trunk_best": arm["test_top1"], "trunk_avg": arm["avg_test_top1"],
-                "trunk_runs": arm["runs"], "trunk_seconds": arm["wall_seconds"] / arm["runs"], "recipe_best": base.get("best"),
+                "trunk_runs": arm["runs"], "trunk_seconds": arm["wall_seconds"] / arm["runs"],
+                "recipe_best": base.get("best"),
                 "recipe_avg": base.get("avg"), "recipe_seconds": base.get("seconds"),
                 **{b: ref.get((d, b), {}).get("best") for b in BASELINES},
                 "resnet_published": RESNET.get(d), "inceptiontime_published": INCEPTIONTIME.get(d),
@@ -99,7 +100,8 @@ def table(rows: list[dict]) -> str:
         return "-" if v is None else f"{v:.1f}"
 
     header = ["dataset", "model", "trunk: best / mean of runs", "recipe: best / mean of 3", "minirocket",
-              "multirocket", "hydra", "ResNet (published)", "InceptionTime (published)", "wall s per run: trunk / recipe"]
+              "multirocket", "hydra", "ResNet (published)", "InceptionTime (published)",
+              "wall s per run: trunk / recipe"]
     body = [[r["dataset"], r["model"], f"{f(r['trunk_best'])} / {f(r['trunk_avg'])}",
              f"{f(r['recipe_best'])} / {f(r['recipe_avg'])}", f(r["minirocket"]), f(r["multirocket"]), f(r["hydra"]),
              f(r["resnet_published"]), f(r["inceptiontime_published"]),

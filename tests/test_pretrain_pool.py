@@ -52,7 +52,7 @@ def test_tstrain_pretrains_on_other_sets_then_fine_tunes(tmp_path, capsys):
     assert cli.main(args) == 0
     assert json.loads((out / "sweep.json").read_text())["pretrain_on"] == "ItalyPowerDemand,GunPoint"
     run = json.loads(next((out / "runs").rglob("lr*.json")).read_text())
-    assert run.get("pretrained") is True or run.get("extra", {}).get("pretrained") is True
+    assert run["extra"]["pretrained"] is True
     assert "training splits of ItalyPowerDemand, GunPoint (each target left out)" in (out / "report.md").read_text()
     capsys.readouterr()
     for extra, message in ((["--pretrain-epochs", "0"], "--pretrain-on needs --pretrain-epochs"),
