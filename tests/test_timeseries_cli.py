@@ -291,3 +291,15 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
     assert cli.main(tiny(tmp_path / "bad", "--diff")) == 2
     err = capsys.readouterr().err
     assert "--diff feeds the first difference" in err and not (tmp_path / "bad").exists()
+
+
+def test_tstrain_mixup_alpha_adds_mixup(tmp_path, capsys):
+    """--mixup ALPHA is the supervised recipe's flag: it adds mixup to the augmentation set with that alpha."""
+    out = tmp_path / "mix"
+    assert cli.main(tiny(out, "--model", "patchtst", "--augment", "jitter", "--mixup", "0.4")) == 0
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["augment"] == "jitter,mixup" and sweep["mixup_alpha"] == 0.4
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(tiny(tmp_path / "bad", "--mixup", "-1"))
+    assert "expected a mixup alpha >= 0" in capsys.readouterr().err

@@ -188,8 +188,9 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
     """Mixup, pretraining, weight averaging, seeds and ensembles."""
-    train.add_argument("--mixup-alpha", type=float, default=0.2,
-                       help="Beta(alpha, alpha) of mixup, when --augment names mixup (default: 0.2)")
+    train.add_argument("--mixup", type=_mixup_alpha, default=None, metavar="ALPHA",
+                       help="mixup with Beta(ALPHA, ALPHA), added to the --augment set (0 = off; --augment ...,mixup "
+                            "alone uses ALPHA 0.2) (default: off)")
     train.add_argument("--pretrain-epochs", type=_non_negative_int, default=None,
                        help="masked-patch pretraining on the training split (never validation/test) for this many "
                             "epochs before fine-tuning, once per dataset, model and seed (default: 0, off)")
@@ -275,6 +276,17 @@ def _datasets(args: argparse.Namespace) -> tuple[list[str], bool]:
     return datasets, True
 
 
+def _mixup_alpha(text: str) -> float:
+    """``--mixup ALPHA``: a float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a mixup alpha >= 0 (0 = off), e.g. 0.2, got {text!r}")
+    return value
+
+
 def _pool_arg(args: argparse.Namespace) -> str | None:
     """``--pretrain-on`` as a canonical comma list (None when not given); ValueError for names that are not
     available locally or for a pool without ``--pretrain-epochs``."""
@@ -315,7 +327,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
                        protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,
                        mixed_precision=args.mixed_precision, recipe=args.recipe,
-                       steps=steps, augment=augment, mixup_alpha=args.mixup_alpha,
+                       steps=steps, augment=augment, mixup_alpha=args.mixup or 0.2,
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema)
 
@@ -347,7 +359,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.patches is None:
         args.patches = recipe["patches"]
     baselines = parse_baselines(args.baseline)
-    augment = ",".join(parse_augment(args.augment if args.augment is not None else recipe["augment"])) or "none"
+    names = parse_augment(args.augment if args.augment is not None else recipe["augment"])
+    if args.mixup:
+        names = parse_augment((*names, "mixup"))
+    augment = ",".join(names) or "none"
     _check_args(args)
     datasets, skip_short = _datasets(args)
     cfg = _sweep_config(args, recipe, augment)
