@@ -101,3 +101,32 @@ def test_bad_trunk_settings_name_the_setting(bad, message):
 def test_image_encoders_refuse_series_options():
     with pytest.raises(ValueError, match="trunk applies to series tokenizers only"):
         jumbokit.create_model("vit_pico_cls", trunk="inception")
+
+
+def test_relative_position_bias_is_added_by_patch_offset():
+    """With the table at zero the model equals the one without it; a bias on offset 0 changes it; offsets follow
+    kept positions under token drop; branches refuse it."""
+    from jumbokit.encoders.rel_pos import RelativePositionBias
+
+    torch.manual_seed(0)
+    kw = dict(num_classes=3, in_chans=2, seq_len=40, patches=8)
+    plain = jumbokit.create_model("patchtst_jumbo", **kw).eval()
+    biased = jumbokit.create_model("patchtst_jumbo", rel_pos_bias=True, **kw).eval()
+    biased.load_state_dict(plain.state_dict(), strict=False)
+    x = torch.randn(3, 2, 40)
+    x[0, :, 30:] = float("nan")
+    torch.testing.assert_close(biased(x), plain(x))
+    with torch.no_grad():
+        biased.rel_pos.table[:, biased.num_patches - 1] = 2.0  # offset 0: attend to yourself
+    assert not torch.allclose(biased(x), plain(x))
+
+    rel = RelativePositionBias(num_heads=2, num_patches=4, num_global=1)
+    with torch.no_grad():
+        rel.table.copy_(torch.arange(14.0).reshape(2, 7))
+    full = rel(4)
+    assert full.shape == (1, 2, 5, 5) and (full[:, :, 0] == 0).all() and (full[:, :, :, 0] == 0).all()
+    assert full[0, 0, 1 + 3, 1 + 0] == 3 + 3  # offset +3 -> table index offset + N - 1 = 6
+    kept = rel(4, torch.tensor([[0, 3]]))
+    assert kept[0, 1, 2, 1] == 7 + 6 and kept[0, 1, 1, 2] == 7 + 0  # offsets +3 and -3 of the kept patches
+    with pytest.raises(ValueError, match="rel_pos_bias is not supported with progressive-join branches"):
+        jumbokit.create_model("patchtst_jumbo", rel_pos_bias=True, branches=3, **kw)

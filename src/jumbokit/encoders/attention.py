@@ -54,7 +54,7 @@ class Attention(nn.Module):
         if self.uniform:
             qkv = self.qkv(x).reshape(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
             q, k, v = qkv.unbind(0)
-            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
+            x = attention(q, k, v, attn_mask, drop)
             return self.proj_drop(self.proj(x.transpose(1, 2).reshape(batch, length, self.v_dim)))
         q, k, v = self.qkv(x).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
         q, k, v = (t.reshape(batch, length, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))
@@ -64,9 +64,22 @@ class Attention(nn.Module):
             v = F.pad(v, (0, qk_head - v_head))
         elif pad and v_head > qk_head:  # zero q/k columns leave the logits unchanged; keep the scale of the real width
             q, k = F.pad(q, (0, v_head - qk_head)), F.pad(k, (0, v_head - qk_head))
-        x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop, scale=qk_head**-0.5)
+        x = attention(q, k, v, attn_mask, drop, qk_head**-0.5)
         x = x[..., :v_head].transpose(1, 2).reshape(batch, length, self.v_dim)
         return self.proj_drop(self.proj(x))
 
     def extra_repr(self) -> str:
         return f"heads={self.num_heads}, qk_dim={self.qk_dim}, v_dim={self.v_dim}"
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, drop: float,
+              scale: float | None = None) -> torch.Tensor:
+    """(B, H, T, d) scaled dot-product attention; ``mask``: bool (True = may attend) or an additive float bias;
+    ``scale``: None = 1 / sqrt(d).
+
+    An exported graph with a float bias spells the attention out (softmax of the biased logits): the exporter's
+    decomposition of the fused operator with a float mask gives an output whose strides it then mis-states."""
+    if exporting() and mask is not None and mask.is_floating_point():
+        weights = torch.softmax((q * (scale or q.shape[-1] ** -0.5)) @ k.transpose(-2, -1) + mask, dim=-1)
+        return weights @ v
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, scale=scale)

@@ -96,6 +96,9 @@ class BranchedEncoder(Encoder):
                              f"got {join_warmup_steps} and {join_start_step}")
         if diversity_weight < 0:
             raise ValueError(f"diversity_weight must be >= 0, got {diversity_weight}")
+        if cfg.get("rel_pos_bias"):
+            raise ValueError("rel_pos_bias is not supported with progressive-join branches (the joined logits would "
+                             "scale the bias); train the plain model with it, or branches without it")
         super().__init__(**{**config, "depth": depth // branches})
         self.config = cfg  # the L-layer config
         self.layers, self.branches = depth, branches

@@ -16,6 +16,7 @@ from torch import nn
 
 from .blocks import Block
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
+from .rel_pos import RelativePositionBias
 from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens, exporting
 
 __all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "gather_tokens", "random_keep", "unknown_options"]
@@ -38,6 +39,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "trunk_depth": 3,  # inception modules / residual blocks
     "trunk_diff": False,  # the first difference of each channel as a second trunk input
     "token_stats": False,  # each window's observed mean and std, projected and added to its token
+    "rel_pos_bias": False,  # a learned per-head bias by patch offset in every layer's attention (eRPE-like)
     # shared
     "in_chans": 3,
     "pos_embed": "learn",
@@ -130,6 +132,31 @@ def random_keep(
     return shuffle[:, :keep_count], restore
 
 
+def build_tokenizer(cfg: dict[str, Any]) -> ImagePatchTokenizer | SeriesPatchTokenizer:
+    """The tokenizer of a full encoder config: image patches, or series patches with their optional features."""
+    if cfg["tokenizer"] == "image":
+        series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "token_stats", "rel_pos_bias") if cfg[k]]
+        if series_only:
+            verb = "applies" if len(series_only) == 1 else "apply"
+            raise ValueError(f"{', '.join(series_only)} {verb} to series tokenizers only, got "
+                             f"{', '.join(f'{k}={cfg[k]!r}' for k in series_only)} with tokenizer='image'")
+        return ImagePatchTokenizer(
+            cfg["img_size"], cfg["patch_size"], cfg["in_chans"], int(cfg["dim"]),
+            dynamic_img_size=cfg["dynamic_img_size"], dynamic_img_pad=cfg["dynamic_img_pad"],
+        )
+    if cfg["tokenizer"] == "series":
+        missing = [k for k in ("seq_len", "patch_len", "stride") if cfg[k] is None]
+        if missing:
+            raise ValueError(f"a series encoder needs {missing}; got seq_len={cfg['seq_len']}, "
+                             f"patch_len={cfg['patch_len']}, stride={cfg['stride']}")
+        return SeriesPatchTokenizer(
+            cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg["in_chans"], int(cfg["dim"]), pad_end=cfg["pad_end"],
+            conv_stem=cfg["conv_stem"], trunk=cfg["trunk"], trunk_width=cfg["trunk_width"],
+            trunk_depth=cfg["trunk_depth"], trunk_diff=cfg["trunk_diff"], token_stats=cfg["token_stats"],
+        )
+    raise ValueError(f"unknown tokenizer {cfg['tokenizer']!r}; expected 'image' or 'series'")
+
+
 class Encoder(nn.Module):
     """Tokenizer + global-token plug-in + pre-norm blocks + norm (+ optional linear head).
 
@@ -150,28 +177,7 @@ class Encoder(nn.Module):
         self.embed_dim = dim
         self.depth = depth
 
-        if cfg["tokenizer"] == "image":
-            series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "token_stats") if cfg[k]]
-            if series_only:
-                verb = "applies" if len(series_only) == 1 else "apply"
-                raise ValueError(f"{', '.join(series_only)} {verb} to series tokenizers only, got "
-                                 f"{', '.join(f'{k}={cfg[k]!r}' for k in series_only)} with tokenizer='image'")
-            self.patch_embed: ImagePatchTokenizer | SeriesPatchTokenizer = ImagePatchTokenizer(
-                cfg["img_size"], cfg["patch_size"], cfg["in_chans"], dim,
-                dynamic_img_size=cfg["dynamic_img_size"], dynamic_img_pad=cfg["dynamic_img_pad"],
-            )
-        elif cfg["tokenizer"] == "series":
-            missing = [k for k in ("seq_len", "patch_len", "stride") if cfg[k] is None]
-            if missing:
-                raise ValueError(f"a series encoder needs {missing}; got seq_len={cfg['seq_len']}, "
-                                 f"patch_len={cfg['patch_len']}, stride={cfg['stride']}")
-            self.patch_embed = SeriesPatchTokenizer(
-                cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg["in_chans"], dim, pad_end=cfg["pad_end"],
-                conv_stem=cfg["conv_stem"], trunk=cfg["trunk"], trunk_width=cfg["trunk_width"],
-                trunk_depth=cfg["trunk_depth"], trunk_diff=cfg["trunk_diff"], token_stats=cfg["token_stats"],
-            )
-        else:
-            raise ValueError(f"unknown tokenizer {cfg['tokenizer']!r}; expected 'image' or 'series'")
+        self.patch_embed = build_tokenizer(cfg)
         self.num_patches = self.patch_embed.num_patches
 
         if cfg["pos_embed"] not in ("learn", "sincos", "none"):
@@ -192,6 +198,8 @@ class Encoder(nn.Module):
             init_values=cfg["init_values"] if cfg["jumbo_init_values"] is None else cfg["jumbo_init_values"],
         )
         self.num_global_tokens = self.global_tokens.num_tokens
+        self.rel_pos = (RelativePositionBias(cfg["num_heads"], self.num_patches, self.num_global_tokens)
+                        if cfg["rel_pos_bias"] else None)
 
         mlp_hidden = int(cfg["mlp_hidden"] or round(cfg["mlp_ratio"] * dim))
         rates = torch.linspace(0, cfg["drop_path_rate"], depth).tolist() if depth else []
@@ -255,6 +263,7 @@ class Encoder(nn.Module):
         """
         tok = self.tokenize(x)
         tokens, mask = tok.tokens, tok.pad_mask
+        num_tokens = tokens.shape[1]
         if pad_mask is not None:
             if pad_mask.shape != tokens.shape[:2]:
                 raise ValueError(f"pad_mask must have shape {tuple(tokens.shape[:2])}, got {tuple(pad_mask.shape)}")
@@ -265,13 +274,7 @@ class Encoder(nn.Module):
             if mask is not None:
                 mask = mask.gather(1, keep)
         x = self.global_tokens.join(tokens)
-        attn_mask = None
-        if mask is not None:
-            if self.num_global_tokens == 0 and not exporting() and bool(mask.all(dim=1).any()):
-                raise ValueError("a sample has no observed patch and the encoder has no global token to attend to; "
-                                 "drop fully-missing samples/channels or use a global-token plug-in")
-            full = torch.cat([mask.new_zeros(mask.shape[0], self.num_global_tokens), mask], dim=1)
-            attn_mask = (~full)[:, None, None, :]
+        attn_mask = self._attention_mask(mask, num_tokens, keep, x.dtype)
         inplace = not torch.is_grad_enabled()  # x is this call's own buffer: residuals may go in place
         for block in self.blocks:
             x = block(x, attn_mask, self.global_tokens, inplace=inplace)
@@ -283,6 +286,22 @@ class Encoder(nn.Module):
             feature = self.global_tokens.pool(g, p, mask)
         feature = self.fc_norm(feature)
         return EncoderOutput(feature, p, g, keep, mask, tok.channels, tuple(tok.grid))
+
+    def _attention_mask(self, mask: torch.Tensor | None, num_tokens: int, keep: torch.Tensor | None,
+                        dtype: torch.dtype) -> torch.Tensor | None:
+        """None, a bool mask (B', 1, 1, T) (True = may attend), or with ``rel_pos_bias`` a float mask
+        (B' or 1, heads, T, T): the relative-position bias, -inf where attention is not allowed."""
+        allowed = None
+        if mask is not None:
+            if self.num_global_tokens == 0 and not exporting() and bool(mask.all(dim=1).any()):
+                raise ValueError("a sample has no observed patch and the encoder has no global token to attend to; "
+                                 "drop fully-missing samples/channels or use a global-token plug-in")
+            full = torch.cat([mask.new_zeros(mask.shape[0], self.num_global_tokens), mask], dim=1)
+            allowed = (~full)[:, None, None, :]
+        if self.rel_pos is None:
+            return allowed
+        bias = self.rel_pos(num_tokens, keep).to(dtype)
+        return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
 
     def forward_head(self, out: EncoderOutput, pre_logits: bool = False) -> torch.Tensor:
         """Pooled feature -> logits (B, num_classes); series features are concatenated over channels."""

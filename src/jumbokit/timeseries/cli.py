@@ -139,6 +139,9 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                        help="feed each channel's first difference to the trunk as a second input (needs --trunk)")
     model.add_argument("--token-stats", action="store_true",
                        help="add each patch window's mean and standard deviation, projected, to its token")
+    model.add_argument("--rel-pos", action="store_true",
+                       help="a learned relative-position bias in attention: one value per head and patch offset, "
+                            "in every layer (eRPE-like; not with --branches)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "
@@ -322,7 +325,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
                          "--trunk resnet")
     return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
                        trunk=trunk, trunk_width=args.trunk_width or 16, trunk_depth=args.trunk_depth or 3,
-                       trunk_diff=args.diff, token_stats=args.token_stats,
+                       trunk_diff=args.diff, token_stats=args.token_stats, rel_pos_bias=args.rel_pos,
                        epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize or recipe["normalize"],
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
                        protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,

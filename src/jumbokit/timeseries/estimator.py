@@ -80,6 +80,8 @@ class PatchTSTClassifier(BaseClassifier):
         Feed each channel's first difference to the trunk as a second input.
     token_stats : bool, default=False
         Add each patch window's mean and standard deviation, projected, to its token.
+    rel_pos_bias : bool, default=False
+        A learned relative-position bias in attention (one value per head and patch offset).
     ema_decay : float, default=0.0
         > 0: predict with the exponential moving average of the weights (updated after every step with this
         decay, e.g. 0.998) instead of the last weights.
@@ -132,7 +134,7 @@ class PatchTSTClassifier(BaseClassifier):
                  random_state: int | None = None, verbose: bool = False, steps: int | str | None = None,
                  augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0,
                  trunk: str | None = None, trunk_width: int = 16, trunk_depth: int = 3, trunk_diff: bool = False,
-                 token_stats: bool = False) -> None:
+                 token_stats: bool = False, rel_pos_bias: bool = False) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -150,6 +152,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.trunk_depth = trunk_depth
         self.trunk_diff = trunk_diff
         self.token_stats = token_stats
+        self.rel_pos_bias = rel_pos_bias
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -176,7 +179,8 @@ class PatchTSTClassifier(BaseClassifier):
                           steps=self.steps if self.steps is None or isinstance(self.steps, str) else int(self.steps),
                           pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay),
                           trunk=self.trunk, trunk_width=int(self.trunk_width), trunk_depth=int(self.trunk_depth),
-                          trunk_diff=bool(self.trunk_diff), token_stats=bool(self.token_stats))
+                          trunk_diff=bool(self.trunk_diff), token_stats=bool(self.token_stats),
+                          rel_pos_bias=bool(self.rel_pos_bias))
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
                                   protocol="official")
@@ -213,5 +217,6 @@ class PatchTSTClassifier(BaseClassifier):
         """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
         with the first difference and token statistics."""
         plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
-        trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True)
+        trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
+                     rel_pos_bias=True)
         return [plain, trunk]

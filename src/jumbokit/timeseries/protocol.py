@@ -42,7 +42,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
-                               "token_stats": False, "pretrain_on": None}
+                               "token_stats": False, "rel_pos_bias": False, "pretrain_on": None}
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
@@ -92,6 +92,7 @@ class SweepConfig:
     trunk_depth: int = 3  # inception modules or residual blocks
     trunk_diff: bool = False  # each channel's first difference as a second trunk input
     token_stats: bool = False  # each patch window's mean and std added to its token
+    rel_pos_bias: bool = False  # a learned per-head bias by patch offset in attention
     epochs: int | None = None  # None: 100, or 20 for LARGE_DATASETS
     batch_size: int | str = 256  # "auto": auto_batch_size(training series, channels)
     weight_decay: float = 0.02
@@ -150,7 +151,7 @@ class SweepConfig:
         """The series tokenizer's encoder options (conv stem, trunk, token statistics) of this sweep."""
         return dict(conv_stem=int(self.conv_stem), trunk=self.trunk, trunk_width=int(self.trunk_width),
                     trunk_depth=int(self.trunk_depth), trunk_diff=bool(self.trunk_diff),
-                    token_stats=bool(self.token_stats))
+                    token_stats=bool(self.token_stats), rel_pos_bias=bool(self.rel_pos_bias))
 
     def epochs_for(self, dataset: str, steps_per_epoch: int = 1) -> int:
         """The protocol's epochs (100; 20 for the largest sets), raised to reach ``min_steps`` steps."""

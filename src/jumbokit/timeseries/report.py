@@ -166,6 +166,8 @@ def training_text(cfg: SweepConfig) -> str:
                      + (", with the first difference" if cfg.trunk_diff else "") + ") pooled per patch")
     if cfg.token_stats:
         patching += " + per-patch mean/std"
+    if cfg.rel_pos_bias:
+        patching += "; relative-position bias in attention"
     text = (f"{patching}; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}; "
             f"warm-up {int(100 * cfg.warmup_fraction)}% then cosine to {cfg.min_lr:g}; seed {cfg.seed}")
     if cfg.seeds > 1:
