@@ -3,6 +3,8 @@ aeon's ROCKET classifiers (same splits) and published ResNet / InceptionTime num
 
     python benchmarks/timeseries_trunk.py                                   # every local set, patchtst_jumbo
     python benchmarks/timeseries_trunk.py --datasets OSULeaf --seeds 3 --models patchtst,patchtst_jumbo
+    python benchmarks/timeseries_trunk.py --models patchtst_jumbo_rocket --trunk-args "" \
+        --out runs/bench_ts_hybrid --json benchmarks/results/timeseries_hybrid.json     # the ROCKET hybrid
 
 Each set runs through the command the docs show,
 
@@ -10,6 +12,7 @@ Each set runs through the command the docs show,
             --seeds 1 --model patchtst_jumbo --threads 2 --cpu --out OUT
 
 one set at a time into the same sweep directory (finished runs are reused when the benchmark is run again).
+A hybrid (``patchtst_jumbo_rocket``) is compared with the recipe's run of the transformer it extends.
 The recipe without the trunk and the three ROCKET classifiers come from ``--reference`` (the small-data
 benchmark's JSON, same seed-protocol splits); ResNet (Fawaz et al.) and InceptionTime are published numbers
 on the full official test sets, not ours and not on the same half split. Writes JSON and a markdown copy.
@@ -31,6 +34,7 @@ import torch
 
 from jumbokit.timeseries import cli
 from jumbokit.timeseries.data import local_datasets
+from jumbokit.timeseries.models import HYBRID_MODELS
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
 
 # Published test accuracy (%), full official test sets. ResNet: hfawaz/dl-4-tsc results/results-ucr-128.csv
@@ -83,10 +87,10 @@ def collect(out: Path, sets: list[str], models: list[str], ref: dict) -> list[di
     rows = []
     for d in sets:
         for m in models:
-            arm, base = summary[(d, m)], ref.get((d, m), {})
+            arm, base = summary[(d, m)], ref.get((d, HYBRID_MODELS.get(m, m)), {})
             rows.append({
-                "dataset": d, "model": m, "trunk_best": arm["test_top1"], "trunk_avg": arm["avg_test_top1"],
-                "trunk_runs": arm["runs"], "trunk_seconds": arm["wall_seconds"] / arm["runs"],
+                "dataset": d, "model": m, "arm_best": arm["test_top1"], "arm_avg": arm["avg_test_top1"],
+                "arm_runs": arm["runs"], "arm_seconds": arm["wall_seconds"] / arm["runs"],
                 "recipe_best": base.get("best"),
                 "recipe_avg": base.get("avg"), "recipe_seconds": base.get("seconds"),
                 **{b: ref.get((d, b), {}).get("best") for b in BASELINES},
@@ -99,20 +103,20 @@ def table(rows: list[dict]) -> str:
     def f(v):
         return "-" if v is None else f"{v:.1f}"
 
-    header = ["dataset", "model", "trunk: best / mean of runs", "recipe: best / mean of 3", "minirocket",
+    header = ["dataset", "model", "arm: best / mean of runs", "recipe: best / mean of 3", "minirocket",
               "multirocket", "hydra", "ResNet (published)", "InceptionTime (published)",
-              "wall s per run: trunk / recipe"]
-    body = [[r["dataset"], r["model"], f"{f(r['trunk_best'])} / {f(r['trunk_avg'])}",
+              "wall s per run: arm / recipe"]
+    body = [[r["dataset"], r["model"], f"{f(r['arm_best'])} / {f(r['arm_avg'])}",
              f"{f(r['recipe_best'])} / {f(r['recipe_avg'])}", f(r["minirocket"]), f(r["multirocket"]), f(r["hydra"]),
              f(r["resnet_published"]), f(r["inceptiontime_published"]),
-             f"{r['trunk_seconds']:.0f} / {'-' if r['recipe_seconds'] is None else round(r['recipe_seconds'])}"]
+             f"{r['arm_seconds']:.0f} / {'-' if r['recipe_seconds'] is None else round(r['recipe_seconds'])}"]
             for r in rows]
-    keys = ("trunk_best", "trunk_avg", "recipe_best", "recipe_avg", *BASELINES)
+    keys = ("arm_best", "arm_avg", "recipe_best", "recipe_avg", *BASELINES)
     for m in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == m]
         mean = {k: statistics.mean(r[k] for r in mine) if all(r[k] is not None for r in mine) else None
                 for k in keys}
-        body.append(["mean", m, f"{f(mean['trunk_best'])} / {f(mean['trunk_avg'])}",
+        body.append(["mean", m, f"{f(mean['arm_best'])} / {f(mean['arm_avg'])}",
                      f"{f(mean['recipe_best'])} / {f(mean['recipe_avg'])}", *(f(mean[b]) for b in BASELINES),
                      "", "", ""])
     return markdown_table([dict(zip(header, line)) for line in body], header)
@@ -132,14 +136,15 @@ def main(argv=None) -> int:
     tstrain(["--dataset", ",".join(sets), *common])
     rows = collect(Path(args.out), sets, models, reference_rows(Path(args.reference)))
     text = table(rows)
-    command = "tstrain --recipe small-data " + " ".join(common[2:])
+    command = "tstrain --recipe small-data " + " ".join(common[2:-3])  # without --no-progress --out DIR
     record = {"command": command, "datasets": sets, "rows": rows, "torch": torch.__version__,
               "python": platform.python_version(), "device": "cpu (fp32)", "threads": args.threads,
               "benchmark_seconds": time.perf_counter() - start}
     print(text)
     print(json.dumps(record, indent=1))
     atomic_write_json(Path(args.json), record)
-    atomic_write_text(Path(args.json).with_suffix(".md"), f"# Convolutional trunk vs the small-data recipe\n\n"
+    title = f"{', '.join(models)} with `{args.trunk_args}`" if args.trunk_args.strip() else ", ".join(models)
+    atomic_write_text(Path(args.json).with_suffix(".md"), f"# {title} vs the small-data recipe\n\n"
                       f"CPU, {args.threads} threads, fp32. `{command}`\n\n{text}\n")
     return 0
 

@@ -254,12 +254,14 @@ class Encoder(nn.Module):
         return tok
 
     def forward_features(
-        self, x: torch.Tensor, keep: torch.Tensor | None = None, pad_mask: torch.Tensor | None = None
+        self, x: torch.Tensor, keep: torch.Tensor | None = None, pad_mask: torch.Tensor | None = None,
+        global_offset: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """x: images (B, C, H, W) or series (B, C, L) -> :class:`EncoderOutput`.
 
         keep: (B', K) or (K,) indices of patch tokens to keep; None keeps all.
         pad_mask: (B', N) bool, True = ignore this patch (merged with the tokenizer's own mask).
+        global_offset: (B', G, D) added to the global tokens before the first block (input-dependent tokens).
         """
         tok = self.tokenize(x)
         tokens, mask = tok.tokens, tok.pad_mask
@@ -273,7 +275,7 @@ class Encoder(nn.Module):
             tokens = gather_tokens(tokens, keep)
             if mask is not None:
                 mask = mask.gather(1, keep)
-        x = self.global_tokens.join(tokens)
+        x = self.global_tokens.join(tokens, global_offset)
         attn_mask = self._attention_mask(mask, num_tokens, keep, x.dtype)
         inplace = not torch.is_grad_enabled()  # x is this call's own buffer: residuals may go in place
         for block in self.blocks:

@@ -58,12 +58,20 @@ class GlobalTokens(nn.Module):
         """The learned global tokens, (1, G, D), or None."""
         return None
 
-    def join(self, patches: torch.Tensor) -> torch.Tensor:
-        """(B, N, D) patch tokens -> (B, G + N, D)."""
+    def join(self, patches: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, N, D) patch tokens -> (B, G + N, D); ``offset`` (B, G, D), if given, is added to the tokens."""
         tokens = self.tokens()
         if tokens is None:
+            if offset is not None:
+                raise ValueError(f"the {self.kind!r} plug-in has no global token to add an offset to")
             return patches
-        return torch.cat([tokens.expand(patches.shape[0], -1, -1), patches], dim=1)
+        tokens = tokens.expand(patches.shape[0], -1, -1)
+        if offset is not None:
+            if offset.shape != tokens.shape:
+                raise ValueError(f"expected a global-token offset of shape {tuple(tokens.shape)}, "
+                                 f"got {tuple(offset.shape)}")
+            tokens = tokens + offset
+        return torch.cat([tokens, patches], dim=1)
 
     def ffn(self, g: torch.Tensor, layer_idx: int, drop_path: nn.Module) -> torch.Tensor:
         raise NotImplementedError(f"the {self.kind!r} plug-in uses the patch FFN")

@@ -22,7 +22,7 @@ from ..training.cli import ema_decay_arg, setup_threads
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
 from .data import AUTO_SCALE_SPREAD, NORMALIZATIONS
-from .models import PATCHTST_MODELS
+from .models import PATCHTST_MODELS, SERIES_MODELS
 from .protocol import LONG_SERIES, LONG_SERIES_STEPS, SMALL_DATA_STEPS
 
 DESCRIPTION = """\
@@ -117,7 +117,8 @@ def _add_data_args(parser: argparse.ArgumentParser) -> None:
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("models")
     model.add_argument("--model", type=_name_list, default=list(PATCHTST_MODELS), metavar="NAMES",
-                       help=f"one or several of {', '.join(PATCHTST_MODELS)}, comma-separated (default: all)")
+                       help=f"one or several of {', '.join(SERIES_MODELS)}, comma-separated (default: the first "
+                            f"three; patchtst_jumbo_rocket is the ROCKET hybrid, see docs/timeseries.md)")
     model.add_argument("--patches", type=_positive_int, default=None,
                        help="patches per series, 8 or 42 in the paper (paper: 8; small-data: 16)")
     model.add_argument("--max-patch-len", type=_int_at_least(2, "patch length (>= 2)"), default=None,
@@ -254,9 +255,9 @@ def _list_datasets(data_dir: str | None) -> None:
 
 def _check_args(args: argparse.Namespace) -> None:
     """ValueError for a model, learning rate or dropout the sweep cannot use."""
-    unknown = [m for m in args.model if m not in PATCHTST_MODELS]
+    unknown = [m for m in args.model if m not in SERIES_MODELS]
     if unknown:
-        raise ValueError(f"unknown model(s) {unknown}; expected one or several of {', '.join(PATCHTST_MODELS)}")
+        raise ValueError(f"unknown model(s) {unknown}; expected one or several of {', '.join(SERIES_MODELS)}")
     for value in args.lr or []:
         if value <= 0:
             raise ValueError(f"--lr must be > 0, got {value:g}")

@@ -29,7 +29,7 @@ from ..encoders import DEFAULT_CONFIG, flops, register_model
 from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
-__all__ = ["PATCHTST_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER", "patch_geometry", "capped_patch_geometry",
+__all__ = ["PATCHTST_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER", "patch_geometry", "capped_patch_geometry",
            "max_patches"]
 
 JUMBO_MULTIPLIER = 4
@@ -38,6 +38,9 @@ PATCHTST_BASE: dict[str, Any] = dict(
     mlp_hidden=256, pos_embed="learn",
 )
 PATCHTST_MODELS = ("patchtst", "patchtst_registers", "patchtst_jumbo")
+# hybrids (``jumbokit.timeseries.rocket_tokens``): name -> the transformer they extend
+HYBRID_MODELS = {"patchtst_jumbo_rocket": "patchtst_jumbo"}
+SERIES_MODELS = PATCHTST_MODELS + tuple(HYBRID_MODELS)  # what tstrain and the sweep accept
 
 
 def max_patches(seq_len: int) -> int:

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .baselines import BASELINES
-from .models import PATCHTST_MODELS
+from .models import SERIES_MODELS
 from .run import RunResult, scores
 
 __all__ = [
@@ -179,7 +179,7 @@ def summarize(runs: Iterable[RunResult | Mapping[str, Any]], baselines: Mapping[
             for (d, m), items in groups.items()]
     rows += [_baseline_row(d, name, result) for d, name, result in baseline_results(baselines)
              if "test_top1" in result]
-    order = {m: i for i, m in enumerate(PATCHTST_MODELS + BASELINES)}
+    order = {m: i for i, m in enumerate(SERIES_MODELS + BASELINES)}
     rows.sort(key=lambda r: (r.dataset, order.get(r.model, 99), r.model))
     return rows
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .data import ClassificationData, SeriesSplit
-from .models import PATCHTST_MODELS, max_patches, patch_geometry
+from .models import HYBRID_MODELS, PATCHTST_MODELS, SERIES_MODELS, max_patches, patch_geometry
 from .protocol import SweepConfig
 
 __all__ = [
@@ -97,18 +97,28 @@ def quiet_training() -> Iterator[None]:
 
 def build_series_model(name: str, data: ClassificationData, patches: int, dropout: float = 0.0,
                        strict: bool = True, branches: int = 1, max_patch_len: int | None = None,
-                       **tokenizer: Any) -> nn.Module:
+                       rocket_seed: int = 0, **tokenizer: Any) -> nn.Module:
     """The zoo model for a dataset: channels, length and classes from ``data``; ``dropout`` -> drop_rate.
 
     ``max_patch_len``: longer series get more patches of this length (see ``capped_patch_geometry``).
     ``tokenizer``: series tokenizer options of the encoder (``conv_stem=W``, ``trunk="inception"``,
     ``trunk_width``, ``trunk_depth``, ``trunk_diff``, ``token_stats``; see ``SweepConfig.tokenizer_options``).
     ``branches=n > 1``: the progressive-join training form with n times the layers in blocks of n parallel
-    branches, which collapses exactly into the plain model's depth (``model.reparameterize()``)."""
+    branches, which collapses exactly into the plain model's depth (``model.reparameterize()``).
+    A hybrid name (``patchtst_jumbo_rocket``) wraps its transformer with MiniRocket features fitted on
+    ``data.train`` only (``rocket_seed``; see ``jumbokit.timeseries.rocket_tokens``)."""
     from ..encoders import create_model, model_config
 
+    if name in HYBRID_MODELS:
+        from .rocket_tokens import build_rocket_hybrid
+
+        if branches > 1:
+            raise ValueError(f"{name} cannot train progressive-join branches; use branches=1")
+        encoder = build_series_model(HYBRID_MODELS[name], data, patches, dropout, strict, 1, max_patch_len,
+                                     **tokenizer)
+        return build_rocket_hybrid(encoder, data.train.x, seed=rocket_seed)
     if name not in PATCHTST_MODELS:
-        raise ValueError(f"expected a model among {', '.join(PATCHTST_MODELS)}, got {name!r}")
+        raise ValueError(f"expected a model among {', '.join(SERIES_MODELS)}, got {name!r}")
     if branches < 1:
         raise ValueError(f"branches must be >= 1, got {branches}")
     extra: dict[str, Any] = {}
@@ -132,7 +142,7 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
     """The sweep's model for ``data``, initialised from ``torch.manual_seed(seed)``."""
     torch.manual_seed(seed)
     return build_series_model(model_name, data, cfg.patches, dropout, strict=strict, branches=cfg.branches,
-                              max_patch_len=cfg.max_patch_len, **cfg.tokenizer_options())
+                              max_patch_len=cfg.max_patch_len, rocket_seed=seed, **cfg.tokenizer_options())
 
 
 def series_loader(split: SeriesSplit, batch_size: int, shuffle: bool, seed: int = 0,

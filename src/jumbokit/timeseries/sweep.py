@@ -20,7 +20,7 @@ from . import store
 from .baselines import parse_baselines
 from .data import ClassificationData, load_dataset
 from .jobs import Job, assign_jobs, job_cost, job_done, pending_jobs, sweep_jobs
-from .models import PATCHTST_MODELS
+from .models import HYBRID_MODELS, SERIES_MODELS
 from .protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
 from .report import write_reports
 from .results import SweepResult, baseline_columns, ensemble_scores, rank_models, summarize
@@ -109,8 +109,8 @@ def _check_request(models: Sequence[str], baseline: str | Sequence[str] | None, 
     size or no datasets."""
     models = list(dict.fromkeys(models))
     for m in models:
-        if m not in PATCHTST_MODELS:
-            raise ValueError(f"unknown model {m!r}; expected one or more of {', '.join(PATCHTST_MODELS)}")
+        if m not in SERIES_MODELS:
+            raise ValueError(f"unknown model {m!r}; expected one or more of {', '.join(SERIES_MODELS)}")
     baselines = parse_baselines(baseline)
     if isinstance(ensemble, bool) or int(ensemble) != ensemble or ensemble < 1:
         raise ValueError(f"ensemble must be a positive integer (1 = single runs), got {ensemble!r}")
@@ -138,6 +138,14 @@ class SweepPlan:
         return len(self.lrs) * len(self.dropouts) * self.cfg.seeds
 
 
+def _check_hybrids(models: Sequence[str], cfg: SweepConfig) -> None:
+    """ValueError for a hybrid asked to do what only the plain transformers do (pretraining, branches)."""
+    hybrids = [m for m in models if m in HYBRID_MODELS]
+    if hybrids and (cfg.pretrain_epochs or cfg.branches > 1):
+        raise ValueError(f"{', '.join(hybrids)} cannot be pretrained or trained as branches (asked: "
+                         f"pretrain_epochs={cfg.pretrain_epochs}, branches={cfg.branches}); run it without them")
+
+
 def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, out_dir: str | Path,
                lrs: Sequence[float] = SWEEP_LRS, dropouts: Sequence[float] = SWEEP_DROPOUTS,
                baseline: str | Sequence[str] | None = None, data_dir: str | Path | None = None,
@@ -149,6 +157,7 @@ def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig,
     list), run on the same splits. ``ensemble``: also score the mean probabilities of the top-k runs (chosen
     on validation) per dataset and model; 1 = off."""
     models, baselines = _check_request(models, baseline, ensemble, datasets)
+    _check_hybrids(models, cfg)
     out_dir = Path(out_dir)
     store.check_out_dir(out_dir, cfg.identity())
     loaded = _load_all(datasets, cfg, data_dir, skip_short)

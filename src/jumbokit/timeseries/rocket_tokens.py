@@ -1,0 +1,139 @@
+"""The ROCKET hybrid: MiniRocket features of the whole series projected into one global token.
+
+``patchtst_jumbo_rocket`` is ``patchtst_jumbo`` whose first Jumbo segment starts, for every channel, from the
+learned token plus a linear projection of the series' MiniRocket features (Dempster et al. 2021): 84 fixed
+kernels of 9 taps (weights -1 and 2) at several dilations, and the proportion of positive values (PPV) of each
+convolution output above biases drawn from the training split. aeon's ``MiniRocket`` transform fits the
+dilations, channel combinations and biases on the training split; :class:`MiniRocketFeatures` evaluates the
+same transform in PyTorch (so it runs on the model's device, inside the training step, on augmented series),
+and matches aeon's numba transform feature for feature. The projection starts at zero, so the hybrid starts
+as the pure transformer.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..encoders.encoder import Encoder
+from .models import HYBRID_MODELS
+
+__all__ = ["HYBRID_MODELS", "MiniRocketFeatures", "RocketHybrid", "build_rocket_hybrid"]
+
+MIN_LENGTH = 9  # MiniRocket's kernels span 9 steps
+
+
+class MiniRocketFeatures(nn.Module):
+    """aeon's MiniRocket transform, fitted on training series: (B, C, L) -> PPV features (B, F) in [0, 1].
+
+    The transform runs in aeon's compiled (numba) code on the CPU, one thread, without gradient; the features
+    come back on the input's device. NaN steps (missing values, end padding) count as 0, aeon's padding fill.
+    The fitted transform is part of the module (it pickles with it) but not of its state dict.
+    """
+
+    def __init__(self, transform: Any, num_features: int) -> None:
+        super().__init__()
+        self.transform = transform
+        self.num_features = int(num_features)
+
+    @classmethod
+    def fit(cls, x: np.ndarray | torch.Tensor, num_features: int = 10_000, seed: int = 0) -> "MiniRocketFeatures":
+        """Fit aeon's MiniRocket (dilations, channel combinations, biases) on training series x (n, C, L)."""
+        from aeon.transformations.collection.convolution_based import MiniRocket
+
+        from .baselines import use_numba_workqueue
+
+        x = _numpy_series(x)
+        if x.ndim != 3 or x.shape[-1] < MIN_LENGTH:
+            raise ValueError(f"MiniRocket needs series (n, C, L) with L >= {MIN_LENGTH}, got shape {x.shape}")
+        use_numba_workqueue()
+        threads = torch.get_num_threads()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                transform = MiniRocket(n_kernels=num_features, n_jobs=1, random_state=seed).fit(x)
+                width = transform.transform(x[:1]).shape[1]
+        finally:
+            torch.set_num_threads(threads)
+        return cls(transform, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        threads = torch.get_num_threads()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                feats = self.transform.transform(_numpy_series(x))
+        finally:
+            torch.set_num_threads(threads)
+        return torch.from_numpy(np.ascontiguousarray(feats, dtype=np.float32)).to(x.device)
+
+
+def _numpy_series(x: np.ndarray | torch.Tensor) -> np.ndarray:
+    """(n, C, L) float32 numpy with NaN -> 0."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().float().cpu().numpy()
+    return np.nan_to_num(np.asarray(x, dtype=np.float32), nan=0.0)
+
+
+class RocketHybrid(nn.Module):
+    """A series :class:`~jumbokit.encoders.Encoder` whose first global token (a CLS token or the first Jumbo
+    segment) gets, per series, ``proj(dropout(standardised MiniRocket features))`` (B, D) added.
+
+    forward: (B, C, L) -> logits (B, num_classes). ``config``, ``num_patches``, ``num_global_tokens`` and
+    ``embed_dim`` are the encoder's, so sweep code reads the hybrid as it reads the plain model."""
+
+    def __init__(self, encoder: Encoder, features: MiniRocketFeatures, feature_mean: torch.Tensor,
+                 feature_std: torch.Tensor, feature_dropout: float = 0.0) -> None:
+        super().__init__()
+        if encoder.num_global_tokens < 1:
+            raise ValueError("the ROCKET hybrid adds its features to a global token; the encoder has none")
+        self.encoder = encoder
+        self.rocket = features
+        self.register_buffer("feature_mean", feature_mean.float())
+        self.register_buffer("feature_std", feature_std.float())
+        self.feature_drop = nn.Dropout(feature_dropout)
+        self.rocket_proj = nn.Linear(features.num_features, encoder.embed_dim)
+        nn.init.zeros_(self.rocket_proj.weight)
+        nn.init.zeros_(self.rocket_proj.bias)
+
+    config = property(lambda self: self.encoder.config)
+    num_patches = property(lambda self: self.encoder.num_patches)
+    num_global_tokens = property(lambda self: self.encoder.num_global_tokens)
+    embed_dim = property(lambda self: self.encoder.embed_dim)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"encoder." + name for name in self.encoder.no_weight_decay()}
+
+    def global_offset(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, L) -> (B*C, G, D): the projected features on the first global token, for every channel."""
+        feats = (self.rocket(x) - self.feature_mean) / self.feature_std
+        first = self.rocket_proj(self.feature_drop(feats))  # (B, D)
+        offset = first.new_zeros(x.shape[0], self.num_global_tokens, self.embed_dim)
+        offset[:, 0] = first
+        return offset.repeat_interleave(x.shape[1], dim=0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.encoder.forward_features(x, global_offset=self.global_offset(x))
+        return self.encoder.forward_head(out)
+
+
+def feature_statistics(features: MiniRocketFeatures, x: torch.Tensor, batch_size: int = 64,
+                       min_std: float = 0.01) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and standard deviation (clamped below at ``min_std``) of the features over series x (n, C, L)."""
+    with torch.no_grad():
+        feats = torch.cat([features(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])
+    return feats.mean(0), feats.std(0, unbiased=False).clamp_min(min_std)
+
+
+def build_rocket_hybrid(encoder: Encoder, x_train: np.ndarray | torch.Tensor, seed: int = 0,
+                        num_features: int = 10_000, feature_dropout: float = 0.0) -> RocketHybrid:
+    """Fit MiniRocket and the feature statistics on the training series x_train (n, C, L) only, and wrap
+    ``encoder`` (see :class:`RocketHybrid`)."""
+    features = MiniRocketFeatures.fit(x_train, num_features=num_features, seed=seed)
+    mean, std = feature_statistics(features, torch.as_tensor(np.asarray(x_train, dtype=np.float32)))
+    return RocketHybrid(encoder, features, mean, std, feature_dropout=feature_dropout)
+

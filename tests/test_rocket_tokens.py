@@ -1,0 +1,83 @@
+"""The ROCKET hybrid: MiniRocket features fitted on the training split, projected into the first global token."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from jumbokit import create_model
+from jumbokit.timeseries import cli
+from jumbokit.timeseries.rocket_tokens import MiniRocketFeatures, RocketHybrid, build_rocket_hybrid
+from jumbokit.timeseries.run import build_series_model
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _series(n: int, chans: int, length: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(n, chans, length)).astype(np.float32).cumsum(-1)
+
+
+@pytest.mark.parametrize("chans", [1, 3])
+def test_features_are_aeons_minirocket_with_nan_as_zero(chans):
+    from aeon.transformations.collection.convolution_based import MiniRocket
+
+    x = _series(24, chans, 60)
+    x[-4:, :, 50:] = np.nan  # unequal lengths: NaN end padding
+    features = MiniRocketFeatures.fit(x[:16], num_features=500, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = MiniRocket(n_kernels=500, random_state=3).fit(x[:16]).transform(np.nan_to_num(x[16:]))
+    ours = features(torch.from_numpy(x[16:]))
+    assert ours.shape == (8, features.num_features) == reference.shape
+    np.testing.assert_allclose(ours.numpy(), reference, atol=1e-6)
+
+
+def _encoder(chans: int = 2, length: int = 60) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return create_model("patchtst_jumbo", num_classes=3, in_chans=chans, seq_len=length, patches=4, dim=32,
+                        depth=1, num_heads=2, mlp_hidden=32)
+
+
+def test_hybrid_starts_as_the_transformer_and_learns_its_projection():
+    x = torch.from_numpy(_series(10, 2, 60))
+    encoder = _encoder()
+    hybrid = build_rocket_hybrid(encoder, x.numpy(), num_features=200)
+    assert isinstance(hybrid, RocketHybrid) and hybrid.num_global_tokens == encoder.num_global_tokens
+    torch.testing.assert_close(hybrid(x), encoder(x))  # the projection starts at zero
+    hybrid(x).logsumexp(-1).sum().backward()
+    assert hybrid.rocket_proj.weight.grad.abs().sum() > 0
+    offset = hybrid.global_offset(x)
+    assert offset.shape == (10 * 2, encoder.num_global_tokens, 32)
+    with pytest.raises(ValueError, match="global-token offset of shape"):
+        encoder.forward_features(x, global_offset=offset[:, :1])
+
+
+def test_sweep_model_fits_rocket_on_the_training_split_only():
+    """Validation and test series that would poison any statistic (NaN everywhere) leave the hybrid untouched."""
+    train = _series(12, 1, 40)
+    poison = np.full((6, 1, 40), np.nan, dtype=np.float32)
+    data = SimpleNamespace(num_classes=2, channels=1, seq_len=40, train=SimpleNamespace(x=train),
+                           val=SimpleNamespace(x=poison), test=SimpleNamespace(x=poison))
+    model = build_series_model("patchtst_jumbo_rocket", data, patches=4, rocket_seed=1)
+    expected = MiniRocketFeatures.fit(train, seed=1)(torch.from_numpy(train))
+    torch.testing.assert_close(model.feature_mean, expected.mean(0))
+    with pytest.raises(ValueError, match="cannot train progressive-join branches"):
+        build_series_model("patchtst_jumbo_rocket", data, patches=4, branches=2)
+
+
+def test_tstrain_runs_the_hybrid_and_refuses_pretraining(tmp_path, capsys):
+    out = tmp_path / "hybrid"
+    common = ["--dataset", "ItalyPowerDemand", "--epochs", "2", "--lr", "1e-3", "--dropout", "0.1", "--no-progress",
+              "--cpu"]
+    assert cli.main([*common, "--model", "patchtst_jumbo_rocket", "--out", str(out)]) == 0
+    rows = json.loads((out / "results.json").read_text())["summary"]
+    assert [r["model"] for r in rows] == ["patchtst_jumbo_rocket"] and 0 <= rows[0]["test_top1"] <= 100
+    capsys.readouterr()
+    bad = tmp_path / "bad"
+    assert cli.main([*common, "--model", "patchtst_jumbo_rocket", "--pretrain-epochs", "1", "--out", str(bad)]) == 2
+    assert "cannot be pretrained" in capsys.readouterr().err and not bad.exists()
