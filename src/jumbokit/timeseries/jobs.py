@@ -28,7 +28,8 @@ __all__ = ["Job", "sweep_jobs", "job_done", "pending_jobs", "job_cost", "assign_
 
 KINDS = ("pretrain", "run", "baseline")
 # relative cost of a training step per series, by model (PatchTST+Jumbo has about twice PatchTST's FLOPs)
-MODEL_COST = {"patchtst": 1.0, "patchtst_registers": 1.2, "patchtst_jumbo": 2.0}
+# and the ROCKET hybrid adds the MiniRocket transform of every batch
+MODEL_COST = {"patchtst": 1.0, "patchtst_registers": 1.2, "patchtst_jumbo": 2.0, "patchtst_jumbo_rocket": 4.0}
 
 
 @dataclass(frozen=True)
