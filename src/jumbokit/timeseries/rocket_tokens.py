@@ -3,11 +3,10 @@
 ``patchtst_jumbo_rocket`` is ``patchtst_jumbo`` whose first Jumbo segment starts, for every channel, from the
 learned token plus a linear projection of the series' MiniRocket features (Dempster et al. 2021): 84 fixed
 kernels of 9 taps (weights -1 and 2) at several dilations, and the proportion of positive values (PPV) of each
-convolution output above biases drawn from the training split. aeon's ``MiniRocket`` transform fits the
-dilations, channel combinations and biases on the training split; :class:`MiniRocketFeatures` evaluates the
-same transform in PyTorch (so it runs on the model's device, inside the training step, on augmented series),
-and matches aeon's numba transform feature for feature. The projection starts at zero, so the hybrid starts
-as the pure transformer.
+convolution output above biases drawn from the training split. aeon's ``MiniRocket`` transform is fitted on
+the training split only (dilations, channel combinations, biases) and evaluated by :class:`MiniRocketFeatures`
+inside every step, so training sees the features of the augmented series. The projection starts at zero, so the
+hybrid starts as the pure transformer.
 """
 
 from __future__ import annotations
