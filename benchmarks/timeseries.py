@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from jumbokit.timeseries.data import NORMALIZATIONS, load_dataset
+from jumbokit.timeseries.data import load_dataset
+from jumbokit.timeseries.normalize import NORMALIZATIONS
 from jumbokit.timeseries.models import PATCHTST_MODELS
 from jumbokit.timeseries.protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
 from jumbokit.timeseries.report import format_summary

@@ -11,6 +11,7 @@ import jumbokit
 from jumbokit.encoders import flops
 from jumbokit.encoders.tokenizers import series_patch_count
 from jumbokit.timeseries import data as tsdata
+from jumbokit.timeseries import normalize as tsnorm
 from jumbokit.timeseries.models import PATCHTST_MODELS, capped_patch_geometry, max_patches, patch_geometry
 
 
@@ -91,9 +92,9 @@ def test_nan_only_channel_is_refused():
     x = np.random.randn(4, 2, 10).astype(np.float32)
     x[2, 1] = np.nan
     with pytest.raises(ValueError, match="series 2 has no observed value in channel 1"):
-        tsdata.check_series(x)
+        tsnorm.check_series(x)
     x[2, 1, 3] = 0.5  # one observation is enough
-    tsdata.check_series(x)
+    tsnorm.check_series(x)
 
 
 def test_unknown_dataset_offline_lists_local_sets(tmp_path, monkeypatch):
@@ -360,22 +361,22 @@ def test_auto_normalization_standardises_each_series_only_when_scales_spread_wid
     similar = shapes * rng.uniform(0.5, 3.0, size=(40, 1, 1))  # scales within 6x: one per-channel scale is fine
     wide = shapes * 10.0 ** rng.uniform(-3, 2, size=(40, 1, 1))  # idle to large, as PLAID's currents
     wide[:5] = 0.0  # some series constant (std 0)
-    assert tsdata.scale_spread(similar) < 10 and tsdata.scale_spread(wide) > tsdata.AUTO_SCALE_SPREAD
-    assert tsdata.resolve_normalization(similar, "auto") == "train"
-    assert tsdata.resolve_normalization(wide, "auto") == "instance"
-    assert tsdata.resolve_normalization(wide, "train") == "train"  # an explicit choice is kept
+    assert tsnorm.scale_spread(similar) < 10 and tsnorm.scale_spread(wide) > tsnorm.AUTO_SCALE_SPREAD
+    assert tsnorm.resolve_normalization(similar, "auto") == "train"
+    assert tsnorm.resolve_normalization(wide, "auto") == "instance"
+    assert tsnorm.resolve_normalization(wide, "train") == "train"  # an explicit choice is kept
     test = wide[:7] * 4.0
     for train, how in ((similar, "train"), (wide, "instance")):
-        for got, want in zip(tsdata.normalize_splits(train, test, how="auto"),
-                             tsdata.normalize_splits(train, test, how=how)):
+        for got, want in zip(tsnorm.normalize_splits(train, test, how="auto"),
+                             tsnorm.normalize_splits(train, test, how=how)):
             np.testing.assert_array_equal(got, want)
     # NaN padding is not data: padding series to a common length leaves the spread exactly as it was
     # (padding read as zeros would shrink the padded series' std and change it)
     padded = np.concatenate([similar, np.full((40, 1, 64), np.nan)], axis=-1)
     padded[20:, :, 32:] = rng.normal(size=(20, 1, 64))  # half the series are longer
-    unpadded_short = tsdata.scale_spread(similar[:20])
-    assert tsdata.scale_spread(padded[:20]) == unpadded_short
-    assert tsdata.resolve_normalization(padded, "auto") == "train"
+    unpadded_short = tsnorm.scale_spread(similar[:20])
+    assert tsnorm.scale_spread(padded[:20]) == unpadded_short
+    assert tsnorm.resolve_normalization(padded, "auto") == "train"
     # a real set whose currents span idle to tens of amperes
     assert tsdata.load_dataset("PLAID", normalize="auto").meta["normalized_as"] == "instance"
 
@@ -385,14 +386,14 @@ def test_train_statistics_never_see_the_test_split():
     train = rng.normal(5.0, 2.0, size=(20, 3, 16))
     test = rng.normal(50.0, 9.0, size=(10, 3, 16))
     test[0, 1, 8:] = np.nan
-    norm_train, norm_test = tsdata.normalize_splits(train, test, how="train")
-    scaler = tsdata.ChannelScaler.fit(train)
+    norm_train, norm_test = tsnorm.normalize_splits(train, test, how="train")
+    scaler = tsnorm.ChannelScaler.fit(train)
     np.testing.assert_allclose(norm_test, (test - scaler.mean) / scaler.std, rtol=1e-5)
     assert np.isnan(norm_test[0, 1, 8:]).all() and not np.isnan(norm_test[0, 1, :8]).any()
     assert np.nanmean(norm_test) > 10  # the test split's shifted level survives (not re-centred)
     constant = np.ones((4, 2, 5))
-    np.testing.assert_array_equal(tsdata.ChannelScaler.fit(constant).transform(constant), 0)
+    np.testing.assert_array_equal(tsnorm.ChannelScaler.fit(constant).transform(constant), 0)
     with pytest.raises(ValueError, match="expected one of train, instance, auto, none"):
-        tsdata.normalize_splits(train, how="global")
+        tsnorm.normalize_splits(train, how="global")
     with pytest.raises(ValueError, match="3 channel"):
         scaler.transform(np.zeros((1, 2, 16)))

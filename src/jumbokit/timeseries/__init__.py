@@ -3,8 +3,8 @@
 One module per job:
 
 - ``models``: the zoo entries ``patchtst``, ``patchtst_registers``, ``patchtst_jumbo`` and the patching rule.
-- ``data``: aeon/sktime loading, padding/masks, normalisation (training-split channel statistics by default),
-  the 50/50 validation/test split.
+- ``data``: aeon/sktime loading, padding/masks, the 50/50 validation/test split; ``normalize``: checks and
+  normalisation (training-split channel statistics by default, per series, or "auto" by the spread of scales).
 - ``protocol``: ``SweepConfig``, the named recipes (``RECIPES``) and their automatic rules.
 - ``run``: one training run (build the model for a dataset, train, predict, score), shared by the sweep,
   pretraining and the estimator.
@@ -17,7 +17,9 @@ One module per job:
   processes of a launch (whole jobs, never a run sharded); ``worker``: a process's share of them, one by one or in
   a pool; ``local``: ``LocalAccelerator``, the single-process accelerator each run trains with.
 - ``augment``: series augmentation (jitter, scaling, magnitude/time warping, window slicing, mixup).
-- ``pretrain``: ``pretrain_series``, masked-patch self-supervised pretraining of a series encoder.
+- ``pretrain``: ``pretrain_series``, masked-patch self-supervised pretraining of a series encoder; ``pool``: the
+  cross-dataset pretraining pool (other sets' training splits).
+- ``rocket_tokens``: the hybrid ``patchtst_jumbo_rocket`` (MiniRocket features in the first Jumbo segment).
 - ``estimator``: ``PatchTSTClassifier``, an aeon classifier.
 
 Importing this package is cheap (aeon and the runtime load on first use of a name below).

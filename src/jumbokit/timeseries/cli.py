@@ -21,7 +21,7 @@ from ..logs import configure_logging
 from ..training.cli import ema_decay_arg, setup_threads
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
-from .data import AUTO_SCALE_SPREAD, NORMALIZATIONS
+from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
 from .models import PATCHTST_MODELS, SERIES_MODELS
 from .protocol import LONG_SERIES, LONG_SERIES_STEPS, SMALL_DATA_STEPS
 

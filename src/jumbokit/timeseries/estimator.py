@@ -18,7 +18,8 @@ from contextlib import nullcontext
 import numpy as np
 from aeon.classification.base import BaseClassifier
 
-from .data import check_series, fit_normalizer, pad_series
+from .data import pad_series
+from .normalize import check_series, fit_normalizer
 from .models import PATCHTST_MODELS
 
 __all__ = ["PatchTSTClassifier"]

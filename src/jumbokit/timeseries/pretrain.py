@@ -65,7 +65,8 @@ class PretrainResult:
 
 
 def _as_series(x: Any) -> np.ndarray:
-    from .data import check_series, pad_series
+    from .data import pad_series
+    from .normalize import check_series
 
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()

@@ -15,7 +15,7 @@ import numpy as np
 
 from jumbokit.training.rundir import atomic_save_figure, atomic_write_text, markdown_table
 
-from .data import AUTO_SCALE_SPREAD
+from .normalize import AUTO_SCALE_SPREAD
 from .protocol import SweepConfig, steps_text
 from .results import SummaryRow, SweepResult, baseline_columns, baseline_results
 
