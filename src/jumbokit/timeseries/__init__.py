@@ -12,7 +12,7 @@ One module per job:
 - ``results``: validation-based selection, ensembles, one row per (dataset, model), ranks.
 - ``report``: the summary table, results.csv / results.json / report.md / accuracy.png.
 - ``sweep``: ``run_sweep`` (``plan_sweep`` + ``execute_sweep``), the orchestration of a resumable sweep;
-  ``store``: the sweep directory's files; ``cli``: ``tstrain``.
+  ``store``: the sweep directory's files; ``cli``: ``tstrain``, whose flags are in ``flags``.
 - ``jobs``: a sweep's runs, pretrainings and baselines as jobs, those still to do, and their split over the
   processes of a launch (whole jobs, never a run sharded); ``worker``: a process's share of them, one by one or in
   a pool; ``local``: ``LocalAccelerator``, the single-process accelerator each run trains with.

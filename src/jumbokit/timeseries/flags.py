@@ -1,0 +1,235 @@
+"""``tstrain``'s flags: the parser, its value types and the recipe-dependent help (see :mod:`.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+from ..encoders.series_trunk import TRUNKS
+from ..training.cli import ema_decay_arg
+from ..training.threads import add_threads_arg
+from .augment import AUGMENTATIONS
+from .models import PATCHTST_MODELS, SERIES_MODELS
+from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
+from .protocol import LONG_SERIES, LONG_SERIES_STEPS, SMALL_DATA_STEPS
+
+__all__ = ["build_parser", "PROTOCOLS"]
+
+DESCRIPTION = """\
+Time-series classification on the UCR (univariate) and UEA (multivariate) archives with the Jumbo
+paper's protocol: a sweep over learning rate x dropout per dataset and model, the official test set
+split 50/50 into validation (model selection) and test (reported), ranks between models.
+Datasets bundled with aeon/sktime work offline; others download into --data-dir when online, and your own
+sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
+An interrupted sweep resumes (same --out): finished runs are skipped.
+
+Two recipes set the defaults: paper, the paper's protocol unchanged, and small-data, for sets of tens to
+hundreds of series (fixed optimizer steps, small batches, convolutional patch features, augmentation, several
+seeds per grid point and an ensemble). A flag's help gives its value under each recipe as
+"(paper: X; small-data: Y)"; flags given explicitly override the recipe."""
+
+# --protocol NAME -> the split stored in sweep.json and used by load_dataset ("seed" names the paper's split there)
+PROTOCOLS = {"paper": "seed", "official": "official"}
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one number, got {text!r}")
+    return values
+
+
+def _name_list(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a {what} integer, got {value}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1, "positive")
+_non_negative_int = _int_at_least(0, "non-negative")
+
+
+def _int_or_auto(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}") from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad flags are reported in one line (with a pointer to --help) and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _mixup_alpha(text: str) -> float:
+    """``--mixup ALPHA``: a float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a mixup alpha >= 0 (0 = off), e.g. 0.2, got {text!r}")
+    return value
+
+
+
+def _add_data_args(parser: argparse.ArgumentParser) -> None:
+    data = parser.add_argument_group("data")
+    data.add_argument("--archive", type=str.upper, choices=("UCR", "UEA"), default=None,
+                      help="run every dataset of this archive available locally (default: both archives)")
+    data.add_argument("--dataset", type=_name_list, default=None, metavar="NAMES",
+                      help="dataset name(s), comma-separated, e.g. GunPoint,BasicMotions (default: the local sets "
+                           "of --archive)")
+    data.add_argument("--data-dir", default=None,
+                      help="cache for downloaded datasets and home of your own (default: ~/.cache/jumbokit/timeseries)")
+    data.add_argument("--protocol", choices=tuple(PROTOCOLS), default="paper",
+                      help="paper: the official test set split 50/50 (stratified) into validation (selection) and "
+                           "test (reported); official: plain train/test, selection on the test set (optimistic) "
+                           "(default: paper)")
+    data.add_argument("--split-seed", type=int, default=0,
+                      help="random seed of the validation/test split (default: 0)")
+    data.add_argument("--normalize", choices=NORMALIZATIONS, default=None,
+                      help="train: standardise each channel with training-split statistics (keeps level and "
+                           "amplitude); instance: each series by its own mean/std (RevIN-style); auto: instance "
+                           f"where the training series' scales differ more than {AUTO_SCALE_SPREAD:g}-fold (90th vs "
+                           "10th percentile of their std), else train; none: as loaded (paper: train; small-data: "
+                           "auto)")
+    data.add_argument("--list", action="store_true",
+                      help="list the datasets available locally (bundled, cached, and your own in --data-dir) and exit")
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("models")
+    model.add_argument("--model", type=_name_list, default=list(PATCHTST_MODELS), metavar="NAMES",
+                       help=f"one or several of {', '.join(SERIES_MODELS)}, comma-separated (default: the first "
+                            f"three; patchtst_jumbo_rocket is the ROCKET hybrid, see docs/timeseries.md)")
+    model.add_argument("--patches", type=_positive_int, default=None,
+                       help="patches per series, 8 or 42 in the paper (paper: 8; small-data: 16)")
+    model.add_argument("--max-patch-len", type=_int_at_least(2, "patch length (>= 2)"), default=None,
+                       help="cap on the patch length: longer series get more patches of this many steps, every "
+                            "half patch (default: no cap, exactly --patches patches)")
+    model.add_argument("--conv-stem", type=_non_negative_int, default=None, metavar="W",
+                       help="add convolutional patch features of width W to each token: two 1-D convolutions over "
+                            "the series, max and mean within each patch; 0 = linear patches only, as PatchTST "
+                            "(paper: 0; small-data: 32)")
+    model.add_argument("--trunk", choices=("none", *TRUNKS), default=None,
+                       help="a full-resolution convolutional trunk over each channel (stride 1): inception = "
+                            "InceptionTime modules (kernels 39/19/9 + max-pool), resnet = ResNet blocks (7/5/3); "
+                            "its features, max and mean per patch window, are added to each token (default: none)")
+    model.add_argument("--trunk-width", type=_positive_int, default=None, metavar="F",
+                       help="trunk filters per branch (inception: 4 branches) or per layer (resnet) (default: 16)")
+    model.add_argument("--trunk-depth", type=_positive_int, default=None, metavar="K",
+                       help="inception modules (a shortcut around every 3) or residual blocks (default: 3)")
+    model.add_argument("--diff", action="store_true",
+                       help="feed each channel's first difference to the trunk as a second input (needs --trunk)")
+    model.add_argument("--token-stats", action="store_true",
+                       help="add each patch window's mean and standard deviation, projected, to its token")
+    model.add_argument("--rel-pos", action="store_true",
+                       help="a learned relative-position bias in attention: one value per head and patch offset, "
+                            "in every layer (eRPE-like; not with --branches)")
+    model.add_argument("--branches", type=_positive_int, default=1,
+                       help="train n times the layers as blocks of n parallel branches, joined progressively over "
+                            "the first half of the steps, then collapse exactly to the plain depth before scoring "
+                            "(default: 1, plain training)")
+    model.add_argument("--baseline", default=None, metavar="NAMES",
+                       help="also run aeon's classifiers on the same splits: one or more of minirocket, multirocket, "
+                            "hydra, comma-separated; unequal-length sets are zero-padded for them (default: none)")
+
+
+def _add_training_args(parser: argparse.ArgumentParser) -> None:
+    train = parser.add_argument_group("training")
+    train.add_argument("--recipe", choices=("paper", "small-data"), default="paper",
+                       help="the values the flags below take when not given (see the description) (default: paper)")
+    train.add_argument("--epochs", type=_positive_int, default=None,
+                       help="epochs per run, instead of the recipe's length (paper: 100, 20 for Sleep, Tiselac and "
+                            "FaceDetection; small-data: --steps auto)")
+    train.add_argument("--min-steps", type=_non_negative_int, default=0,
+                       help="raise the epochs of small datasets so each run takes at least this many optimizer "
+                            "steps (default: 0, off)")
+    train.add_argument("--lr", type=_float_list, default=None,
+                       help="learning rate(s) of the sweep, comma-separated (paper: 3e-3,1e-3,3e-4,1e-4; "
+                            "small-data: 1e-3)")
+    train.add_argument("--dropout", type=_float_list, default=None,
+                       help="dropout rate(s) of the sweep, comma-separated (paper: 0,0.1,0.2; small-data: 0.1)")
+    train.add_argument("--steps", type=_int_or_auto, default=None,
+                       help=f"optimizer steps per run, whatever the set size (instead of epochs), or 'auto' = "
+                            f"{SMALL_DATA_STEPS}, {LONG_SERIES_STEPS} for series longer than {LONG_SERIES} steps "
+                            "(paper: epochs decide; small-data: auto)")
+    train.add_argument("--batch-size", type=_int_or_auto, default=None,
+                       help="series per step, or 'auto' = min(n_train, 32, max(8, 128 // channels)) (paper: 256; "
+                            "small-data: auto)")
+    train.add_argument("--augment", nargs="?", const="default", default=None, metavar="NAMES",
+                       help=f"series augmentation: names among {', '.join(AUGMENTATIONS)}, comma-separated; 'none'; "
+                            "or the flag alone for jitter, scaling, magnitude_warp, time_warp and window_slice, each "
+                            "with probability 0.5 per series (paper: none; small-data: the flag alone)")
+    _add_recipe_levers(train)
+    train.add_argument("--seed", type=int, default=0,
+                       help="random seed of model initialisation, data order and augmentation (default: 0)")
+    train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no",
+                       help="autocast precision of training on a GPU (default: no)")
+    train.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present")
+    train.add_argument("--runs-per-device", type=_positive_int, default=1, metavar="K",
+                       help="runs trained at once by each process on its device, in a pool of K worker processes "
+                            "(several small runs fill a GPU; on a CPU keep 1) (default: 1)")
+    add_threads_arg(train)
+
+
+def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
+    """Mixup, pretraining, weight averaging, seeds and ensembles."""
+    train.add_argument("--mixup", type=_mixup_alpha, default=None, metavar="ALPHA",
+                       help="mixup with Beta(ALPHA, ALPHA), added to the --augment set (0 = off; --augment ...,mixup "
+                            "alone uses ALPHA 0.2) (default: off)")
+    train.add_argument("--pretrain-epochs", type=_non_negative_int, default=None,
+                       help="masked-patch pretraining on the training split (never validation/test) for this many "
+                            "epochs before fine-tuning, once per dataset, model and seed (default: 0, off)")
+    train.add_argument("--pretrain-mask-ratio", type=float, default=0.4,
+                       help="fraction of each channel's patches masked in pretraining, PatchTST's (default: 0.4)")
+    train.add_argument("--pretrain-lr", type=float, default=1e-3, help="pretraining learning rate (default: 1e-3)")
+    train.add_argument("--pretrain-on", default=None, metavar="NAMES",
+                       help="pretrain on the training splits of these sets instead (comma-separated; each target is "
+                            "left out, so its validation and test series are never read), as many steps as "
+                            "--pretrain-epochs passes over the target's training split take (default: off)"),
+    train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
+                       help="score the exponential moving average of the weights, updated after every step with this "
+                            "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
+    train.add_argument("--seeds", type=_positive_int, default=None,
+                       help="runs per (lr, dropout), with random seeds --seed, --seed+1, ... (paper: 1; small-data: 3)")
+    train.add_argument("--ensemble", type=_positive_int, default=None,
+                       help="also report the top-1 accuracy of the mean probabilities of the k runs best on "
+                            "validation; 1 = off (paper: 1; small-data: 3)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The flags of ``tstrain``, in groups: data, models, training, output."""
+    parser = _Parser(prog="tstrain", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_data_args(parser)
+    _add_model_args(parser)
+    _add_training_args(parser)
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default=None,
+                     help="sweep directory; the same --out resumes (default: runs/tstrain_<archive or "
+                          "datasets>_p<patches>)")
+    out.add_argument("--no-progress", action="store_true",
+                     help="hide progress bars (the log lines and the final summary stay)")
+    out.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    return parser
+
+
