@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from jumbokit import create_model
+from jumbokit.export import check_exportable
 from jumbokit.timeseries import cli
 from jumbokit.timeseries.rocket_tokens import MiniRocketFeatures, RocketHybrid, build_rocket_hybrid
 from jumbokit.timeseries.run import build_series_model
@@ -55,6 +56,8 @@ def test_hybrid_starts_as_the_transformer_and_learns_its_projection():
     assert offset.shape == (10 * 2, encoder.num_global_tokens, 32)
     with pytest.raises(ValueError, match="global-token offset of shape"):
         encoder.forward_features(x, global_offset=offset[:, :1])
+    with pytest.raises(ValueError, match="cannot be exported to ONNX"):
+        check_exportable(hybrid)
 
 
 def test_sweep_model_fits_rocket_on_the_training_split_only():
