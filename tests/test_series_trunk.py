@@ -91,7 +91,8 @@ def test_token_stats_are_the_observed_mean_and_std_of_each_window():
 
 @pytest.mark.parametrize("bad, message", [
     (dict(trunk="lstm"), "unknown trunk 'lstm'"), (dict(trunk="inception", trunk_width=0), "trunk_width"),
-    (dict(trunk_diff=True), "trunk_diff feeds the first difference"),
+    (dict(trunk_diff=True), "trunk_diff applies to a convolutional trunk"),
+    (dict(trunk_mix=True), "trunk_mix applies to a convolutional trunk"),
 ])
 def test_bad_trunk_settings_name_the_setting(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -130,3 +131,24 @@ def test_relative_position_bias_is_added_by_patch_offset():
     assert kept[0, 1, 2, 1] == 7 + 6 and kept[0, 1, 1, 2] == 7 + 0  # offsets +3 and -3 of the kept patches
     with pytest.raises(ValueError, match="rel_pos_bias is not supported with progressive-join branches"):
         jumbokit.create_model("patchtst_jumbo", rel_pos_bias=True, branches=3, **kw)
+
+
+def test_channel_mixing_trunk_reads_every_channel_and_feeds_every_channel():
+    """trunk_mix: one pass over all channels; a change in channel 0 moves the tokens of channel 1 too (not so
+    with the channel-independent trunk); NaN padding of one channel keeps the others' windows observed."""
+    torch.manual_seed(0)
+    kwargs = dict(seq_len=48, patch_len=8, stride=8, in_chans=3, dim=16, pad_end=False, trunk="inception",
+                  trunk_width=4, trunk_depth=1, trunk_diff=True)
+    mixing = SeriesPatchTokenizer(**kwargs, trunk_mix=True).eval()
+    separate = SeriesPatchTokenizer(**kwargs).eval()
+    assert mixing.trunk.trunk.blocks[0].bottleneck.in_channels == 6  # 3 channels and their differences
+    x = torch.randn(2, 3, 48)
+    y = x.clone()
+    y[0, 0, 20] += 1.0
+    for tok, crosses in ((mixing, True), (separate, False)):
+        moved = (tok(x).tokens - tok(y).tokens).abs().sum(-1)  # (B*C, N): rows are (series, channel)
+        assert moved[0].sum() > 0 and (moved[1].sum() > 0) == crosses and moved[3:].sum() == 0
+    x[1, 2, 30:] = float("nan")
+    assert torch.isfinite(mixing(x).tokens).all()
+    with pytest.raises(ValueError, match="built for 3 channel"):
+        mixing.trunk(torch.randn(1, 2, 48))

@@ -282,15 +282,19 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
     """--trunk/--diff/--token-stats reach the runs' models, sweep.json and the report; --diff alone is refused."""
     out = tmp_path / "trunk"
     front = ["--model", "patchtst_jumbo", "--trunk", "inception", "--trunk-width", "2", "--trunk-depth", "1",
-             "--diff", "--token-stats"]
+             "--diff", "--token-stats", "--trunk-mix"]
     assert cli.main(tiny(out, *front)) == 0
     sweep = json.loads((out / "sweep.json").read_text())
     assert sweep["trunk"] == "inception" and sweep["trunk_width"] == 2 and sweep["trunk_diff"] is True
-    assert "inception trunk (1 x width 2, with the first difference)" in (out / "report.md").read_text()
+    assert sweep["trunk_mix"] is True
+    assert ("inception trunk (1 x width 2, with the first difference, all channels together)"
+            in (out / "report.md").read_text())
     capsys.readouterr()
     assert cli.main(tiny(tmp_path / "bad", "--diff")) == 2
     err = capsys.readouterr().err
     assert "--diff feeds the first difference" in err and not (tmp_path / "bad").exists()
+    assert cli.main(tiny(tmp_path / "bad", "--trunk-mix")) == 2
+    assert "--trunk-mix sets how the convolutional trunk" in capsys.readouterr().err
 
 
 def test_tstrain_mixup_alpha_adds_mixup(tmp_path, capsys):

@@ -38,6 +38,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "trunk_width": 16,  # filters per branch (inception, 4 branches) or per layer (resnet)
     "trunk_depth": 3,  # inception modules / residual blocks
     "trunk_diff": False,  # the first difference of each channel as a second trunk input
+    "trunk_mix": False,  # one trunk over all channels of a series (added to every channel's tokens)
     "token_stats": False,  # each window's observed mean and std, projected and added to its token
     "rel_pos_bias": False,  # a learned per-head bias by patch offset in every layer's attention (eRPE-like)
     # shared
@@ -135,7 +136,8 @@ def random_keep(
 def build_tokenizer(cfg: dict[str, Any]) -> ImagePatchTokenizer | SeriesPatchTokenizer:
     """The tokenizer of a full encoder config: image patches, or series patches with their optional features."""
     if cfg["tokenizer"] == "image":
-        series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "token_stats", "rel_pos_bias") if cfg[k]]
+        series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "trunk_mix", "token_stats", "rel_pos_bias")
+                       if cfg[k]]
         if series_only:
             verb = "applies" if len(series_only) == 1 else "apply"
             raise ValueError(f"{', '.join(series_only)} {verb} to series tokenizers only, got "
@@ -153,6 +155,7 @@ def build_tokenizer(cfg: dict[str, Any]) -> ImagePatchTokenizer | SeriesPatchTok
             cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg["in_chans"], int(cfg["dim"]), pad_end=cfg["pad_end"],
             conv_stem=cfg["conv_stem"], trunk=cfg["trunk"], trunk_width=cfg["trunk_width"],
             trunk_depth=cfg["trunk_depth"], trunk_diff=cfg["trunk_diff"], token_stats=cfg["token_stats"],
+            trunk_mix=cfg["trunk_mix"],
         )
     raise ValueError(f"unknown tokenizer {cfg['tokenizer']!r}; expected 'image' or 'series'")
 

@@ -93,21 +93,29 @@ def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int 
         embed = 2 * num_patches * dim * ph * pw * config.get("in_chans", 3)
         seqs = 1
     else:
-        embed = _series_embed_flops(config, num_patches, dim)
         seqs = channels if channels is not None else config.get("in_chans", 1)
+        embed = _series_embed_flops(config, num_patches, dim)
+        if config.get("trunk_mix"):  # one trunk pass per sample over all its channels
+            return seqs * (depth * per_layer + embed) + _series_trunk_flops(config, num_patches, dim, seqs)
     return seqs * (depth * per_layer + embed)
+
+
+def _series_trunk_flops(config: dict[str, Any], num_patches: int, dim: int, in_series: int = 1) -> int:
+    """One pass of the series trunk over ``in_series`` series (a channel, or all channels when mixing)."""
+    steps = config["seq_len"] + (config["stride"] if config.get("pad_end", True) else 0)
+    return trunk_flops(config["trunk"], config.get("trunk_width", 16), config.get("trunk_depth", 3), steps,
+                       num_patches, dim, bool(config.get("trunk_diff", False)), in_series)
 
 
 def _series_embed_flops(config: dict[str, Any], num_patches: int, dim: int) -> int:
     """Series tokenizer FLOPs per channel-series: the linear patch projection plus the optional conv stem,
-    trunk and token statistics (the convolutions run over the padded series)."""
+    channel-independent trunk and token statistics (the convolutions run over the padded series)."""
     embed = 2 * num_patches * dim * config["patch_len"]
     steps = config["seq_len"] + (config["stride"] if config.get("pad_end", True) else 0)
     if config.get("conv_stem", 0):
         embed += conv_stem_flops(config["conv_stem"], steps, num_patches, dim)
-    if config.get("trunk"):
-        embed += trunk_flops(config["trunk"], config.get("trunk_width", 16), config.get("trunk_depth", 3),
-                             steps, num_patches, dim, bool(config.get("trunk_diff", False)))
+    if config.get("trunk") and not config.get("trunk_mix"):
+        embed += _series_trunk_flops(config, num_patches, dim)
     if config.get("token_stats"):
         embed += token_stats_flops(num_patches, dim)
     return embed

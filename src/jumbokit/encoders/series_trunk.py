@@ -150,29 +150,41 @@ class TrunkPatchFeatures(nn.Module):
         dim: token width D.
         patch_len, stride: the tokenizer's windows.
         diff: add each channel's first difference as a second trunk input.
+        mix_chans: None = channel-independent (one trunk pass per channel); C = channel-mixing: one pass over all
+            C channels of a series together (their first differences too with ``diff``), whose window features
+            are added to the tokens of every channel; a window counts the steps where any channel is observed.
     """
 
     def __init__(self, kind: str, width: int, depth: int, dim: int, patch_len: int, stride: int,
-                 diff: bool = False) -> None:
+                 diff: bool = False, mix_chans: int | None = None) -> None:
         super().__init__()
         check_trunk(kind, width, depth)
+        if mix_chans is not None and (isinstance(mix_chans, bool) or int(mix_chans) < 1):
+            raise ValueError(f"expected mix_chans to be None or a channel count >= 1, got {mix_chans!r}")
         self.kind, self.patch_len, self.stride, self.diff = kind, patch_len, stride, bool(diff)
+        self.mix_chans = None if mix_chans is None else int(mix_chans)
         trunk_cls = InceptionTrunk if kind == "inception" else ResNetTrunk
-        self.trunk = trunk_cls(2 if diff else 1, int(width), int(depth))
+        self.trunk = trunk_cls((2 if diff else 1) * (self.mix_chans or 1), int(width), int(depth))
         self.proj = nn.Linear(2 * self.trunk.out_chans, dim)
 
     def forward(self, values: torch.Tensor, observed: torch.Tensor | None = None) -> torch.Tensor:
         batch, chans, length = values.shape
-        x = values.reshape(batch * chans, 1, length)
-        seen = None if observed is None else observed.reshape(batch * chans, 1, length)
+        if self.mix_chans is not None and chans != self.mix_chans:
+            raise ValueError(f"the channel-mixing trunk was built for {self.mix_chans} channel(s), got {chans}")
+        rows = batch if self.mix_chans else batch * chans
+        x = values.reshape(rows, -1, length)  # (B, C, L') mixing, else (B*C, 1, L')
+        seen = None if observed is None else observed.reshape(rows, -1, length)
         if self.diff:
             x = torch.cat([x, first_difference(x, seen)], dim=1)
-        feats = self.trunk(x)  # (B*C, F, L')
-        return self.proj(window_max_mean(feats, seen, self.patch_len, self.stride))
+        feats = self.trunk(x)  # (rows, F, L')
+        if seen is not None and self.mix_chans:
+            seen = seen.any(dim=1, keepdim=True)
+        tokens = self.proj(window_max_mean(feats, seen, self.patch_len, self.stride))  # (rows, N, D)
+        return tokens.repeat_interleave(chans, dim=0) if self.mix_chans else tokens
 
 
 def first_difference(x: torch.Tensor, observed: torch.Tensor | None) -> torch.Tensor:
-    """(S, 1, L) -> (S, 1, L): x[t] - x[t-1], 0 at t = 0 and wherever either step is missing."""
+    """(S, K, L) -> (S, K, L): x[t] - x[t-1], 0 at t = 0 and wherever either step is missing."""
     step = torch.cat([torch.zeros_like(x[..., :1]), x[..., 1:] - x[..., :-1]], dim=-1)
     if observed is None:
         return step
@@ -205,11 +217,12 @@ class TokenStats(nn.Module):
 
 
 def trunk_flops(kind: str, width: int, depth: int, steps: int, num_patches: int, dim: int,
-                diff: bool = False) -> int:
-    """Forward FLOPs of :class:`TrunkPatchFeatures` per channel-series of ``steps`` padded steps, as
+                diff: bool = False, in_series: int = 1) -> int:
+    """Forward FLOPs of one :class:`TrunkPatchFeatures` pass over ``in_series`` series of ``steps`` padded steps
+    (1: a channel of a channel-independent trunk; C: a whole series through a channel-mixing trunk), as
     ``FlopCounterMode`` counts them (convolutions and the projection; BN, ReLU and pooling are not counted)."""
     check_trunk(kind, width, depth)
-    in_chans = 2 if diff else 1
+    in_chans = (2 if diff else 1) * in_series
     macs = 0
     if kind == "inception":
         out = 4 * width

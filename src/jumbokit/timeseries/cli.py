@@ -106,9 +106,13 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
     if args.diff and trunk is None:
         raise ValueError("--diff feeds the first difference to a convolutional trunk; add --trunk inception or "
                          "--trunk resnet")
+    if args.trunk_mix and trunk is None:
+        raise ValueError("--trunk-mix sets how the convolutional trunk reads the channels; add --trunk inception "
+                         "or --trunk resnet")
     return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
                        trunk=trunk, trunk_width=args.trunk_width or 16, trunk_depth=args.trunk_depth or 3,
-                       trunk_diff=args.diff, token_stats=args.token_stats, rel_pos_bias=args.rel_pos,
+                       trunk_diff=args.diff, trunk_mix=args.trunk_mix, token_stats=args.token_stats,
+                       rel_pos_bias=args.rel_pos,
                        epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize or recipe["normalize"],
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
                        protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,

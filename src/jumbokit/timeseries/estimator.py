@@ -79,6 +79,9 @@ class PatchTSTClassifier(BaseClassifier):
         Inception modules (a shortcut around every 3) or residual blocks.
     trunk_diff : bool, default=False
         Feed each channel's first difference to the trunk as a second input.
+    trunk_mix : bool, default=False
+        One trunk over all channels of a series together, its features added to every channel's tokens
+        (default: a trunk pass per channel).
     token_stats : bool, default=False
         Add each patch window's mean and standard deviation, projected, to its token.
     rel_pos_bias : bool, default=False
@@ -135,7 +138,7 @@ class PatchTSTClassifier(BaseClassifier):
                  random_state: int | None = None, verbose: bool = False, steps: int | str | None = None,
                  augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0,
                  trunk: str | None = None, trunk_width: int = 16, trunk_depth: int = 3, trunk_diff: bool = False,
-                 token_stats: bool = False, rel_pos_bias: bool = False) -> None:
+                 token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -152,6 +155,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.trunk_width = trunk_width
         self.trunk_depth = trunk_depth
         self.trunk_diff = trunk_diff
+        self.trunk_mix = trunk_mix
         self.token_stats = token_stats
         self.rel_pos_bias = rel_pos_bias
         self.normalize = normalize
@@ -180,7 +184,8 @@ class PatchTSTClassifier(BaseClassifier):
                           steps=self.steps if self.steps is None or isinstance(self.steps, str) else int(self.steps),
                           pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay),
                           trunk=self.trunk, trunk_width=int(self.trunk_width), trunk_depth=int(self.trunk_depth),
-                          trunk_diff=bool(self.trunk_diff), token_stats=bool(self.token_stats),
+                          trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
+                          token_stats=bool(self.token_stats),
                           rel_pos_bias=bool(self.rel_pos_bias))
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
@@ -216,8 +221,8 @@ class PatchTSTClassifier(BaseClassifier):
     @classmethod
     def _get_test_params(cls, parameter_set: str = "default") -> dict | list[dict]:
         """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
-        with the first difference and token statistics."""
+        with the first difference, token statistics, all channels together and relative positions."""
         plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
         trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
-                     rel_pos_bias=True)
+                     rel_pos_bias=True, trunk_mix=True)
         return [plain, trunk]

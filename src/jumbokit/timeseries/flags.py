@@ -140,6 +140,9 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                        help="inception modules (a shortcut around every 3) or residual blocks (default: 3)")
     model.add_argument("--diff", action="store_true",
                        help="feed each channel's first difference to the trunk as a second input (needs --trunk)")
+    model.add_argument("--trunk-mix", action="store_true",
+                       help="one trunk over all channels of a series together (multivariate sets), its features "
+                            "added to every channel's tokens (needs --trunk; default: a trunk pass per channel)")
     model.add_argument("--token-stats", action="store_true",
                        help="add each patch window's mean and standard deviation, projected, to its token")
     model.add_argument("--rel-pos", action="store_true",

@@ -42,7 +42,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
-                               "token_stats": False, "rel_pos_bias": False, "pretrain_on": None}
+                               "trunk_mix": False, "token_stats": False, "rel_pos_bias": False, "pretrain_on": None}
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
@@ -91,6 +91,7 @@ class SweepConfig:
     trunk_width: int = 16  # the trunk's filters per branch (inception) or per layer (resnet)
     trunk_depth: int = 3  # inception modules or residual blocks
     trunk_diff: bool = False  # each channel's first difference as a second trunk input
+    trunk_mix: bool = False  # one trunk over all channels of a series, added to every channel's tokens
     token_stats: bool = False  # each patch window's mean and std added to its token
     rel_pos_bias: bool = False  # a learned per-head bias by patch offset in attention
     epochs: int | None = None  # None: 100, or 20 for LARGE_DATASETS
@@ -134,6 +135,7 @@ class SweepConfig:
             ("trunk_width", int(self.trunk_width) >= 1, ">= 1"),
             ("trunk_depth", int(self.trunk_depth) >= 1, ">= 1"),
             ("trunk_diff", not self.trunk_diff or self.trunk is not None, "False without a trunk"),
+            ("trunk_mix", not self.trunk_mix or self.trunk is not None, "False without a trunk"),
             ("pretrain_epochs", self.pretrain_epochs >= 0, ">= 0 (0 = no pretraining)"),
             ("pretrain_mask_ratio", 0 < self.pretrain_mask_ratio < 1, "in (0, 1)"),
             ("pretrain_lr", self.pretrain_lr > 0, "> 0"),
@@ -150,7 +152,7 @@ class SweepConfig:
     def tokenizer_options(self) -> dict[str, Any]:
         """The series tokenizer's encoder options (conv stem, trunk, token statistics) of this sweep."""
         return dict(conv_stem=int(self.conv_stem), trunk=self.trunk, trunk_width=int(self.trunk_width),
-                    trunk_depth=int(self.trunk_depth), trunk_diff=bool(self.trunk_diff),
+                    trunk_depth=int(self.trunk_depth), trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
                     token_stats=bool(self.token_stats), rel_pos_bias=bool(self.rel_pos_bias))
 
     def epochs_for(self, dataset: str, steps_per_epoch: int = 1) -> int:

@@ -163,7 +163,8 @@ def training_text(cfg: SweepConfig) -> str:
         patching += f" + convolutional patch features of width {cfg.conv_stem}"
     if cfg.trunk:
         patching += (f" + a full-resolution {cfg.trunk} trunk ({cfg.trunk_depth} x width {cfg.trunk_width}"
-                     + (", with the first difference" if cfg.trunk_diff else "") + ") pooled per patch")
+                     + (", with the first difference" if cfg.trunk_diff else "")
+                     + (", all channels together" if cfg.trunk_mix else "") + ") pooled per patch")
     if cfg.token_stats:
         patching += " + per-patch mean/std"
     if cfg.rel_pos_bias:
