@@ -73,18 +73,16 @@ def require_deploy() -> None:
 
 def check_exportable(model: nn.Module) -> None:
     """Raise ``ValueError`` for models that are not in their deploy form (a branched progressive-join model, a
-    NAS supernet), the ROCKET hybrid, or models that carry no jumbokit config."""
+    NAS supernet), models that say they are not exportable (``not_exportable``: why), or models that carry no
+    jumbokit config."""
     from .encoders.branches import BranchedBlock, BranchedEncoder
     from .nas.supernet import Supernet
-    from .timeseries.rocket_tokens import RocketHybrid
 
     if isinstance(model, BranchedEncoder) or any(isinstance(m, BranchedBlock) for m in model.modules()):
         raise ValueError("a progressive-join model exports in its collapsed form: call jumbokit.reparameterize(model) "
                          "first (after the join has reached lambda = 1) and export the plain encoder it returns")
-    if isinstance(model, RocketHybrid):
-        raise ValueError("the ROCKET hybrid (patchtst_jumbo_rocket) computes its MiniRocket features in aeon's "
-                         "compiled code, outside any graph, so it cannot be exported to ONNX; export a plain series "
-                         "model (patchtst, patchtst_registers, patchtst_jumbo) instead")
+    if getattr(model, "not_exportable", None):  # a model that runs code outside PyTorch says why it cannot export
+        raise ValueError(model.not_exportable)
     if isinstance(model, Supernet):
         raise ValueError("a NAS supernet runs a different architecture per call: call supernet.extract(arch) first "
                          "(e.g. with the architecture jumbokit nas-search found) and export the encoder it returns")

@@ -85,6 +85,10 @@ class RocketHybrid(nn.Module):
     forward: (B, C, L) -> logits (B, num_classes). ``config``, ``num_patches``, ``num_global_tokens`` and
     ``embed_dim`` are the encoder's, so sweep code reads the hybrid as it reads the plain model."""
 
+    not_exportable = ("the ROCKET hybrid (patchtst_jumbo_rocket) computes its MiniRocket features in aeon's compiled "
+                      "code, outside any graph, so it cannot be exported to ONNX; export a plain series model "
+                      "(patchtst, patchtst_registers, patchtst_jumbo) instead")
+
     def __init__(self, encoder: Encoder, features: MiniRocketFeatures, feature_mean: torch.Tensor,
                  feature_std: torch.Tensor, feature_dropout: float = 0.0) -> None:
         super().__init__()
