@@ -50,24 +50,15 @@ class MiniRocketFeatures(nn.Module):
         if x.ndim != 3 or x.shape[-1] < MIN_LENGTH:
             raise ValueError(f"MiniRocket needs series (n, C, L) with L >= {MIN_LENGTH}, got shape {x.shape}")
         use_numba_workqueue()
-        threads = torch.get_num_threads()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                transform = MiniRocket(n_kernels=num_features, n_jobs=1, random_state=seed).fit(x)
-                width = transform.transform(x[:1]).shape[1]
-        finally:
-            torch.set_num_threads(threads)
-        return cls(transform, width)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            transform = MiniRocket(n_kernels=num_features, n_jobs=1, random_state=seed).fit(x)
+        return cls(transform, int(transform.parameters[-1].size))  # one feature per fitted bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        threads = torch.get_num_threads()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                feats = self.transform.transform(_numpy_series(x))
-        finally:
-            torch.set_num_threads(threads)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            feats = self.transform.transform(_numpy_series(x))
         return torch.from_numpy(np.ascontiguousarray(feats, dtype=np.float32)).to(x.device)
 
 
