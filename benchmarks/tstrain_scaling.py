@@ -1,16 +1,19 @@
 """tstrain on 1 vs N processes: the same 12-run sweep launched once as one process and once as N torchrun
-processes (one CPU thread each), on the same machine.
+processes (one CPU thread each), on the same machine. Two sweeps: "short" (3 learning rates, 100 steps a run) and
+"small-data" (the small-data recipe: 3 seeds of 1,000 steps a run, as a user would sweep).
 
 Checks that both give identical runs (every record's results and the stored validation / test probabilities,
 bit for bit) and reports the wall time of each launch (start-up, data loading, all runs, reports) and their
-ratio: with whole runs split between the processes the ideal on N free cores is N. The CPU seconds of all
+ratio: with whole runs handed to the processes as they free up, the ideal on N free cores is N. The CPU seconds of all
 processes of a launch show the cost of going parallel (start-up and data loading repeated per process) also when
 the machine is busy and the wall-time ratio says little.
 
     OMP_NUM_THREADS=1 python benchmarks/tstrain_scaling.py                    # 12 runs, 1 vs 2 processes
+    OMP_NUM_THREADS=1 python benchmarks/tstrain_scaling.py --sweep small-data
     python benchmarks/tstrain_scaling.py --steps 60 --nproc 4 --out /tmp/tstrain_scaling
 
-Prints a table and writes benchmarks/results/tstrain_scaling.json and .md (or --json). Never run in CI.
+Prints a table and writes benchmarks/results/tstrain_scaling[_small_data].json and .md (or --json). Never run
+in CI.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ import numpy as np
 from jumbokit.timeseries import store
 from jumbokit.training.rundir import atomic_write_text, markdown_table
 
-# 2 datasets x 2 models x 3 learning rates = 12 runs
-SWEEP = ["--dataset", "ItalyPowerDemand,GunPoint", "--model", "patchtst,patchtst_jumbo", "--lr", "1e-3,3e-4,1e-4",
-         "--dropout", "0.1", "--batch-size", "32", "--cpu", "--no-progress"]
+# 2 datasets x 2 models x (3 learning rates | 3 seeds) = 12 runs
+COMMON = ["--dataset", "ItalyPowerDemand,GunPoint", "--model", "patchtst,patchtst_jumbo", "--cpu", "--no-progress"]
+SWEEPS = {"short": [*COMMON, "--lr", "1e-3,3e-4,1e-4", "--dropout", "0.1", "--batch-size", "32"],
+          "small-data": [*COMMON, "--recipe", "small-data"]}
 RESULT_KEYS = ("val_top1", "test_top1", "val_loss", "train_loss", "steps")
 
 
@@ -82,16 +86,23 @@ def identical(a: dict, b: dict) -> tuple[bool, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps per run (default: 100)")
+    parser.add_argument("--sweep", choices=sorted(SWEEPS), default="short",
+                        help="short: 3 learning rates x 100 steps; small-data: the recipe's 3 seeds x 1,000 steps "
+                        "(default: short)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="optimizer steps per run (default: 100 for the short sweep, the recipe's otherwise)")
     parser.add_argument("--nproc", type=int, default=2, help="processes of the parallel launch (default: 2)")
     parser.add_argument("--out", default="runs/tstrain_scaling", help="scratch sweep directories (default: "
                         "runs/tstrain_scaling; emptied first)")
-    parser.add_argument("--json", default="benchmarks/results/tstrain_scaling.json",
-                        help="result file; a markdown copy goes next to it (default: %(default)s)")
+    parser.add_argument("--json", default=None, help="result file; a markdown copy goes next to it (default: "
+                        "benchmarks/results/tstrain_scaling.json, tstrain_scaling_small_data.json for that sweep)")
     args = parser.parse_args()
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
-    argv = [*SWEEP, "--steps", str(args.steps)]
+    steps = args.steps if args.steps is not None else (100 if args.sweep == "short" else None)
+    argv = [*SWEEPS[args.sweep], *(["--steps", str(steps)] if steps is not None else [])]
+    suffix = "" if args.sweep == "short" else "_" + args.sweep.replace("-", "_")
+    args.json = args.json or f"benchmarks/results/tstrain_scaling{suffix}.json"
     load_before = os.getloadavg()
     timed = {n: launch(n, [*argv, "--out", str(out / f"p{n}")]) for n in (1, args.nproc)}
     seconds = {n: wall for n, (wall, _) in timed.items()}
@@ -117,9 +128,11 @@ def main() -> None:
     atomic_write_text(path, json.dumps(result, indent=1) + "\n")
     atomic_write_text(path.with_suffix(".md"), "\n".join([
         f"# tstrain on 1 vs {args.nproc} processes", "", f"`{result['command']}`, one CPU thread per process, "
-        f"{cores} cores. Whole runs are split between the processes.", "", table, "",
+        f"{cores} cores. Each process takes the next unfinished run whenever it is free (long runs first); every "
+        "run is trained whole by one process.", "", table, "",
         f"Identical runs (results and stored probabilities, bit for bit): {same} ({runs} runs).", "", note, "",
-        "Re-run on an idle machine: `OMP_NUM_THREADS=1 python benchmarks/tstrain_scaling.py`", ""]))
+        "Re-run on an idle machine: `OMP_NUM_THREADS=1 python benchmarks/tstrain_scaling.py"
+        + ("" if args.sweep == "short" else f" --sweep {args.sweep}") + "`", ""]))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from jumbokit.timeseries import store as ts_store
 from jumbokit.timeseries.data import load_dataset
 from jumbokit.timeseries.local import LocalAccelerator
 from jumbokit.timeseries.protocol import SweepConfig
+from jumbokit.timeseries.queue import JobQueue, job_order
 from jumbokit.timeseries.run import train_run_with_proba
 from jumbokit.timeseries.sweep import plan_sweep
 
@@ -37,21 +38,45 @@ def _plan(tmp_path: Path, **cfg):
                       dropouts=(0.0,), baseline="minirocket")
 
 
-def test_jobs_are_split_whole_deterministically_and_balanced(tmp_path):
+def test_jobs_are_handed_out_whole_once_each_pretrainings_first(tmp_path):
     plan = _plan(tmp_path, pretrain_epochs=1, seeds=2)
     jobs = ts_jobs.sweep_jobs(plan)
     kinds = [j.kind for j in jobs]
     assert kinds.count("run") == 2 * 2 * 2 * 2 and kinds.count("pretrain") == 2 * 2 * 2 and kinds.count("baseline") == 2
     costs = [ts_jobs.job_cost(j, plan.datasets[j.dataset], plan.cfg) for j in jobs]
-    for processes in (1, 2, 3):
-        shares = ts_jobs.assign_jobs(jobs, costs, processes)
-        assert shares == ts_jobs.assign_jobs(list(jobs), list(costs), processes)  # the same on every process
-        assert sorted(map(repr, sum(shares, []))) == sorted(map(repr, jobs))  # every job once, none split
-        for share in shares:  # a process pretrains before it trains, so nobody waits on unstarted work
-            order = [j.kind == "pretrain" for j in share]
-            assert order == sorted(order, reverse=True)
-    loads = [sum(costs[jobs.index(j)] for j in share) for share in ts_jobs.assign_jobs(jobs, costs, 2)]
-    assert max(loads) <= 1.2 * min(loads)
+    order = job_order(jobs, costs)
+    assert order == job_order(list(jobs), list(costs))  # the same list on every process
+    first_run = next(i for i, job in enumerate(order) if job.kind != "pretrain")
+    assert {j.kind for j in order[:first_run]} == {"pretrain"} and "pretrain" not in {j.kind for j in order[first_run:]}
+    ranked = [costs[jobs.index(j)] for j in order[first_run:]]
+    assert ranked == sorted(ranked, reverse=True)  # the long jobs first, so the tail is short
+    # two processes drawing from one store: each job claimed by exactly one, in the list's order
+    shared = torch.distributed.HashStore()
+    queues = [JobQueue(order, shared, "sweep-test"), JobQueue(order, shared, "sweep-test")]
+    claims = [(rank, queues[rank].claim()) for rank in (0, 1, 1, 1, 0) * len(order)]
+    claimed = [job for _, job in claims if job is not None]
+    assert claimed == order
+    assert {rank for rank, job in claims if job is not None} == {0, 1}
+    assert list(JobQueue(order)) == order and list(JobQueue(order, shared, "sweep-test")) == []
+    with pytest.raises(ValueError, match="one cost per job"):
+        job_order(jobs, costs[:-1])
+
+
+def test_a_free_process_takes_the_next_job_so_the_work_evens_out():
+    """Simulated launch: process 0's jobs take twice as long as their estimate; it simply takes fewer of them."""
+    jobs = [ts_jobs.Job("run", "GunPoint", "patchtst", lr=float(i)) for i in range(10)]
+    shared = torch.distributed.HashStore()
+    queues = [JobQueue(jobs, shared, "even"), JobQueue(jobs, shared, "even")]
+    clock, done = [0.0, 0.0], [[], []]
+    while True:
+        rank = min((0, 1), key=lambda r: (clock[r], r))  # the process that is free first takes the next job
+        job = queues[rank].claim()
+        if job is None:
+            break
+        done[rank].append(job)
+        clock[rank] += 2.0 if rank == 0 else 1.0
+    assert len(done[0]) + len(done[1]) == 10 and not set(done[0]) & set(done[1])
+    assert abs(clock[0] - clock[1]) <= 2.0  # they finish within one job of each other
 
 
 def test_pending_jobs_skip_what_the_directory_holds(tmp_path):
@@ -183,6 +208,16 @@ def test_pretraining_and_branches_train_whole_on_two_processes(tmp_path):
         record = json.loads((folder / f"{stem}.json").read_text())
         assert record["steps"] == 8 and record["extra"]["pretrained"] is True  # every step, in one process
     assert json.loads((folder / "pretrained_s0.json").read_text())["steps"] == 3  # ceil(67 / 32), once
+
+
+def test_runs_packed_on_one_device_give_the_runs_of_one_at_a_time(tmp_path):
+    """--runs-per-device 2: a pool of 2 workers takes the next job whenever one is free (a run waits for the
+    pretraining the other worker is doing); every run is the one trained alone."""
+    flags = ["--dataset", "ItalyPowerDemand", "--model", "patchtst", "--lr", "1e-3,3e-4", "--dropout", "0,0.1",
+             "--steps", "6", "--batch-size", "32", "--pretrain-epochs", "1", "--cpu", "--no-progress"]
+    _tstrain(1, [*flags, "--out", str(tmp_path / "one")])
+    _tstrain(1, [*flags, "--runs-per-device", "2", "--out", str(tmp_path / "pool")])
+    _assert_same_runs(tmp_path / "one", tmp_path / "pool", expected=4)
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:

@@ -6,7 +6,7 @@
     tstrain --list                                          # datasets available locally (and in --data-dir)
 
 Runs on one CPU/GPU, or on many with ``torchrun --nproc_per_node N -m jumbokit tstrain ...`` (or ``accelerate
-launch``): the sweep's runs are then split between the processes, each run trained whole by one of them.
+launch``): each process then takes the next unfinished run whenever it is free and trains it whole.
 """
 
 from __future__ import annotations

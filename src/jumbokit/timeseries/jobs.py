@@ -2,14 +2,12 @@
 process and finished when its file lies in the sweep directory (:mod:`jumbokit.timeseries.store`).
 
 :func:`sweep_jobs` lists them in a fixed order, :func:`pending_jobs` keeps those whose files are missing (so a
-resume redoes nothing, whichever process count wrote the files), :func:`assign_jobs` splits them over the
-processes of a launch: deterministically, longest first to the least loaded process (by :func:`job_cost`),
-pretraining before everything else so that no process waits on a pretraining that was not started.
+resume redoes nothing, whichever process count wrote the files) and :func:`job_cost` estimates their relative
+cost, so that :mod:`jumbokit.timeseries.queue` hands out the long ones first.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 from dataclasses import dataclass
@@ -24,7 +22,7 @@ if TYPE_CHECKING:
     from .protocol import SweepConfig
     from .sweep import SweepPlan
 
-__all__ = ["Job", "sweep_jobs", "job_done", "pending_jobs", "job_cost", "assign_jobs"]
+__all__ = ["Job", "sweep_jobs", "job_done", "pending_jobs", "job_cost"]
 
 KINDS = ("pretrain", "run", "baseline")
 # relative cost of a training step per series, by model (PatchTST+Jumbo has about twice PatchTST's FLOPs)
@@ -121,20 +119,3 @@ def job_cost(job: Job, data: "ClassificationData", cfg: "SweepConfig") -> float:
     if job.kind == "pretrain":
         return 1.5 * per_series * cfg.pretrain_epochs * math.ceil(n_train / min(batch, n_train)) * min(batch, n_train)
     return data.channels * (n_train + n_eval) * max(1.0, data.seq_len / 64)
-
-
-def assign_jobs(jobs: list[Job], costs: list[float], processes: int) -> list[list[Job]]:
-    """The jobs of each process (index = process index): pretrainings first, then the rest, each group longest
-    first to the process with the least cost so far (ties: the lower index). The same input gives the same
-    split on every process."""
-    if processes < 1:
-        raise ValueError(f"expected at least one process, got {processes}")
-    shares: list[list[Job]] = [[] for _ in range(processes)]
-    loads = [(0.0, rank) for rank in range(processes)]
-    for first in (True, False):
-        group = [(cost, i) for i, (job, cost) in enumerate(zip(jobs, costs)) if (job.kind == "pretrain") == first]
-        for cost, i in sorted(group, key=lambda item: (-item[0], item[1])):
-            load, rank = heapq.heappop(loads)
-            shares[rank].append(jobs[i])
-            heapq.heappush(loads, (load + cost, rank))
-    return shares

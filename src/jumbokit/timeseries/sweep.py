@@ -19,9 +19,10 @@ from typing import Any, Callable, Sequence
 from . import store
 from .baselines import parse_baselines
 from .data import ClassificationData, load_dataset
-from .jobs import Job, assign_jobs, job_cost, job_done, pending_jobs, sweep_jobs
+from .jobs import Job, job_cost, job_done, pending_jobs, sweep_jobs
 from .models import HYBRID_MODELS, SERIES_MODELS
 from .protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
+from .queue import JobQueue, job_order, launch_store, new_queue_key
 from .report import write_reports
 from .results import SweepResult, baseline_columns, ensemble_scores, rank_models, summarize
 from .run import RunResult, check_patches
@@ -201,6 +202,14 @@ def _broadcast(value: Any, state: Any) -> Any:
     return box[0]
 
 
+def _job_queue(plan: SweepPlan, todo: list[Job] | None, state: Any) -> JobQueue:
+    """The unfinished jobs (``todo``, listed by the main process) in the order they are handed out, shared by the
+    processes of the launch."""
+    todo, key = _broadcast((todo, new_queue_key() if state.is_main_process else None), state)
+    order = job_order(todo, [job_cost(job, plan.datasets[job.dataset], plan.cfg) for job in todo])
+    return JobQueue(order) if state.num_processes == 1 else JobQueue(order, launch_store(), key)
+
+
 def _wait_for_all(jobs: list[Job], plan: SweepPlan, state: Any, tick: Callable[[], None]) -> None:
     """Return once every run and baseline of the sweep lies in its directory (other processes write theirs);
     ``tick`` is called while waiting. No collective call: a process may finish long before another."""
@@ -218,9 +227,9 @@ def _wait_for_all(jobs: list[Job], plan: SweepPlan, state: Any, tick: Callable[[
 def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False, runs_per_device: int = 1) -> SweepResult:
     """Run (or resume) a planned sweep and write the reports (``result.paths``; none on non-main processes).
 
-    Under a launch of N processes the jobs that are not finished are split over the processes (see
-    :func:`~jumbokit.timeseries.jobs.assign_jobs`); each trains its runs whole on its own device, alone, and
-    writes them to the sweep directory; every process then reads all of them back (the same result on each) and
+    Under a launch of N processes each process takes the next unfinished job whenever it is free (see
+    :mod:`~jumbokit.timeseries.queue`), trains it whole on its own device, alone, and writes it to the sweep
+    directory; every process then reads all of them back (the same result on each) and
     the main process writes the reports. ``runs_per_device``: jobs run at once by each process (a pool)."""
     from tqdm.auto import tqdm
 
@@ -234,9 +243,7 @@ def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False, run
     todo = pending_jobs(jobs, plan.out_dir, plan.ensemble) if state.is_main_process else None
     if state.is_main_process:
         _start(plan, todo, state.num_processes)
-    todo = _broadcast(todo, state)
-    costs = [job_cost(job, plan.datasets[job.dataset], plan.cfg) for job in todo]
-    mine = assign_jobs(todo, costs, state.num_processes)[state.process_index]
+    queue = _job_queue(plan, todo, state)
     runs = [job.path(plan.out_dir) for job in jobs if job.kind == "run"]
     bar = tqdm(total=len(runs), desc="sweep", unit="run", disable=not (progress and state.is_main_process),
                dynamic_ncols=True)
@@ -247,7 +254,7 @@ def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False, run
     ctx = JobContext(plan.datasets, plan.cfg, plan.out_dir, device=str(state.device), data_dir=plan.data_dir,
                      wait=state.num_processes > 1 or runs_per_device > 1)
     tick()
-    run_jobs(mine, ctx, int(runs_per_device), on_start=lambda job: bar.set_postfix_str(job.describe()), on_done=tick)
+    run_jobs(queue, ctx, int(runs_per_device), on_start=lambda job: bar.set_postfix_str(job.describe()), on_done=tick)
     bar.set_postfix_str("waiting for the other processes" if state.num_processes > 1 else "")
     _wait_for_all(jobs, plan, state, tick)
     tick()

@@ -2,8 +2,9 @@
 device, through a :class:`~jumbokit.timeseries.local.LocalAccelerator` (never the launch's process group), its
 result written to the sweep directory by the process that did it.
 
-``runs_per_device`` K > 1 runs K jobs at once in a pool of K worker processes (spawned, each single-threaded in
-its jobs so that every run stays a deterministic function of its settings); K = 1 runs them in this process.
+``runs_per_device`` K > 1 runs K jobs at once in a pool of K spawned worker processes, the next job taken whenever
+a worker is free (each worker single-threaded in its jobs, so that every run stays a deterministic function of its
+settings); K = 1 runs them in this process.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import json
 import logging
 import os
 import time
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from itertools import islice
+from typing import Callable, Iterable, Iterator
 
 import torch
 
@@ -94,15 +96,17 @@ def execute_job(job: Job, ctx: JobContext) -> None:
         raise ValueError(f"unknown job kind {job.kind!r}")
 
 
-def run_jobs(jobs: Sequence[Job], ctx: JobContext, runs_per_device: int = 1,
+def run_jobs(jobs: Iterable[Job], ctx: JobContext, runs_per_device: int = 1,
              on_start: Callable[[Job], None] | None = None, on_done: Callable[[Job], None] | None = None) -> None:
-    """Do ``jobs`` in order: one after the other here (``runs_per_device`` 1), or ``runs_per_device`` at a time
-    in a pool of worker processes. ``on_start`` / ``on_done`` are told each job (progress)."""
+    """Do ``jobs`` in order, taking each only when it can start (``jobs`` may be a
+    :class:`~jumbokit.timeseries.queue.JobQueue` that other processes draw from too): one after the other here
+    (``runs_per_device`` 1), or ``runs_per_device`` at a time in a pool of worker processes. ``on_start`` /
+    ``on_done`` are told each job (progress)."""
     from .run import quiet_training
 
     if runs_per_device < 1:
         raise ValueError(f"runs per device must be >= 1, got {runs_per_device}")
-    if runs_per_device == 1 or len(jobs) <= 1:
+    if runs_per_device == 1:
         with quiet_training():  # one line per dataset, not per epoch of every run
             for job in jobs:
                 if on_start is not None:
@@ -111,26 +115,32 @@ def run_jobs(jobs: Sequence[Job], ctx: JobContext, runs_per_device: int = 1,
                 if on_done is not None:
                     on_done(job)
         return
-    _run_in_pool(jobs, ctx, runs_per_device, on_done)
+    _run_in_pool(iter(jobs), ctx, runs_per_device, on_done)
 
 
-def _run_in_pool(jobs: Sequence[Job], ctx: JobContext, workers: int, on_done: Callable[[Job], None] | None) -> None:
-    """``jobs`` on ``workers`` spawned processes, submitted in order (pretrainings first); the first failure
+def _run_in_pool(jobs: Iterator[Job], ctx: JobContext, workers: int, on_done: Callable[[Job], None] | None) -> None:
+    """``jobs`` on ``workers`` spawned processes, the next one taken whenever a worker is free; the first failure
     cancels what has not started and is raised here."""
     import multiprocessing
 
+    first = list(islice(jobs, workers))
+    if not first:
+        return
     threads = max(1, torch.get_num_threads() // workers)
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
+    pool = ProcessPoolExecutor(max_workers=len(first), mp_context=multiprocessing.get_context("spawn"),
                                initializer=_start_worker, initargs=(ctx, threads))
-    futures = {pool.submit(_worker_job, job): job for job in jobs}
-    pending = set(futures)
+    running = {pool.submit(_worker_job, job): job for job in first}
     try:
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
+                job = running.pop(future)
                 future.result()  # a worker's exception, raised here
                 if on_done is not None:
-                    on_done(futures[future])
+                    on_done(job)
+                following = next(jobs, None)
+                if following is not None:
+                    running[pool.submit(_worker_job, following)] = following
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
