@@ -9,8 +9,10 @@
 
 Latency is milliseconds per image at batch 1, throughput images per second at a large batch; every
 (model, runtime) pair is warmed up first, then timed in interleaved rounds (the order reverses every round)
-and the median round is reported. Each runtime's pairs are timed apart from the other runtime's (a runtime's
-threads keep spinning for a moment after a call and would slow the next call of the other runtime). Threads are fixed for both runtimes (ORT intra_op_num_threads,
+and the median round is reported; a ratio between two models is the median of their per-round ratios (the
+per-round values are in the JSON: their spread shows how noisy the machine was). Each runtime's pairs are timed
+apart from the other runtime's, after a short pause (a runtime's threads keep spinning for a moment after a call
+and would slow the next call). Threads are fixed for both runtimes (ORT intra_op_num_threads,
 torch.set_num_threads). Weights are random, norms and biases moved off their initial values (speed does not
 depend on them); each ONNX graph is checked against PyTorch at export (max abs difference in the JSON).
 
@@ -49,9 +51,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=2, help="CPU threads of both runtimes (default: %(default)s)")
     p.add_argument("--img-size", type=int, default=224, help="image side in pixels (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=7, help="timed rounds, interleaved (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=11, help="timed rounds, interleaved (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=3,
                    help="untimed calls per pair and batch before timing (default: %(default)s)")
+    p.add_argument("--settle", type=float, default=0.2,
+                   help="seconds of pause before each timed block, so that the threads of the previous call "
+                        "stop spinning (default: %(default)s)")
     p.add_argument("--latency-iters", type=int, default=20, help="batch-1 calls per round (default: %(default)s)")
     p.add_argument("--throughput-batch", type=int, default=64, help="(default: %(default)s)")
     p.add_argument("--throughput-iters", type=int, default=2, help="large-batch calls per round (default: %(default)s)")
@@ -146,6 +151,7 @@ def time_rounds(calls: dict[tuple[str, str], Callable], batch, iters: int, args)
     for round_idx in range(args.repeats):
         order = list(calls.items())
         for key, call in (order if round_idx % 2 == 0 else order[::-1]):
+            time.sleep(args.settle)  # the previous call's spinning worker threads go to sleep first
             start = time.perf_counter()
             for _ in range(iters):
                 call(batch)
@@ -165,16 +171,20 @@ def summarise(latency, throughput, records, args) -> tuple[list[dict], dict[str,
         row["ort_vs_eager_latency"] = round(row["onnxruntime_latency_ms"] / row["eager_latency_ms"], 4)
         row["ort_vs_eager_throughput"] = round(row["onnxruntime_images_per_s"] / row["eager_images_per_s"], 4)
         rows.append(row)
-    by = {row["model"]: row for row in rows}
-    def ratio(a: str, b: str, column: str) -> float:
-        return round(by[a][column] / by[b][column], 4)
+    def paired(a: str, b: str, runtime: str, times: dict, inverse: bool = False) -> float:
+        """The median over rounds of a's time / b's time in the same round (b / a for throughput): pairs
+        measured seconds apart, so drift of the machine's speed between rounds cancels."""
+        per_round = [ta / tb for ta, tb in zip(times[(a, runtime)], times[(b, runtime)])]
+        return round(statistics.median(1 / r if inverse else r for r in per_round), 4)
 
-    ratios: dict[str, Any] = {
-        "collapsed6_vs_12_latency_ort": ratio(SIX, BASELINE, "onnxruntime_latency_ms"),
-        "collapsed6_vs_12_latency_eager": ratio(SIX, BASELINE, "eager_latency_ms"),
-        "jumbo_vs_registers_throughput_ort": ratio(JUMBO, REGISTERS, "onnxruntime_images_per_s"),
-        "jumbo_vs_registers_throughput_eager": ratio(JUMBO, REGISTERS, "eager_images_per_s"),
-    }
+    ratios: dict[str, Any] = {}
+    for runtime, short in (("onnxruntime", "ort"), ("eager", "eager")):
+        ratios[f"collapsed6_vs_12_latency_{short}"] = paired(SIX, BASELINE, runtime, latency)
+        ratios[f"jumbo_vs_registers_throughput_{short}"] = paired(JUMBO, REGISTERS, runtime, throughput, inverse=True)
+    spread = [a / b for a, b in zip(latency[(SIX, "onnxruntime")], latency[(BASELINE, "onnxruntime")])]
+    ratios["collapsed6_vs_12_latency_ort_rounds"] = [round(r, 3) for r in spread]
+    spread = [b / a for a, b in zip(throughput[(JUMBO, "onnxruntime")], throughput[(REGISTERS, "onnxruntime")])]
+    ratios["jumbo_vs_registers_throughput_ort_rounds"] = [round(r, 3) for r in spread]
     ratios["targets_met"] = {"collapsed6_vs_12_latency_ort <= 0.60": ratios["collapsed6_vs_12_latency_ort"] <= 0.60,
                              "jumbo_vs_registers_throughput_ort >= 0.95":
                                  ratios["jumbo_vs_registers_throughput_ort"] >= 0.95}
@@ -187,7 +197,8 @@ def environment(args) -> dict[str, Any]:
     return {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "torch": torch.__version__,
             "onnxruntime": onnxruntime.__version__, "python": platform.python_version(),
             "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "threads": args.threads,
-            "img_size": args.img_size, "repeats": args.repeats, "latency_iters": args.latency_iters,
+            "img_size": args.img_size, "repeats": args.repeats, "settle_s": args.settle,
+            "latency_iters": args.latency_iters,
             "throughput_batch": args.throughput_batch, "throughput_iters": args.throughput_iters, "dtype": "float32",
             "export": "jumbokit.export (torch.onnx.export dynamo=True), dynamic batch, fixed image size",
             "opset": args.opset or "exporter default",
@@ -204,7 +215,10 @@ def report(rows: list[dict], ratios: dict[str, Any], env: dict[str, Any]) -> str
              f"at batch {env['throughput_batch']}, median of {env['repeats']} interleaved rounds per runtime; torch "
              f"{env['torch']}, onnxruntime {env['onnxruntime']}, {env['cpu_count']} CPUs ({env['cpu']}).", "",
              markdown_table(rows, COLUMNS, digits=4),
-             markdown_table([{"ratio": k, "value": v} for k, v in ratios.items() if k != "targets_met"])]
+             markdown_table([{"ratio": k, "value": v} for k, v in ratios.items()
+                             if k != "targets_met" and not k.endswith("_rounds")])]
+    lines += [f"Per round, ONNX Runtime: {k.removesuffix('_rounds')} {v}" for k, v in ratios.items()
+              if k.endswith("_rounds")] + [""]
     targets = ratios["targets_met"].items()
     lines += ["Targets: " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in targets)]
     return "\n".join(lines) + "\n"
