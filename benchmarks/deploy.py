@@ -70,6 +70,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("threads", "img_size", "repeats", "latency_iters", "throughput_batch", "throughput_iters"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.settle < 0:
+        p.error(f"--settle must be >= 0 seconds, got {args.settle}")
     if args.img_size % 16:
         p.error(f"--img-size must be a multiple of the patch size 16, got {args.img_size}")
     return args
@@ -132,7 +134,8 @@ def runners(models: dict[str, nn.Module], args, work: Path) -> tuple[dict[tuple[
     return calls, records
 
 
-def time_runtimes(calls: dict[tuple[str, str], Callable], batch, iters: int, args) -> dict[tuple[str, str], list[float]]:
+def time_runtimes(calls: dict[tuple[str, str], Callable], batch, iters: int,
+                  args) -> dict[tuple[str, str], list[float]]:
     """Seconds per call of every pair: each runtime's pairs timed as a group of their own (:func:`time_rounds`),
     so that one runtime's worker threads, still spinning after its call, never share the cores with a call
     of the other runtime that is being timed."""

@@ -102,18 +102,21 @@ def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int 
 
 def _series_trunk_flops(config: dict[str, Any], num_patches: int, dim: int, in_series: int = 1) -> int:
     """One pass of the series trunk over ``in_series`` series (a channel, or all channels when mixing)."""
-    steps = config["seq_len"] + (config["stride"] if config.get("pad_end", True) else 0)
-    return trunk_flops(config["trunk"], config.get("trunk_width", 16), config.get("trunk_depth", 3), steps,
-                       num_patches, dim, bool(config.get("trunk_diff", False)), in_series)
+    return trunk_flops(config["trunk"], config.get("trunk_width", 16), config.get("trunk_depth", 3),
+                       _padded_steps(config), num_patches, dim, bool(config.get("trunk_diff", False)), in_series)
+
+
+def _padded_steps(config: dict[str, Any]) -> int:
+    """The steps the series convolutions run over: the series plus the end padding of one stride."""
+    return config["seq_len"] + (config["stride"] if config.get("pad_end", True) else 0)
 
 
 def _series_embed_flops(config: dict[str, Any], num_patches: int, dim: int) -> int:
     """Series tokenizer FLOPs per channel-series: the linear patch projection plus the optional conv stem,
     channel-independent trunk and token statistics (the convolutions run over the padded series)."""
     embed = 2 * num_patches * dim * config["patch_len"]
-    steps = config["seq_len"] + (config["stride"] if config.get("pad_end", True) else 0)
     if config.get("conv_stem", 0):
-        embed += conv_stem_flops(config["conv_stem"], steps, num_patches, dim)
+        embed += conv_stem_flops(config["conv_stem"], _padded_steps(config), num_patches, dim)
     if config.get("trunk") and not config.get("trunk_mix"):
         embed += _series_trunk_flops(config, num_patches, dim)
     if config.get("token_stats"):

@@ -13,9 +13,10 @@ One module per job:
 - ``report``: the summary table, results.csv / results.json / report.md / accuracy.png.
 - ``sweep``: ``run_sweep`` (``plan_sweep`` + ``execute_sweep``), the orchestration of a resumable sweep;
   ``store``: the sweep directory's files; ``cli``: ``tstrain``, whose flags are in ``flags``.
-- ``jobs``: a sweep's runs, pretrainings and baselines as jobs, those still to do, and their split over the
-  processes of a launch (whole jobs, never a run sharded); ``worker``: a process's share of them, one by one or in
-  a pool; ``local``: ``LocalAccelerator``, the single-process accelerator each run trains with.
+- ``jobs``: a sweep's runs, pretrainings and baselines as jobs, those still to do, and their relative cost;
+  ``queue``: the order they are handed out in and the shared counter through which each process of a launch takes
+  the next one (whole jobs, never a run sharded); ``worker``: doing the jobs a process takes, one by one or in a
+  pool; ``local``: ``LocalAccelerator``, the single-process accelerator each run trains with.
 - ``augment``: series augmentation (jitter, scaling, magnitude/time warping, window slicing, mixup).
 - ``pretrain``: ``pretrain_series``, masked-patch self-supervised pretraining of a series encoder; ``pool``: the
   cross-dataset pretraining pool (other sets' training splits).
