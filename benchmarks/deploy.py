@@ -39,7 +39,7 @@ from torch import nn
 
 import jumbokit
 from jumbokit.encoders.branches import build_branched_encoder
-from jumbokit.encoders.flops import count_params
+from jumbokit.encoders.flops import count_params, encoder_flops
 from jumbokit.export import export_onnx
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
 
@@ -106,7 +106,7 @@ def build_models(args) -> dict[str, nn.Module]:
     return models
 
 
-def ort_session(path: Path, threads: int):
+def ort_session(path: Path, threads: int, profile: bool = False):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -114,6 +114,9 @@ def ort_session(path: Path, threads: int):
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.enable_profiling = profile
+    if profile:
+        options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "jumbokit_ort_profile")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -129,6 +132,7 @@ def runners(models: dict[str, nn.Module], args, work: Path) -> tuple[dict[tuple[
         calls[(name, "eager")] = lambda x, m=model: m(torch.from_numpy(x))
         calls[(name, "onnxruntime")] = lambda x, s=session, k=input_name: s.run(None, {k: x})
         records[name] = {"layers": len(model.blocks), "params_m": round(count_params(model) / 1e6, 3),
+                         "gflops": round(encoder_flops(model) / 1e9, 4),
                          "onnx_max_abs_diff": result.check.max_abs_diff}
         print(f"exported {name}: max abs difference {result.check.max_abs_diff:.2g}", file=sys.stderr, flush=True)
     return calls, records
@@ -184,6 +188,8 @@ def summarise(latency, throughput, records, args) -> tuple[list[dict], dict[str,
     for runtime, short in (("onnxruntime", "ort"), ("eager", "eager")):
         ratios[f"collapsed6_vs_12_latency_{short}"] = paired(SIX, BASELINE, runtime, latency)
         ratios[f"jumbo_vs_registers_throughput_{short}"] = paired(JUMBO, REGISTERS, runtime, throughput, inverse=True)
+    flops = {row["model"]: row["gflops"] for row in rows}
+    ratios["collapsed6_vs_12_flops"] = round(flops[SIX] / flops[BASELINE], 4)  # the floor an exact collapse sets
     spread = [a / b for a, b in zip(latency[(SIX, "onnxruntime")], latency[(BASELINE, "onnxruntime")])]
     ratios["collapsed6_vs_12_latency_ort_rounds"] = [round(r, 3) for r in spread]
     spread = [b / a for a, b in zip(throughput[(JUMBO, "onnxruntime")], throughput[(REGISTERS, "onnxruntime")])]
@@ -208,7 +214,7 @@ def environment(args) -> dict[str, Any]:
             "onnxruntime_session": "CPUExecutionProvider, ORT_ENABLE_ALL, sequential, inter_op_num_threads=1"}
 
 
-COLUMNS = ["model", "layers", "params_m", "onnxruntime_latency_ms", "eager_latency_ms", "ort_vs_eager_latency",
+COLUMNS = ["model", "layers", "params_m", "gflops", "onnxruntime_latency_ms", "eager_latency_ms", "ort_vs_eager_latency",
            "onnxruntime_images_per_s", "eager_images_per_s", "ort_vs_eager_throughput", "onnx_max_abs_diff"]
 
 

@@ -172,3 +172,20 @@ def test_cli_refuses_bad_input_before_writing(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and message in err and len(err.splitlines()) == 1, err
     assert not list(tmp_path.rglob("*.onnx"))
+
+
+@pytest.mark.slow
+def test_deploy_benchmark_reports_the_flops_floor(tmp_path):
+    """The deploy benchmark end to end at 32 px: every model exported within tolerance, and the collapsed / 12-layer
+    FLOPs ratio it reports is the analytic count's."""
+    sys.path.insert(0, "benchmarks")
+    import deploy
+
+    out = tmp_path / "deploy.json"
+    result = deploy.main(["--img-size", "32", "--repeats", "2", "--latency-iters", "1", "--throughput-batch", "2",
+                          "--throughput-iters", "1", "--warmup", "0", "--settle", "0", "--json", str(out)])
+    rows = {row["model"]: row for row in result["rows"]}
+    assert len(rows) == 6 and all(row["onnx_max_abs_diff"] <= TOL for row in rows.values())
+    floor = rows[deploy.SIX]["gflops"] / rows[deploy.BASELINE]["gflops"]
+    assert result["ratios"]["collapsed6_vs_12_flops"] == pytest.approx(floor, abs=1e-4)
+    assert 0.5 < floor < 1.0 and out.with_suffix(".md").exists()
