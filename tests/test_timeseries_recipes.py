@@ -292,6 +292,17 @@ def test_list_shows_user_datasets(tmp_path, capsys, write_ts):
     assert "GunPoint" in listing
 
 
+def test_grad_clip_reaches_training_and_is_stored_only_when_set():
+    from jumbokit.timeseries.run import train_config
+
+    clipped = ts_protocol.SweepConfig(grad_clip=0.5)
+    assert train_config(clipped, 1e-3, 1).grad_clip == 0.5
+    assert train_config(ts_protocol.SweepConfig(), 1e-3, 1).grad_clip is None
+    assert "grad_clip" not in ts_protocol.SweepConfig().identity() and clipped.identity()["grad_clip"] == 0.5
+    with pytest.raises(ValueError, match=r"grad_clip must be None \(off\) or a norm > 0, got -1"):
+        ts_protocol.SweepConfig(grad_clip=-1)
+
+
 def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
     out = tmp_path / "bad"
     for args, message in [
@@ -302,6 +313,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
         (["--seeds", "0"], "--seeds: expected a positive integer, got 0"),
         (["--conv-stem", "-4"], "--conv-stem: expected a non-negative integer, got -4"),
         (["--recipe", "tiny"], "invalid choice: 'tiny'"),
+        (["--grad-clip", "0"], "--grad-clip: expected a number > 0, e.g. 1.0, got '0'"),
     ]:
         with pytest.raises(SystemExit) as exc:
             cli.main(tiny(out, *args))

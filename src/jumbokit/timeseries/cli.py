@@ -119,7 +119,8 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
                        mixed_precision=args.mixed_precision, recipe=args.recipe,
                        steps=steps, augment=augment, mixup_alpha=args.mixup or 0.2,
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
-                       pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema)
+                       pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema,
+                       grad_clip=args.grad_clip)
 
 
 def _print_summary(result, ensemble: int) -> None:

@@ -90,6 +90,16 @@ def _mixup_alpha(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    """``--grad-clip NORM``: a finite float > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, e.g. 1.0, got {text!r}")
+    return value
+
 
 def _add_data_args(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
@@ -213,6 +223,8 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
     train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                        help="score the exponential moving average of the weights, updated after every step with this "
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
+    train.add_argument("--grad-clip", type=_positive_float, default=None, metavar="NORM",
+                       help="clip each step's gradient to this global L2 norm (default: off)")
     train.add_argument("--seeds", type=_positive_int, default=None,
                        help="runs per (lr, dropout), with random seeds --seed, --seed+1, ... (paper: 1; small-data: 3)")
     train.add_argument("--ensemble", type=_positive_int, default=None,

@@ -42,7 +42,8 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
-                               "trunk_mix": False, "token_stats": False, "rel_pos_bias": False, "pretrain_on": None}
+                               "trunk_mix": False, "token_stats": False, "rel_pos_bias": False, "pretrain_on": None,
+                               "grad_clip": None}
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
@@ -116,6 +117,7 @@ class SweepConfig:
     pretrain_on: str | None = None  # comma-separated sets whose TRAINING splits pretrain each target (itself left out)
     seeds: int = 1  # runs per grid point, with seeds seed, seed+1, ...
     ema_decay: float = 0.0  # > 0: score the exponential moving average of the weights (TrainConfig.ema_decay)
+    grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
@@ -144,6 +146,7 @@ class SweepConfig:
             ("mixup_alpha", self.mixup_alpha > 0, "> 0"),
             ("seeds", self.seeds >= 1, ">= 1"),
             ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1) (0 = off)"),
+            ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "None (off) or a norm > 0"),
         ]
         for name, ok, expected in checks:
             if not ok:

@@ -195,7 +195,8 @@ def train_config(cfg: SweepConfig, lr: float, epochs: int, progress: bool = Fals
     return TrainConfig(epochs=epochs, lr=lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999), optimizer="adamw",
                        warmup_fraction=cfg.warmup_fraction, min_lr=cfg.min_lr, schedule="cosine",
                        mixed_precision=cfg.mixed_precision, seed=cfg.seed if seed is None else seed,
-                       checkpoint_every=0, progress=progress, cpu=cpu, save_model=False, ema_decay=cfg.ema_decay)
+                       checkpoint_every=0, progress=progress, cpu=cpu, save_model=False, ema_decay=cfg.ema_decay,
+                       grad_clip=cfg.grad_clip)
 
 
 def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
