@@ -52,8 +52,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("threads", "calls"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.warmup < 0 or args.img_size % 16:
-        p.error(f"--warmup must be >= 0 and --img-size a multiple of 16, got {args.warmup} and {args.img_size}")
+    if args.warmup < 0:
+        p.error(f"--warmup must be >= 0, got {args.warmup}")
+    if args.img_size % 16:
+        p.error(f"--img-size must be a multiple of the patch size 16, got {args.img_size}")
     return args
 
 
@@ -131,9 +133,8 @@ def main(argv=None) -> dict[str, Any]:
                                    args.img_size), dynamic_size=False).path for i, name in enumerate(MODELS)}
         result["plain"] = profile(paths, batch, args)
         if args.transformer_optimizer:
-            result["fusions"] = {name: optimise(paths[name], Path(tmp) / f"o{i}.onnx")
-                                 for i, name in enumerate(MODELS)}
             optimised = {name: Path(tmp) / f"o{i}.onnx" for i, name in enumerate(MODELS)}
+            result["fusions"] = {name: optimise(paths[name], optimised[name]) for name in MODELS}
             result["optimised"] = profile(optimised, batch, args)
     text = report(result)
     print(text)

@@ -292,8 +292,11 @@ def test_list_shows_user_datasets(tmp_path, capsys, write_ts):
     assert "GunPoint" in listing
 
 
-def test_grad_clip_reaches_training_and_is_stored_only_when_set():
+def test_grad_clip_reaches_training_and_is_stored_only_when_set(tmp_path):
     from jumbokit.timeseries.run import train_config
+
+    assert cli.main(tiny(tmp_path / "clipped", "--epochs", "1", "--grad-clip", "0.5")) == 0
+    assert json.loads((tmp_path / "clipped" / "sweep.json").read_text())["grad_clip"] == 0.5
 
     clipped = ts_protocol.SweepConfig(grad_clip=0.5)
     assert train_config(clipped, 1e-3, 1).grad_clip == 0.5
