@@ -297,6 +297,7 @@ def test_grad_clip_reaches_training_and_is_stored_only_when_set(tmp_path):
 
     assert cli.main(tiny(tmp_path / "clipped", "--epochs", "1", "--grad-clip", "0.5")) == 0
     assert json.loads((tmp_path / "clipped" / "sweep.json").read_text())["grad_clip"] == 0.5
+    assert "gradient norm clipped to 0.5" in (tmp_path / "clipped" / "report.md").read_text()
 
     clipped = ts_protocol.SweepConfig(grad_clip=0.5)
     assert train_config(clipped, 1e-3, 1).grad_clip == 0.5

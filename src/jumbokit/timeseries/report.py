@@ -169,7 +169,8 @@ def training_text(cfg: SweepConfig) -> str:
         patching += " + per-patch mean/std"
     if cfg.rel_pos_bias:
         patching += "; relative-position bias in attention"
-    text = (f"{patching}; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}; "
+    clip = f", gradient norm clipped to {cfg.grad_clip:g}" if cfg.grad_clip else ""
+    text = (f"{patching}; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}{clip}; "
             f"warm-up {int(100 * cfg.warmup_fraction)}% then cosine to {cfg.min_lr:g}; seed {cfg.seed}")
     if cfg.seeds > 1:
         text += f" to {cfg.seed + cfg.seeds - 1} ({cfg.seeds} seeds per grid point)"
