@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import warnings
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ from jumbokit import create_model
 from jumbokit.export import check_exportable
 from jumbokit.timeseries import cli
 from jumbokit.timeseries.rocket_tokens import MiniRocketFeatures, RocketHybrid, build_rocket_hybrid
-from jumbokit.timeseries.run import build_series_model
+from jumbokit.timeseries.run import augmented_forward, build_series_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -87,3 +88,38 @@ def test_tstrain_runs_the_hybrid_and_refuses_pretraining(tmp_path, capsys):
     bad = tmp_path / "bad"
     assert cli.main([*common, "--model", "patchtst_jumbo_rocket", "--pretrain-epochs", "1", "--out", str(bad)]) == 2
     assert "cannot be pretrained" in capsys.readouterr().err and not bad.exists()
+
+
+def test_features_of_seen_series_come_from_a_bounded_cache():
+    x = torch.from_numpy(_series(12, 2, 50))
+    features = MiniRocketFeatures.fit(x.numpy(), num_features=300, seed=0)
+    calls = []
+    transform = features.transform.transform
+    features.transform.transform = lambda batch: calls.append(len(batch)) or transform(batch)
+    first = features(x[:8])
+    again = features(torch.cat([x[4:8], x[8:12]]))  # 4 seen, 4 new: only the new ones are transformed
+    assert calls == [8, 4]
+    torch.testing.assert_close(again[:4], first[4:])
+    torch.testing.assert_close(again, torch.from_numpy(np.asarray(transform(x[4:12].numpy()), dtype=np.float32)))
+    features.max_cached = 5
+    features(x)
+    assert len(features._cache) == 5
+    features.transform.transform = transform
+    assert len(pickle.loads(pickle.dumps(features))._cache) == 0  # the cache is not saved with the model
+
+
+def test_training_computes_the_features_of_the_clean_series():
+    """The augmented batch goes to the transformer, the clean one to MiniRocket (augmentation moves the
+    features by about two standard deviations)."""
+    x = torch.from_numpy(_series(6, 2, 60))
+    hybrid = build_rocket_hybrid(_encoder(), x.numpy(), num_features=200)
+    seen = []
+    rocket = hybrid.rocket.forward
+    hybrid.rocket.forward = lambda batch: seen.append(batch) or rocket(batch)
+    shifted = augmented_forward(hybrid, lambda batch: batch + 5.0, x)
+    assert len(seen) == 1 and torch.equal(seen[0], x)
+    torch.testing.assert_close(shifted, hybrid(x + 5.0, rocket_input=x))
+    with pytest.raises(ValueError, match="rocket_input must have the shape of x"):
+        hybrid(x, rocket_input=x[:, :1])
+    plain = _encoder()
+    torch.testing.assert_close(augmented_forward(plain, lambda batch: batch + 5.0, x), plain(x + 5.0))

@@ -5,13 +5,18 @@ learned token plus a linear projection of the series' MiniRocket features (Demps
 kernels of 9 taps (weights -1 and 2) at several dilations, and the proportion of positive values (PPV) of each
 convolution output above biases drawn from the training split. aeon's ``MiniRocket`` transform is fitted on
 the training split only (dilations, channel combinations, biases) and evaluated by :class:`MiniRocketFeatures`
-inside every step, so training sees the features of the augmented series. The projection starts at zero, so the
-hybrid starts as the pure transformer.
+inside every step. Training feeds it the clean series while the transformer sees the augmented ones: the
+default augmentations move every PPV feature by about 2 of its standard deviations on ACSF1, and a linear probe on
+the augmented features falls from 88% to 76% test accuracy. The features of series seen before come from a cache,
+so each training series is transformed once. The projection starts at zero, so the hybrid starts as the pure
+transformer.
 """
 
 from __future__ import annotations
 
+import hashlib
 import warnings
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -24,6 +29,7 @@ from .models import HYBRID_MODELS
 __all__ = ["HYBRID_MODELS", "MiniRocketFeatures", "RocketHybrid", "build_rocket_hybrid"]
 
 MIN_LENGTH = 9  # MiniRocket's kernels span 9 steps
+CACHE_BYTES = 512 * 2**20  # at most this much of cached features per transform (least recently used go first)
 
 
 class MiniRocketFeatures(nn.Module):
@@ -31,13 +37,20 @@ class MiniRocketFeatures(nn.Module):
 
     The transform runs in aeon's compiled (numba) code on the CPU, one thread, without gradient; the features
     come back on the input's device. NaN steps (missing values, end padding) count as 0, aeon's padding fill.
-    The fitted transform is part of the module (it pickles with it) but not of its state dict.
+    The fitted transform is part of the module (it pickles with it) but not of its state dict. Features of
+    series seen before come from a bounded cache keyed by each series' bytes (not pickled).
     """
 
     def __init__(self, transform: Any, num_features: int) -> None:
         super().__init__()
         self.transform = transform
         self.num_features = int(num_features)
+        self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self.max_cached = max(1, CACHE_BYTES // (4 * self.num_features))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        return {**state, "_cache": OrderedDict()}
 
     @classmethod
     def fit(cls, x: np.ndarray | torch.Tensor, num_features: int = 10_000, seed: int = 0) -> "MiniRocketFeatures":
@@ -56,10 +69,21 @@ class MiniRocketFeatures(nn.Module):
         return cls(transform, int(transform.parameters[-1].size))  # one feature per fitted bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            feats = self.transform.transform(_numpy_series(x))
-        return torch.from_numpy(np.ascontiguousarray(feats, dtype=np.float32)).to(x.device)
+        series = _numpy_series(x)
+        keys = [hashlib.blake2b(one.tobytes(), digest_size=16).digest() for one in series]
+        missing = [i for i, key in enumerate(keys) if key not in self._cache]
+        if missing:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fresh = np.asarray(self.transform.transform(series[missing]), dtype=np.float32)
+            for i, row in zip(missing, fresh):
+                self._cache[keys[i]] = row
+        feats = np.stack([self._cache[key] for key in keys])
+        for key in keys:
+            self._cache.move_to_end(key)
+        while len(self._cache) > self.max_cached:
+            self._cache.popitem(last=False)
+        return torch.from_numpy(feats).to(x.device)
 
 
 def _numpy_series(x: np.ndarray | torch.Tensor) -> np.ndarray:
@@ -73,9 +97,11 @@ class RocketHybrid(nn.Module):
     """A series :class:`~jumbokit.encoders.Encoder` whose first global token (a CLS token or the first Jumbo
     segment) gets, per series, ``proj(dropout(standardised MiniRocket features))`` (B, D) added.
 
-    forward: (B, C, L) -> logits (B, num_classes). ``config``, ``num_patches``, ``num_global_tokens`` and
+    forward: (B, C, L) -> logits (B, num_classes); ``rocket_input`` (B, C, L), when given, is the series the
+    features come from (training passes the un-augmented batch there, see ``takes_clean_input``). ``config``, ``num_patches``, ``num_global_tokens`` and
     ``embed_dim`` are the encoder's, so sweep code reads the hybrid as it reads the plain model."""
 
+    takes_clean_input = True  # training calls model(augmented, rocket_input=clean)
     not_exportable = ("the ROCKET hybrid (patchtst_jumbo_rocket) computes its MiniRocket features in aeon's compiled "
                       "code, outside any graph, so it cannot be exported to ONNX; export a plain series model "
                       "(patchtst, patchtst_registers, patchtst_jumbo) instead")
@@ -102,16 +128,20 @@ class RocketHybrid(nn.Module):
     def no_weight_decay(self) -> set[str]:
         return {"encoder." + name for name in self.encoder.no_weight_decay()}
 
-    def global_offset(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, L) -> (B*C, G, D): the projected features on the first global token, for every channel."""
-        feats = (self.rocket(x) - self.feature_mean) / self.feature_std
+    def global_offset(self, x: torch.Tensor, rocket_input: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, C, L) -> (B*C, G, D): the projected features (of ``rocket_input``, default x) on the first global
+        token, for every channel."""
+        source = x if rocket_input is None else rocket_input
+        if source.shape != x.shape:
+            raise ValueError(f"rocket_input must have the shape of x {tuple(x.shape)}, got {tuple(source.shape)}")
+        feats = (self.rocket(source) - self.feature_mean) / self.feature_std
         first = self.rocket_proj(self.feature_drop(feats))  # (B, D)
         offset = first.new_zeros(x.shape[0], self.num_global_tokens, self.embed_dim)
         offset[:, 0] = first
         return offset.repeat_interleave(x.shape[1], dim=0)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.encoder.forward_features(x, global_offset=self.global_offset(x))
+    def forward(self, x: torch.Tensor, rocket_input: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.encoder.forward_features(x, global_offset=self.global_offset(x, rocket_input))
         return self.encoder.forward_head(out)
 
 

@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -212,8 +212,19 @@ def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
     if "mixup" in ops:
         return classification_loss(mixup=SeriesMixup(num_classes, cfg.mixup_alpha, augment, generator))
     if augment is not None:
-        return classification_loss(forward=lambda model, x: model(augment(x)))
+        return classification_loss(forward=lambda model, x: augmented_forward(model, augment, x))
     return classification_loss()
+
+
+def augmented_forward(model: nn.Module, augment: Callable[[torch.Tensor], torch.Tensor],
+                      x: torch.Tensor) -> torch.Tensor:
+    """Logits of the augmented batch; a model with ``takes_clean_input`` (the ROCKET hybrid) also gets the clean
+    batch x (B, C, L), from which it computes its fixed features."""
+    from accelerate.utils import extract_model_from_parallel
+
+    if getattr(extract_model_from_parallel(model), "takes_clean_input", False):
+        return model(augment(x), rocket_input=x)
+    return model(augment(x))
 
 
 def run_length(data: ClassificationData, cfg: SweepConfig) -> tuple[int, int, int, int | None]:
