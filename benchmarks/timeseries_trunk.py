@@ -5,6 +5,12 @@ aeon's ROCKET classifiers (same splits) and published ResNet / InceptionTime num
     python benchmarks/timeseries_trunk.py --datasets OSULeaf --seeds 3 --models patchtst,patchtst_jumbo
     python benchmarks/timeseries_trunk.py --models patchtst_jumbo_rocket --trunk-args "" \
         --out runs/bench_ts_hybrid --json benchmarks/results/timeseries_hybrid.json     # the ROCKET hybrid
+    python benchmarks/timeseries_trunk.py --seeds 3 --gpu 10 --out runs/gpu_trunk       # on a GPU, 10 runs at once
+    python benchmarks/timeseries_trunk.py --seeds 3 --collect-only --out runs/gpu_trunk --device "H100"
+
+With ``--gpu K`` the sweep runs on the default device (a GPU where there is one) with K runs at a time
+(``tstrain --runs-per-device K``) and in one ``tstrain`` call. ``--collect-only`` trains nothing: it tabulates the
+finished runs in ``--out``, also of a sweep that was stopped part way (each row says how many runs it holds).
 
 Each set runs through the command the docs show,
 
@@ -35,6 +41,8 @@ import torch
 from jumbokit.timeseries import cli
 from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.models import HYBRID_MODELS
+from jumbokit.timeseries.results import SummaryRow, summarize
+from jumbokit.timeseries.store import load_run
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
 
 # Published test accuracy (%), full official test sets. ResNet: hfawaz/dl-4-tsc results/results-ucr-128.csv
@@ -60,7 +68,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reference", default="benchmarks/results/timeseries_small.json",
                    help="the small-data benchmark's JSON: the recipe without the trunk and the baselines")
     p.add_argument("--json", default="benchmarks/results/timeseries_trunk.json", help="(default: %(default)s)")
-    return p.parse_args(argv)
+    p.add_argument("--gpu", type=int, default=0, metavar="K",
+                   help="train on the default device (a GPU where there is one), K runs at a time (default: CPU)")
+    p.add_argument("--collect-only", action="store_true",
+                   help="train nothing: tabulate the finished runs in --out (a partial sweep too)")
+    p.add_argument("--device", default=None,
+                   help="what the runs in --out ran on, for the record (default: this machine's device)")
+    args = p.parse_args(argv)
+    if args.gpu < 0:
+        p.error(f"--gpu expects runs per device >= 1 (or 0 for CPU), got {args.gpu}")
+    return args
 
 
 def tstrain(args: list[str]) -> None:
@@ -80,17 +97,30 @@ def reference_rows(path: Path) -> dict[tuple[str, str], dict]:
             for r in rows}
 
 
+def finished_runs(out: Path) -> dict[tuple[str, str], SummaryRow]:
+    """(dataset, model) -> the summary row of the finished runs in the sweep directory ``out``, with the runs'
+    test accuracies in seed order (``SummaryRow`` has no field for them, so they ride as ``tests``). Sorted
+    paths are seed order: ``lr.._do...json`` (seed 0), then ``..._s1.json``, ``..._s2.json``."""
+    paths = [p for p in sorted((out / "runs").glob("*/*/*.json")) if not p.name.startswith("pretrained")]
+    records = [r for r in map(load_run, paths) if r is not None]
+    rows = {(r.dataset, r.model): r for r in summarize(records)}
+    for row in rows.values():
+        row.tests = [r.test_top1 for r in records if (r.dataset, r.model) == (row.dataset, row.model)]
+    return rows
+
+
 def collect(out: Path, sets: list[str], models: list[str], ref: dict) -> list[dict]:
-    """One row per set and model: the trunk arm's runs beside the recipe's and the references."""
-    results = json.loads((out / "results.json").read_text())
-    summary = {(r["dataset"], r["model"]): r for r in results["summary"]}
+    """One row per set and model with finished runs: the arm's runs beside the recipe's and the references."""
+    summary = finished_runs(out)
     rows = []
     for d in sets:
         for m in models:
+            if (d, m) not in summary:
+                continue
             arm, base = summary[(d, m)], ref.get((d, HYBRID_MODELS.get(m, m)), {})
             rows.append({
-                "dataset": d, "model": m, "arm_best": arm["test_top1"], "arm_avg": arm["avg_test_top1"],
-                "arm_runs": arm["runs"], "arm_seconds": arm["wall_seconds"] / arm["runs"],
+                "dataset": d, "model": m, "arm_best": arm.test_top1, "arm_avg": arm.avg_test_top1,
+                "arm_runs": arm.runs, "arm_tests": arm.tests, "arm_seconds": arm.wall_seconds / arm.runs,
                 "recipe_best": base.get("best"),
                 "recipe_avg": base.get("avg"), "recipe_seconds": base.get("seconds"),
                 **{b: ref.get((d, b), {}).get("best") for b in BASELINES},
@@ -103,10 +133,13 @@ def table(rows: list[dict]) -> str:
     def f(v):
         return "-" if v is None else f"{v:.1f}"
 
-    header = ["dataset", "model", "arm: best / mean of runs", "recipe: best / mean of 3", "minirocket",
+    def runs(r):
+        return "" if r.get("arm_tests") is None else " (" + ", ".join(f(t) for t in r["arm_tests"]) + ")"
+
+    header = ["dataset", "model", "arm: best / mean of runs (the runs)", "recipe: best / mean of 3", "minirocket",
               "multirocket", "hydra", "ResNet (published)", "InceptionTime (published)",
               "wall s per run: arm / recipe"]
-    body = [[r["dataset"], r["model"], f"{f(r['arm_best'])} / {f(r['arm_avg'])}",
+    body = [[r["dataset"], r["model"], f"{f(r['arm_best'])} / {f(r['arm_avg'])}{runs(r)}",
              f"{f(r['recipe_best'])} / {f(r['recipe_avg'])}", f(r["minirocket"]), f(r["multirocket"]), f(r["hydra"]),
              f(r["resnet_published"]), f(r["inceptiontime_published"]),
              f"{r['arm_seconds']:.0f} / {'-' if r['recipe_seconds'] is None else round(r['recipe_seconds'])}"]
@@ -122,30 +155,59 @@ def table(rows: list[dict]) -> str:
     return markdown_table([dict(zip(header, line)) for line in body], header)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    sets = args.datasets.split(",") if args.datasets else local_datasets()
-    models = args.models.split(",")
-    common = ["--recipe", "small-data", *args.trunk_args.split(), "--seeds", str(args.seeds), "--model",
-              ",".join(models), "--threads", str(args.threads), "--cpu", "--no-progress", "--out", args.out]
-    start = time.perf_counter()
+def device_flags(args: argparse.Namespace) -> list[str]:
+    """``--cpu`` (one run at a time), or a pool of ``--gpu`` runs on the default device."""
+    return ["--cpu"] if args.gpu == 0 else ["--runs-per-device", str(args.gpu)]
+
+
+def device_label(args: argparse.Namespace) -> str:
+    if args.device:
+        return args.device
+    if args.gpu and torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()} (fp32), {args.gpu} runs at a time"
+    return "cpu (fp32)"
+
+
+def train(args: argparse.Namespace, sets: list[str], common: list[str]) -> None:
+    """The sweep: one set at a time on CPU (a line per set), all sets in one pool on a GPU."""
+    if args.gpu:
+        tstrain(["--dataset", ",".join(sets), *common])
+        return
     for name in sets:
         t0 = time.perf_counter()
         tstrain(["--dataset", name, *common])
         print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     tstrain(["--dataset", ",".join(sets), *common])
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    sets = args.datasets.split(",") if args.datasets else local_datasets()
+    models = args.models.split(",")
+    common = ["--recipe", "small-data", *args.trunk_args.split(), "--seeds", str(args.seeds), "--model",
+              ",".join(models), "--threads", str(args.threads), *device_flags(args), "--no-progress",
+              "--out", args.out]
+    start = time.perf_counter()
+    if not args.collect_only:
+        train(args, sets, common)
     rows = collect(Path(args.out), sets, models, reference_rows(Path(args.reference)))
+    if not rows:
+        raise SystemExit(f"no finished runs of {', '.join(models)} on {', '.join(sets)} in {args.out}")
     text = table(rows)
     command = "tstrain --recipe small-data " + " ".join(common[2:-3])  # without --no-progress --out DIR
+    device = device_label(args)
     record = {"command": command, "datasets": sets, "rows": rows, "torch": torch.__version__,
-              "python": platform.python_version(), "device": "cpu (fp32)", "threads": args.threads,
-              "benchmark_seconds": time.perf_counter() - start}
+              "python": platform.python_version(), "device": device, "threads": args.threads,
+              "benchmark_seconds": None if args.collect_only else time.perf_counter() - start}
     print(text)
     print(json.dumps(record, indent=1))
     atomic_write_json(Path(args.json), record)
     title = f"{', '.join(models)} with `{args.trunk_args}`" if args.trunk_args.strip() else ", ".join(models)
+    missing = [f"{d} {m}" for d in sets for m in models if not any(r["dataset"] == d and r["model"] == m
+                                                                     for r in rows)]
+    note = f"\n\nNot finished (no runs): {', '.join(missing)}." if missing else ""
     atomic_write_text(Path(args.json).with_suffix(".md"), f"# {title} vs the small-data recipe\n\n"
-                      f"CPU, {args.threads} threads, fp32. `{command}`\n\n{text}\n")
+                      f"{device}, {args.threads} threads. `{command}`\n\n{text}{note}\n")
     return 0
 
 
