@@ -1,9 +1,11 @@
 """Every recipe and benchmark script imports cleanly and explains itself with ``--help``."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,3 +81,37 @@ def test_front_door_help_has_one_default_per_flag(command):
             repeated.append(f"{action.option_strings[0]}: {text}")
     assert not missing, f"flags without help: {missing}"
     assert not repeated, "help naming a default more than once:\n" + "\n".join(repeated)
+
+
+def _run_record(dataset: str, model: str, val: float, val_loss: float, test: float):
+    from jumbokit.timeseries.run import RunResult
+
+    return RunResult(dataset=dataset, model=model, lr=1e-3, dropout=0.1, val_top1=val, test_top1=test,
+                     val_loss=val_loss, train_loss=0.1, epochs=1, steps=10, train_seconds=1.0, wall_seconds=2.0,
+                     step_ms=1.0, params=100, patch_len=8, stride=8, num_patches=4, global_tokens=1)
+
+
+def test_trunk_benchmark_tabulates_a_partial_sweep(tmp_path):
+    """``--collect-only`` reads the finished runs of a stopped sweep: selection on validation (ties: lower loss),
+    the runs in seed order, and the (set, model) pairs without runs named as not finished."""
+    from jumbokit.timeseries.store import write_run
+
+    folder = tmp_path / "sweep" / "runs" / "GunPoint" / "patchtst_jumbo"
+    proba = {"test": np.zeros((2, 2))}
+    for name, (val, loss, test) in {"lr0.001_do0.1": (90.0, 0.5, 80.0), "lr0.001_do0.1_s1": (90.0, 0.4, 84.0),
+                                    "lr0.001_do0.1_s2": (70.0, 0.1, 99.0)}.items():
+        write_run(folder / f"{name}.json", _run_record("GunPoint", "patchtst_jumbo", val, loss, test), proba)
+    out_json = tmp_path / "table.json"
+    cmd = [sys.executable, "benchmarks/timeseries_trunk.py", "--collect-only", "--seeds", "3", "--datasets",
+           "GunPoint,ArrowHead", "--out", str(tmp_path / "sweep"), "--json", str(out_json), "--device", "test"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(out_json.read_text())["rows"]
+    assert (row["dataset"], row["arm_best"], row["arm_tests"], row["arm_runs"]) == ("GunPoint", 84.0,
+                                                                                      [80.0, 84.0, 99.0], 3)
+    assert row["arm_avg"] == pytest.approx(263.0 / 3)
+    assert "Not finished (no runs): ArrowHead patchtst_jumbo." in out_json.with_suffix(".md").read_text()
+    empty = subprocess.run(cmd[:-6] + ["--out", str(tmp_path / "none"), "--json", str(tmp_path / "x.json")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert empty.returncode != 0 and "no finished runs" in empty.stderr
+    assert not (tmp_path / "x.json").exists()
