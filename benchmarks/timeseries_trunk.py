@@ -77,6 +77,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.gpu < 0:
         p.error(f"--gpu expects runs per device >= 1 (or 0 for CPU), got {args.gpu}")
+    if not Path(args.reference).is_file():
+        p.error(f"--reference expects the small-data benchmark's JSON, got {args.reference!r} (no such file)")
     return args
 
 
@@ -97,16 +99,23 @@ def reference_rows(path: Path) -> dict[tuple[str, str], dict]:
             for r in rows}
 
 
-def finished_runs(out: Path) -> dict[tuple[str, str], SummaryRow]:
-    """(dataset, model) -> the summary row of the finished runs in the sweep directory ``out``, with the runs'
-    test accuracies in seed order (``SummaryRow`` has no field for them, so they ride as ``tests``). Sorted
-    paths are seed order: ``lr.._do...json`` (seed 0), then ``..._s1.json``, ``..._s2.json``."""
-    paths = [p for p in sorted((out / "runs").glob("*/*/*.json")) if not p.name.startswith("pretrained")]
+def _sweep_order(path: Path) -> tuple[int, str]:
+    """Sort key of a run file in tstrain's job order: seed offset first (``..._s<k>.json``; none = 0), then the
+    run's settings (``lr.._do..``)."""
+    stem, _, offset = path.stem.rpartition("_s")
+    return (int(offset), stem) if stem and offset.isdigit() else (0, path.stem)
+
+
+def finished_runs(out: Path) -> dict[tuple[str, str], tuple[SummaryRow, list[float]]]:
+    """(dataset, model) -> the summary row of the finished runs in the sweep directory ``out`` (selection as
+    tstrain's) and the runs' test accuracies in seed order."""
+    paths = sorted((p for p in (out / "runs").glob("*/*/*.json") if not p.name.startswith("pretrained")),
+                   key=_sweep_order)
     records = [r for r in map(load_run, paths) if r is not None]
-    rows = {(r.dataset, r.model): r for r in summarize(records)}
-    for row in rows.values():
-        row.tests = [r.test_top1 for r in records if (r.dataset, r.model) == (row.dataset, row.model)]
-    return rows
+    tests: dict[tuple[str, str], list[float]] = {}
+    for r in records:
+        tests.setdefault((r.dataset, r.model), []).append(r.test_top1)
+    return {(row.dataset, row.model): (row, tests[(row.dataset, row.model)]) for row in summarize(records)}
 
 
 def collect(out: Path, sets: list[str], models: list[str], ref: dict) -> list[dict]:
@@ -117,10 +126,10 @@ def collect(out: Path, sets: list[str], models: list[str], ref: dict) -> list[di
         for m in models:
             if (d, m) not in summary:
                 continue
-            arm, base = summary[(d, m)], ref.get((d, HYBRID_MODELS.get(m, m)), {})
+            (arm, tests), base = summary[(d, m)], ref.get((d, HYBRID_MODELS.get(m, m)), {})
             rows.append({
                 "dataset": d, "model": m, "arm_best": arm.test_top1, "arm_avg": arm.avg_test_top1,
-                "arm_runs": arm.runs, "arm_tests": arm.tests, "arm_seconds": arm.wall_seconds / arm.runs,
+                "arm_runs": arm.runs, "arm_tests": tests, "arm_seconds": arm.wall_seconds / arm.runs,
                 "recipe_best": base.get("best"),
                 "recipe_avg": base.get("avg"), "recipe_seconds": base.get("seconds"),
                 **{b: ref.get((d, b), {}).get("best") for b in BASELINES},
@@ -134,7 +143,7 @@ def table(rows: list[dict]) -> str:
         return "-" if v is None else f"{v:.1f}"
 
     def runs(r):
-        return "" if r.get("arm_tests") is None else " (" + ", ".join(f(t) for t in r["arm_tests"]) + ")"
+        return " (" + ", ".join(f(t) for t in r["arm_tests"]) + ")"
 
     header = ["dataset", "model", "arm: best / mean of runs (the runs)", "recipe: best / mean of 3", "minirocket",
               "multirocket", "hydra", "ResNet (published)", "InceptionTime (published)",
@@ -203,8 +212,8 @@ def main(argv=None) -> int:
     print(json.dumps(record, indent=1))
     atomic_write_json(Path(args.json), record)
     title = f"{', '.join(models)} with `{args.trunk_args}`" if args.trunk_args.strip() else ", ".join(models)
-    missing = [f"{d} {m}" for d in sets for m in models if not any(r["dataset"] == d and r["model"] == m
-                                                                     for r in rows)]
+    present = {(r["dataset"], r["model"]) for r in rows}
+    missing = [f"{d} {m}" for d in sets for m in models if (d, m) not in present]
     note = f"\n\nNot finished (no runs): {', '.join(missing)}." if missing else ""
     atomic_write_text(Path(args.json).with_suffix(".md"), f"# {title} vs the small-data recipe\n\n"
                       f"{device}, {args.threads} threads. `{command}`\n\n{text}{note}\n")

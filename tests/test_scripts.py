@@ -93,13 +93,14 @@ def _run_record(dataset: str, model: str, val: float, val_loss: float, test: flo
 
 def test_trunk_benchmark_tabulates_a_partial_sweep(tmp_path):
     """``--collect-only`` reads the finished runs of a stopped sweep: selection on validation (ties: lower loss),
-    the runs in seed order, and the (set, model) pairs without runs named as not finished."""
+    the runs in seed order (``_s10`` after ``_s2``), and the (set, model) pairs without runs named as not finished."""
     from jumbokit.timeseries.store import write_run
 
     folder = tmp_path / "sweep" / "runs" / "GunPoint" / "patchtst_jumbo"
     proba = {"test": np.zeros((2, 2))}
-    for name, (val, loss, test) in {"lr0.001_do0.1": (90.0, 0.5, 80.0), "lr0.001_do0.1_s1": (90.0, 0.4, 84.0),
-                                    "lr0.001_do0.1_s2": (70.0, 0.1, 99.0)}.items():
+    runs = {"lr0.001_do0.1": (90.0, 0.5, 80.0), "lr0.001_do0.1_s1": (90.0, 0.4, 84.0),
+            "lr0.001_do0.1_s2": (70.0, 0.1, 99.0), "lr0.001_do0.1_s10": (60.0, 0.1, 50.0)}
+    for name, (val, loss, test) in runs.items():
         write_run(folder / f"{name}.json", _run_record("GunPoint", "patchtst_jumbo", val, loss, test), proba)
     out_json = tmp_path / "table.json"
     cmd = [sys.executable, "benchmarks/timeseries_trunk.py", "--collect-only", "--seeds", "3", "--datasets",
@@ -108,8 +109,8 @@ def test_trunk_benchmark_tabulates_a_partial_sweep(tmp_path):
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(out_json.read_text())["rows"]
     assert (row["dataset"], row["arm_best"], row["arm_tests"], row["arm_runs"]) == ("GunPoint", 84.0,
-                                                                                      [80.0, 84.0, 99.0], 3)
-    assert row["arm_avg"] == pytest.approx(263.0 / 3)
+                                                                                      [80.0, 84.0, 99.0, 50.0], 4)
+    assert row["arm_avg"] == pytest.approx(313.0 / 4)
     assert "Not finished (no runs): ArrowHead patchtst_jumbo." in out_json.with_suffix(".md").read_text()
     empty = subprocess.run(cmd[:-6] + ["--out", str(tmp_path / "none"), "--json", str(tmp_path / "x.json")],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
