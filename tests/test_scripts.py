@@ -116,3 +116,38 @@ def test_trunk_benchmark_tabulates_a_partial_sweep(tmp_path):
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert empty.returncode != 0 and "no finished runs" in empty.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def _trunk_json(path: Path, command: str, device: str, rows: list[tuple[str, str, float, float, int]]) -> Path:
+    """A JSON as benchmarks/timeseries_trunk.py writes it, with (set, model, best, mean, runs) rows."""
+    path.write_text(json.dumps({"command": command, "device": device, "rows": [
+        {"dataset": d, "model": m, "arm_best": best, "arm_avg": avg, "arm_runs": runs} for d, m, best, avg, runs in rows]}))
+    return path
+
+
+def test_rank_benchmark_ranks_sets_run_side_by_side(tmp_path):
+    """Ranks come from sets where every model has enough runs on one device; the first file wins a shared row;
+    files of different front ends are refused with nothing written."""
+    trunk = "tstrain --recipe small-data --trunk inception --diff"
+    cpu = _trunk_json(tmp_path / "cpu.json", f"{trunk} --seeds 3 --model patchtst,patchtst_jumbo --threads 2 --cpu",
+                      "cpu", [("A", "patchtst", 80.0, 79.0, 3), ("A", "patchtst_jumbo", 90.0, 85.0, 3),
+                              ("B", "patchtst", 70.0, 70.0, 3), ("C", "patchtst", 60.0, 60.0, 1),
+                              ("C", "patchtst_jumbo", 65.0, 65.0, 3)])
+    gpu = _trunk_json(tmp_path / "gpu.json", f"{trunk} --seeds 3 --model patchtst_jumbo --runs-per-device 10", "gpu",
+                      [("A", "patchtst_jumbo", 10.0, 10.0, 3), ("B", "patchtst_jumbo", 75.0, 71.0, 3),
+                       ("D", "patchtst", 50.0, 50.0, 3), ("D", "patchtst_jumbo", 50.0, 40.0, 3)])
+    out = tmp_path / "ranks.json"
+    cmd = [sys.executable, "benchmarks/timeseries_rank.py", str(cpu), str(gpu), "--models", "patchtst,patchtst_jumbo",
+           "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out.read_text())
+    assert [s["dataset"] for s in record["sets"]] == ["A", "D"]  # B: two devices; C: one run of patchtst
+    assert record["mean_rank_best"] == {"patchtst": 1.75, "patchtst_jumbo": 1.25}  # A: 2/1, D: tie 1.5/1.5
+    assert record["mean_rank_avg"] == {"patchtst": 1.5, "patchtst_jumbo": 1.5}
+    assert any(s.startswith("B (the models ran on different devices") for s in record["left_out"])
+    other = _trunk_json(tmp_path / "other.json", f"{trunk} --rel-pos --seeds 3", "cpu", [])
+    refused = subprocess.run(cmd[:2] + [str(cpu), str(other), "--json", str(tmp_path / "x.json")], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "different front ends" in refused.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jumbokit.timeseries import cli
-from jumbokit.timeseries.results import _ranks, rank_models, summarize
+from jumbokit.timeseries.results import rank_values, rank_models, summarize
 
 OUTPUTS = ("results.csv", "results.json", "report.md", "accuracy.png", "sweep.json")
 
@@ -168,7 +168,7 @@ def test_summary_selection_and_ranks():
     assert rows["patchtst"].avg_test_top1 == pytest.approx(70)
     ranks = rank_models(list(rows.values()), ["patchtst", "patchtst_jumbo"])
     assert ranks["patchtst_jumbo"]["best"] == 1.0 and ranks["patchtst"]["avg"] == 1.0
-    assert _ranks([0.9, 0.5, 0.9]) == [1.5, 3.0, 1.5]
+    assert rank_values([0.9, 0.5, 0.9]) == [1.5, 3.0, 1.5]
 
 
 def test_runs_are_reproducible(tmp_path):

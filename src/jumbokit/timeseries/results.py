@@ -27,6 +27,7 @@ __all__ = [
     "baseline_columns",
     "summarize",
     "rank_models",
+    "rank_values",
 ]
 
 # written only where set: ensembles, baselines and pretraining add them to a row
@@ -184,7 +185,7 @@ def summarize(runs: Iterable[RunResult | Mapping[str, Any]], baselines: Mapping[
     return rows
 
 
-def _ranks(values: list[float]) -> list[float]:
+def rank_values(values: list[float]) -> list[float]:
     """Rank 1 = highest value; ties share the mean rank."""
     order = sorted(range(len(values)), key=lambda i: -values[i])
     ranks = [0.0] * len(values)
@@ -218,7 +219,7 @@ def rank_models(rows: Sequence[SummaryRow], models: Sequence[str],
             continue
         count += 1
         for key in keys:
-            for m, r in zip(models, _ranks([getattr(per_model[m], RANK_FIELDS[key]) for m in models])):
+            for m, r in zip(models, rank_values([getattr(per_model[m], RANK_FIELDS[key]) for m in models])):
                 out[m][key] += r
     for m in models:
         out[m]["datasets"] = count
