@@ -96,9 +96,10 @@ def rank_sets(rows: dict[tuple[str, str], dict], models: list[str], min_runs: in
 
 
 def table(ranked: list[dict], models: list[str]) -> str:
-    """One line per set (best / mean of the runs, with the two ranks), then the mean ranks."""
+    """One line per set (best / mean of the runs, with the two ranks), then the mean ranks; the device column
+    shows a device's name up to its first comma (the JSON keeps the whole label)."""
     header = ["dataset", "device", *models]
-    body = [{"dataset": s["dataset"], "device": s["device"],
+    body = [{"dataset": s["dataset"], "device": s["device"].split(",")[0],
              **{m: f"{s['best'][m]:.1f} / {s['avg'][m]:.1f} (rank {s['rank_best'][m]:g} / {s['rank_avg'][m]:g})"
                 for m in models}} for s in ranked]
     for key, label in (("rank_best", "mean rank, best run"), ("rank_avg", "mean rank, mean of runs")):
