@@ -1,6 +1,6 @@
 """Mean rank of the transformer variants under one front end, from the trunk benchmark's JSON files.
 
-    python benchmarks/timeseries_rank.py benchmarks/results/timeseries_trunk_short_seeds3.json \\
+    python benchmarks/timeseries_rank.py benchmarks/results/timeseries_trunk_cpu_seeds3.json \\
         benchmarks/results/timeseries_trunk_h100_seeds3.json --json benchmarks/results/timeseries_trunk_ranks.json
 
 Each input is a JSON written by ``benchmarks/timeseries_trunk.py``. Files are read in the order given and a
@@ -62,8 +62,11 @@ def load_rows(paths: list[Path]) -> tuple[str, dict[tuple[str, str], dict]]:
     fronts: dict[str, str] = {}
     rows: dict[tuple[str, str], dict] = {}
     for path in paths:
-        record = json.loads(path.read_text())
-        if "rows" not in record or "command" not in record:
+        try:
+            record = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise SystemExit(f"{path}: expected a JSON of benchmarks/timeseries_trunk.py, got unreadable text ({err})")
+        if not isinstance(record, dict) or "rows" not in record or "command" not in record:
             raise SystemExit(f"{path}: expected a JSON of benchmarks/timeseries_trunk.py (with 'rows' and 'command')")
         fronts[str(path)] = front_end(record["command"])
         for row in record["rows"]:
@@ -95,16 +98,21 @@ def rank_sets(rows: dict[tuple[str, str], dict], models: list[str], min_runs: in
     return ranked, left_out
 
 
-def table(ranked: list[dict], models: list[str]) -> str:
-    """One line per set (best / mean of the runs, with the two ranks), then the mean ranks; the device column
-    shows a device's name up to its first comma (the JSON keeps the whole label)."""
+def mean_ranks(ranked: list[dict], models: list[str]) -> dict[str, dict[str, float]]:
+    """{"rank_best" | "rank_avg": {model: mean rank over the ranked sets}}."""
+    return {key: {m: statistics.mean(s[key][m] for s in ranked) for m in models} for key in ("rank_best", "rank_avg")}
+
+
+def table(ranked: list[dict], models: list[str], means: dict[str, dict[str, float]]) -> str:
+    """One line per set (best / mean of the runs, with the two ranks), then the mean ranks (``means``); the device
+    column shows a device's name up to its first comma (the JSON keeps the whole label)."""
     header = ["dataset", "device", *models]
     body = [{"dataset": s["dataset"], "device": s["device"].split(",")[0],
              **{m: f"{s['best'][m]:.1f} / {s['avg'][m]:.1f} (rank {s['rank_best'][m]:g} / {s['rank_avg'][m]:g})"
                 for m in models}} for s in ranked]
     for key, label in (("rank_best", "mean rank, best run"), ("rank_avg", "mean rank, mean of runs")):
         body.append({"dataset": label, "device": f"{len(ranked)} sets",
-                     **{m: f"{statistics.mean(s[key][m] for s in ranked):.2f}" for m in models}})
+                     **{m: f"{means[key][m]:.2f}" for m in models}})
     return markdown_table(body, header)
 
 
@@ -116,12 +124,11 @@ def main(argv=None) -> int:
     if not ranked:
         raise SystemExit(f"no set has rows of every model ({', '.join(models)}) with >= {args.min_runs} runs on one "
                          f"device; left out: {'; '.join(left_out) or 'no rows'}")
-    mean_rank = {key: {m: statistics.mean(s[key][m] for s in ranked) for m in models}
-                 for key in ("rank_best", "rank_avg")}
+    mean_rank = mean_ranks(ranked, models)
     record = {"front_end": front, "models": models, "min_runs": args.min_runs, "sets": ranked,
               "mean_rank_best": mean_rank["rank_best"], "mean_rank_avg": mean_rank["rank_avg"],
               "left_out": left_out, "inputs": [str(p) for p in args.inputs]}
-    text = table(ranked, models)
+    text = table(ranked, models, mean_rank)
     note = f"\n\nLeft out: {'; '.join(left_out)}." if left_out else ""
     print(text + note)
     print(json.dumps({k: record[k] for k in ("mean_rank_best", "mean_rank_avg", "left_out")}, indent=1))
