@@ -44,6 +44,7 @@ def test_series_flops_match_counter(kind, conv_stem):
     dict(trunk="inception", trunk_depth=6, trunk_width=4), dict(trunk="resnet", trunk_width=8, trunk_diff=True),
     dict(trunk="resnet", trunk_depth=1, token_stats=True), dict(token_stats=True, rel_pos_bias=True),
     dict(trunk="inception", trunk_mix=True, trunk_diff=True), dict(trunk="resnet", trunk_mix=True, trunk_width=8),
+    dict(trunk="resnet", trunk_width=8, level_scale=True), dict(level_scale=True, token_stats=True),
 ])
 def test_series_trunk_flops_match_counter(front):
     model = Encoder(tokenizer="series", seq_len=30, patch_len=6, stride=3, in_chans=2, dim=32, depth=2,

@@ -1,5 +1,5 @@
 """The full-resolution convolutional trunk of the series tokenizer: shapes, missing steps, the first
-difference and token statistics."""
+difference, token statistics and the per-channel level and scale."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import pytest
 import torch
 
 import jumbokit
+from jumbokit.encoders.series_scale import LevelScale
 from jumbokit.encoders.series_trunk import TokenStats, TrunkPatchFeatures, first_difference
 from jumbokit.encoders.tokenizers import SeriesPatchTokenizer
 
 FRONTS = [dict(trunk="inception"), dict(trunk="inception", trunk_depth=3, trunk_diff=True, token_stats=True),
-          dict(trunk="resnet", trunk_width=8, trunk_depth=2), dict(token_stats=True)]
+          dict(trunk="resnet", trunk_width=8, trunk_depth=2), dict(token_stats=True),
+          dict(trunk="resnet", trunk_width=8, trunk_depth=1, level_scale=True)]
 
 
 @pytest.mark.parametrize("kind, width, depth, out", [("inception", 4, 1, 16), ("inception", 4, 6, 16),
@@ -87,6 +89,36 @@ def test_token_stats_are_the_observed_mean_and_std_of_each_window():
     out = stats(x, seen)[0]
     torch.testing.assert_close(out[0], torch.tensor([2.5, (1.25 + 1e-5) ** 0.5]))
     torch.testing.assert_close(out[1], torch.tensor([5.0, 1e-5 ** 0.5]))
+
+
+def test_level_scale_normalises_observed_steps_and_embeds_mean_and_log_std():
+    scale = LevelScale(dim=2)
+    with torch.no_grad():
+        scale.proj.weight.copy_(torch.eye(2))
+        scale.proj.bias.zero_()
+    x = torch.tensor([[[1.0, 3.0, 5.0, 0.0], [2.0, 2.0, 2.0, 2.0]]])  # (B=1, C=2, L=4)
+    seen = torch.tensor([[[True, True, True, False], [True] * 4]])
+    normalised, embedding = scale(x, seen)
+    std = (8.0 / 3.0 + 1e-10) ** 0.5
+    torch.testing.assert_close(normalised[0, 0], torch.tensor([-2.0 / std, 0.0, 2.0 / std, 0.0]))
+    torch.testing.assert_close(normalised[0, 1], torch.zeros(4))  # a constant channel: 0, not NaN
+    assert embedding.shape == (2, 1, 2)  # (B*C, 1, D)
+    asinh = torch.asinh(torch.tensor([3.0, 2.0]))
+    torch.testing.assert_close(embedding[0, 0], torch.stack([asinh[0], torch.tensor(std).log()]))
+    torch.testing.assert_close(embedding[1, 0], torch.stack([asinh[1], torch.tensor(1e-5).log()]))  # the floor
+
+
+def test_level_scale_tokens_of_a_rescaled_series_differ_by_one_vector_per_channel():
+    """Scaling and shifting a channel leaves its normalised patches alone: its tokens move by one vector (the
+    level/scale embedding), the same for every token; without the option a rescaled series is read as is."""
+    torch.manual_seed(0)
+    tok = SeriesPatchTokenizer(seq_len=40, patch_len=8, stride=4, in_chans=2, dim=16, trunk="resnet", trunk_width=4,
+                               trunk_depth=1, level_scale=True).eval()
+    x = torch.randn(3, 2, 40)
+    with torch.no_grad():
+        moved = tok(x * 7.0 + 3.0).tokens - tok(x).tokens  # (B*C, N, D)
+    assert moved.abs().amax() > 0.1
+    torch.testing.assert_close(moved, moved[:, :1].expand_as(moved), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("bad, message", [

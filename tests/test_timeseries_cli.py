@@ -282,11 +282,11 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
     """--trunk/--diff/--token-stats reach the runs' models, sweep.json and the report; --diff alone is refused."""
     out = tmp_path / "trunk"
     front = ["--model", "patchtst_jumbo", "--trunk", "inception", "--trunk-width", "2", "--trunk-depth", "1",
-             "--diff", "--token-stats", "--trunk-mix"]
+             "--diff", "--token-stats", "--trunk-mix", "--level-scale"]
     assert cli.main(tiny(out, *front)) == 0
     sweep = json.loads((out / "sweep.json").read_text())
     assert sweep["trunk"] == "inception" and sweep["trunk_width"] == 2 and sweep["trunk_diff"] is True
-    assert sweep["trunk_mix"] is True
+    assert sweep["trunk_mix"] is True and sweep["level_scale"] is True and sweep["normalize"] == "train"
     assert ("inception trunk (1 x width 2, with the first difference, all channels together)"
             in (out / "report.md").read_text())
     capsys.readouterr()
@@ -295,6 +295,9 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
     assert "--diff feeds the first difference" in err and not (tmp_path / "bad").exists()
     assert cli.main(tiny(tmp_path / "bad", "--trunk-mix")) == 2
     assert "--trunk-mix sets how the convolutional trunk" in capsys.readouterr().err
+    assert cli.main(tiny(tmp_path / "bad", "--level-scale", "--normalize", "instance")) == 2
+    assert "per-series normalisation would remove the level and scale" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
 
 
 def test_tstrain_mixup_alpha_adds_mixup(tmp_path, capsys):

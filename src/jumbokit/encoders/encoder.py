@@ -40,6 +40,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "trunk_diff": False,  # the first difference of each channel as a second trunk input
     "trunk_mix": False,  # one trunk over all channels of a series (added to every channel's tokens)
     "token_stats": False,  # each window's observed mean and std, projected and added to its token
+    "level_scale": False,  # normalise each channel inside the model; its mean and std join every token
     "rel_pos_bias": False,  # a learned per-head bias by patch offset in every layer's attention (eRPE-like)
     # shared
     "in_chans": 3,
@@ -136,7 +137,8 @@ def random_keep(
 def build_tokenizer(cfg: dict[str, Any]) -> ImagePatchTokenizer | SeriesPatchTokenizer:
     """The tokenizer of a full encoder config: image patches, or series patches with their optional features."""
     if cfg["tokenizer"] == "image":
-        series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "trunk_mix", "token_stats", "rel_pos_bias")
+        series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "trunk_mix", "token_stats", "level_scale",
+                                    "rel_pos_bias")
                        if cfg[k]]
         if series_only:
             verb = "applies" if len(series_only) == 1 else "apply"
@@ -155,7 +157,7 @@ def build_tokenizer(cfg: dict[str, Any]) -> ImagePatchTokenizer | SeriesPatchTok
             cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg["in_chans"], int(cfg["dim"]), pad_end=cfg["pad_end"],
             conv_stem=cfg["conv_stem"], trunk=cfg["trunk"], trunk_width=cfg["trunk_width"],
             trunk_depth=cfg["trunk_depth"], trunk_diff=cfg["trunk_diff"], token_stats=cfg["token_stats"],
-            trunk_mix=cfg["trunk_mix"],
+            trunk_mix=cfg["trunk_mix"], level_scale=cfg["level_scale"],
         )
     raise ValueError(f"unknown tokenizer {cfg['tokenizer']!r}; expected 'image' or 'series'")
 

@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from .stages import multistage_config_check, stage_grids
+from .series_scale import level_scale_flops
 from .series_trunk import token_stats_flops, trunk_flops
 from .tokenizers import conv_stem_flops, series_patch_count
 
@@ -121,6 +122,8 @@ def _series_embed_flops(config: dict[str, Any], num_patches: int, dim: int) -> i
         embed += _series_trunk_flops(config, num_patches, dim)
     if config.get("token_stats"):
         embed += token_stats_flops(num_patches, dim)
+    if config.get("level_scale"):
+        embed += level_scale_flops(dim)
     return embed
 
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .series_scale import LevelScale
 from .series_trunk import TokenStats, TrunkPatchFeatures, window_max_mean
 
 __all__ = [
@@ -224,6 +225,8 @@ class SeriesPatchTokenizer(nn.Module):
         trunk_mix: one trunk over all C channels of a series together, its window features added to every
             channel's tokens (default: a trunk pass per channel).
         token_stats: add each window's observed mean and standard deviation, projected (``TokenStats``).
+        level_scale: normalise each channel by its own observed mean and std first, and add the two, projected,
+            to every token of the channel (:class:`~jumbokit.encoders.series_scale.LevelScale`).
     """
 
     kind = "series"
@@ -243,6 +246,7 @@ class SeriesPatchTokenizer(nn.Module):
         trunk_diff: bool = False,
         token_stats: bool = False,
         trunk_mix: bool = False,
+        level_scale: bool = False,
     ) -> None:
         super().__init__()
         if patch_len <= 0 or stride <= 0 or seq_len <= 0:
@@ -269,12 +273,18 @@ class SeriesPatchTokenizer(nn.Module):
         self.trunk = (TrunkPatchFeatures(trunk, trunk_width, trunk_depth, dim, patch_len, stride, trunk_diff,
                                          mix_chans=in_chans if trunk_mix else None) if trunk else None)
         self.stats = TokenStats(dim, patch_len, stride) if token_stats else None
+        self.level_scale = LevelScale(dim) if level_scale else None
 
     def forward(self, x: torch.Tensor) -> Tokens:
         values, observed = self.padded(x)  # (B, C, L')
+        level_scale = None
+        if self.level_scale is not None:
+            values, level_scale = self.level_scale(values, observed)  # (B, C, L'), (B*C, 1, D)
         patches = self._windows(values)  # (B, C, N, P)
         batch, chans, num, _ = patches.shape
         tokens = self.proj(patches.reshape(batch * chans, num, self.patch_len))
+        if level_scale is not None:
+            tokens = tokens + level_scale
         for features in (self.conv, self.trunk, self.stats):
             if features is not None:
                 tokens = tokens + features(values, observed)

@@ -73,6 +73,14 @@ def _datasets(args: argparse.Namespace) -> tuple[list[str], bool]:
     return datasets, True
 
 
+def _normalize_arg(args: argparse.Namespace, recipe: dict) -> str:
+    """--normalize, else train under --level-scale (which reads what per-series normalisation removes), else the
+    recipe's."""
+    if args.normalize:
+        return args.normalize
+    return "train" if args.level_scale else recipe["normalize"]
+
+
 def _pool_arg(args: argparse.Namespace) -> str | None:
     """``--pretrain-on`` as a canonical comma list (None when not given); ValueError for names that are not
     available locally or for a pool without ``--pretrain-epochs``."""
@@ -112,8 +120,8 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
     return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
                        trunk=trunk, trunk_width=args.trunk_width or 16, trunk_depth=args.trunk_depth or 3,
                        trunk_diff=args.diff, trunk_mix=args.trunk_mix, token_stats=args.token_stats,
-                       rel_pos_bias=args.rel_pos,
-                       epochs=args.epochs, min_steps=args.min_steps, normalize=args.normalize or recipe["normalize"],
+                       level_scale=args.level_scale, rel_pos_bias=args.rel_pos,
+                       epochs=args.epochs, min_steps=args.min_steps, normalize=_normalize_arg(args, recipe),
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
                        protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,
                        mixed_precision=args.mixed_precision, recipe=args.recipe,

@@ -84,6 +84,9 @@ class PatchTSTClassifier(BaseClassifier):
         (default: a trunk pass per channel).
     token_stats : bool, default=False
         Add each patch window's mean and standard deviation, projected, to its token.
+    level_scale : bool, default=False
+        Normalise each channel of each series inside the model and add its mean and log standard deviation,
+        projected, to all its tokens (needs ``normalize="train"`` or ``"none"``).
     rel_pos_bias : bool, default=False
         A learned relative-position bias in attention (one value per head and patch offset).
     ema_decay : float, default=0.0
@@ -138,7 +141,8 @@ class PatchTSTClassifier(BaseClassifier):
                  random_state: int | None = None, verbose: bool = False, steps: int | str | None = None,
                  augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0,
                  trunk: str | None = None, trunk_width: int = 16, trunk_depth: int = 3, trunk_diff: bool = False,
-                 token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False) -> None:
+                 token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
+                 level_scale: bool = False) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -157,6 +161,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.trunk_diff = trunk_diff
         self.trunk_mix = trunk_mix
         self.token_stats = token_stats
+        self.level_scale = level_scale
         self.rel_pos_bias = rel_pos_bias
         self.normalize = normalize
         self.random_state = random_state
@@ -185,8 +190,8 @@ class PatchTSTClassifier(BaseClassifier):
                           pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay),
                           trunk=self.trunk, trunk_width=int(self.trunk_width), trunk_depth=int(self.trunk_depth),
                           trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
-                          token_stats=bool(self.token_stats),
-                          rel_pos_bias=bool(self.rel_pos_bias))
+                          token_stats=bool(self.token_stats), level_scale=bool(self.level_scale),
+                          normalize=self.normalize, rel_pos_bias=bool(self.rel_pos_bias))
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
                                   protocol="official")
@@ -221,8 +226,8 @@ class PatchTSTClassifier(BaseClassifier):
     @classmethod
     def _get_test_params(cls, parameter_set: str = "default") -> dict | list[dict]:
         """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
-        with the first difference, token statistics, all channels together and relative positions."""
+        with the first difference, token statistics, level and scale, all channels together and relative positions."""
         plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
         trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
-                     rel_pos_bias=True, trunk_mix=True)
+                     rel_pos_bias=True, trunk_mix=True, level_scale=True)
         return [plain, trunk]

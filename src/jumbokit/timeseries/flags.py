@@ -155,6 +155,10 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                             "added to every channel's tokens (needs --trunk; default: a trunk pass per channel)")
     model.add_argument("--token-stats", action="store_true",
                        help="add each patch window's mean and standard deviation, projected, to its token")
+    model.add_argument("--level-scale", action="store_true",
+                       help="normalise each channel of each series inside the model and add its level and scale "
+                            "(mean and log std), projected, to all its tokens, for sets whose amplitude carries "
+                            "the class; --normalize defaults to train with it (instance and auto are refused)")
     model.add_argument("--rel-pos", action="store_true",
                        help="a learned relative-position bias in attention: one value per head and patch offset, "
                             "in every layer (eRPE-like; not with --branches)")

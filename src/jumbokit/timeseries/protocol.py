@@ -42,7 +42,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
-                               "trunk_mix": False, "token_stats": False, "rel_pos_bias": False, "pretrain_on": None,
+                               "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False, "pretrain_on": None,
                                "grad_clip": None}
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
@@ -94,6 +94,7 @@ class SweepConfig:
     trunk_diff: bool = False  # each channel's first difference as a second trunk input
     trunk_mix: bool = False  # one trunk over all channels of a series, added to every channel's tokens
     token_stats: bool = False  # each patch window's mean and std added to its token
+    level_scale: bool = False  # each channel normalised inside the model, its mean and std added to its tokens
     rel_pos_bias: bool = False  # a learned per-head bias by patch offset in attention
     epochs: int | None = None  # None: 100, or 20 for LARGE_DATASETS
     batch_size: int | str = 256  # "auto": auto_batch_size(training series, channels)
@@ -138,6 +139,9 @@ class SweepConfig:
             ("trunk_depth", int(self.trunk_depth) >= 1, ">= 1"),
             ("trunk_diff", not self.trunk_diff or self.trunk is not None, "False without a trunk"),
             ("trunk_mix", not self.trunk_mix or self.trunk is not None, "False without a trunk"),
+            ("level_scale", not self.level_scale or self.normalize in ("train", "none"),
+             f"False with normalize={self.normalize!r} (per-series normalisation would remove the level and scale "
+             "it reads; use normalize='train')"),
             ("pretrain_epochs", self.pretrain_epochs >= 0, ">= 0 (0 = no pretraining)"),
             ("pretrain_mask_ratio", 0 < self.pretrain_mask_ratio < 1, "in (0, 1)"),
             ("pretrain_lr", self.pretrain_lr > 0, "> 0"),
@@ -156,7 +160,8 @@ class SweepConfig:
         """The series tokenizer's encoder options (conv stem, trunk, token statistics) of this sweep."""
         return dict(conv_stem=int(self.conv_stem), trunk=self.trunk, trunk_width=int(self.trunk_width),
                     trunk_depth=int(self.trunk_depth), trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
-                    token_stats=bool(self.token_stats), rel_pos_bias=bool(self.rel_pos_bias))
+                    token_stats=bool(self.token_stats), level_scale=bool(self.level_scale),
+                    rel_pos_bias=bool(self.rel_pos_bias))
 
     def epochs_for(self, dataset: str, steps_per_epoch: int = 1) -> int:
         """The protocol's epochs (100; 20 for the largest sets), raised to reach ``min_steps`` steps."""

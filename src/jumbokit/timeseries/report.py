@@ -167,6 +167,8 @@ def training_text(cfg: SweepConfig) -> str:
                      + (", all channels together" if cfg.trunk_mix else "") + ") pooled per patch")
     if cfg.token_stats:
         patching += " + per-patch mean/std"
+    if cfg.level_scale:
+        patching += " + each channel normalised in the model, its mean/std added to its tokens"
     if cfg.rel_pos_bias:
         patching += "; relative-position bias in attention"
     clip = f", gradient norm clipped to {cfg.grad_clip:g}" if cfg.grad_clip else ""
