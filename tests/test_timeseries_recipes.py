@@ -17,7 +17,7 @@ from jumbokit.timeseries import report as ts_report
 from jumbokit.timeseries import results as ts_results
 from jumbokit.timeseries import store as ts_store
 from jumbokit.timeseries import sweep as ts_sweep
-from jumbokit.timeseries.augment import AUGMENTATIONS, SeriesAugment, SeriesMixup, parse_augment
+from jumbokit.timeseries.augment import AUGMENTATIONS, SeriesAugment, SeriesMixup, observed_std, parse_augment
 from jumbokit.timeseries.pretrain import StepBatches, pretrain_series
 
 # what a run file and sweep.json of the paper's protocol held before the recipes existed
@@ -141,6 +141,20 @@ def test_augmentation_names_and_identities():
         y = SeriesAugment(ops, prob=1.0, **kw)(x)
         torch.testing.assert_close(y.nan_to_num(), x.nan_to_num(), atol=1e-5, rtol=0)
     assert torch.equal(SeriesAugment(("jitter",), prob=0.0)(x).nan_to_num(), x.nan_to_num())
+
+
+def test_relative_jitter_follows_each_series_amplitude():
+    """jitter_relative: the same draws as plain jitter, times each channel's observed std (a series 1000 times
+    larger gets noise 1000 times larger; plain jitter gives both the same)."""
+    x = torch.randn(2, 1, 50, dtype=torch.float64)  # float64: the large series' noise survives x + noise - x
+    x[1] = x[0] * 1000.0
+    x[:, :, 45:] = float("nan")
+    noise = {rel: SeriesAugment(("jitter",), prob=1.0, jitter_relative=rel,
+                                generator=torch.Generator().manual_seed(3))(x) - x for rel in (False, True)}
+    std = x[:, :, :45].std(-1, unbiased=False, keepdim=True)
+    torch.testing.assert_close(observed_std(x), std)
+    torch.testing.assert_close(noise[True][..., :45], noise[False][..., :45] * std)
+    assert torch.isnan(noise[True][..., 45:]).all()
 
 
 # ---------------------------------------------------------------- pretraining

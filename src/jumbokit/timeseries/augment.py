@@ -24,8 +24,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["AUGMENTATIONS", "DEFAULT_AUGMENT", "SeriesAugment", "SeriesMixup", "parse_augment", "series_lengths",
-           "resample_series"]
+__all__ = ["AUGMENTATIONS", "DEFAULT_AUGMENT", "SeriesAugment", "SeriesMixup", "observed_std", "parse_augment",
+           "series_lengths", "resample_series"]
 
 AUGMENTATIONS = ("jitter", "scaling", "magnitude_warp", "time_warp", "window_slice", "mixup")
 DEFAULT_AUGMENT: tuple[str, ...] = ("jitter", "scaling", "magnitude_warp", "time_warp", "window_slice")
@@ -51,6 +51,16 @@ def parse_augment(spec: str | Sequence[str] | None) -> tuple[str, ...]:
         raise ValueError(f"unknown augmentation {', '.join(hints)}; expected 'default', 'none' or "
                          f"comma-separated names among {', '.join(AUGMENTATIONS)}")
     return tuple(n for n in AUGMENTATIONS if n in names)
+
+
+def observed_std(x: torch.Tensor) -> torch.Tensor:
+    """(B, C, L) with NaN = missing -> (B, C, 1): the standard deviation of each channel's observed steps
+    (0 where none is observed)."""
+    seen = (~torch.isnan(x)).to(x.dtype)
+    values = torch.nan_to_num(x, nan=0.0)
+    count = seen.sum(-1, keepdim=True).clamp_min(1.0)
+    mean = values.sum(-1, keepdim=True) / count
+    return (((values - mean) * seen).pow(2).sum(-1, keepdim=True) / count).sqrt()
 
 
 def series_lengths(x: torch.Tensor) -> torch.Tensor:
@@ -102,6 +112,8 @@ class SeriesAugment:
     ops: names among jitter, scaling, magnitude_warp, time_warp, window_slice (mixup is :class:`SeriesMixup`).
     prob: each transform is applied to each series with this probability.
     jitter_sigma: additive Gaussian noise (in units of the standardised series).
+    jitter_relative: scale each series' noise by the standard deviation of its observed steps, per channel (the
+        same noise relative to the series whatever its amplitude, for series not normalised one by one).
     scaling_sigma: one multiplicative factor N(1, sigma) per series and channel.
     magnitude_sigma / magnitude_knots: multiply by a smooth curve through knots drawn from N(1, sigma).
     time_sigma / time_knots: speed up and slow down time (a monotone warp through knots of speed N(1, sigma)).
@@ -113,6 +125,7 @@ class SeriesAugment:
     ops: tuple[str, ...] = DEFAULT_AUGMENT
     prob: float = 0.5
     jitter_sigma: float = 0.03
+    jitter_relative: bool = False
     scaling_sigma: float = 0.1
     magnitude_sigma: float = 0.2
     magnitude_knots: int = 4
@@ -151,7 +164,8 @@ class SeriesAugment:
         for op in self.ops:
             chosen = self._chosen(x)
             if op == "jitter":
-                new = x + self.jitter_sigma * self._randn(batch, chans, length, like=x)
+                noise = self.jitter_sigma * self._randn(batch, chans, length, like=x)
+                new = x + (noise * observed_std(x) if self.jitter_relative else noise)
             elif op == "scaling":
                 new = x * (1.0 + self.scaling_sigma * self._randn(batch, chans, 1, like=x))
             elif op == "magnitude_warp":

@@ -158,7 +158,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--level-scale", action="store_true",
                        help="normalise each channel of each series inside the model and add its level and scale "
                             "(mean and log std), projected, to all its tokens, for sets whose amplitude carries "
-                            "the class; --normalize defaults to train with it (instance and auto are refused)")
+                            "the class; --normalize defaults to train with it (instance and auto are refused) and "
+                            "jitter is scaled to each series' own std")
     model.add_argument("--rel-pos", action="store_true",
                        help="a learned relative-position bias in attention: one value per head and patch offset, "
                             "in every layer (eRPE-like; not with --branches)")

@@ -168,7 +168,7 @@ def training_text(cfg: SweepConfig) -> str:
     if cfg.token_stats:
         patching += " + per-patch mean/std"
     if cfg.level_scale:
-        patching += " + each channel normalised in the model, its mean/std added to its tokens"
+        patching += " + each channel normalised in the model, its mean/std added to its tokens (jitter relative)"
     if cfg.rel_pos_bias:
         patching += "; relative-position bias in attention"
     clip = f", gradient norm clipped to {cfg.grad_clip:g}" if cfg.grad_clip else ""

@@ -208,7 +208,8 @@ def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
     ops = parse_augment(cfg.augment)
     generator = torch.Generator().manual_seed(seed + 7919)
     per_series = [op for op in ops if op != "mixup"]
-    augment = SeriesAugment(tuple(per_series), generator=generator) if per_series else None
+    augment = (SeriesAugment(tuple(per_series), jitter_relative=cfg.level_scale, generator=generator)
+               if per_series else None)
     if "mixup" in ops:
         return classification_loss(mixup=SeriesMixup(num_classes, cfg.mixup_alpha, augment, generator))
     if augment is not None:
