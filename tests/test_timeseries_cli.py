@@ -296,7 +296,7 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
     assert cli.main(tiny(tmp_path / "bad", "--trunk-mix")) == 2
     assert "--trunk-mix sets how the convolutional trunk" in capsys.readouterr().err
     assert cli.main(tiny(tmp_path / "bad", "--level-scale", "--normalize", "instance")) == 2
-    assert "per-series normalisation would remove the level and scale" in capsys.readouterr().err
+    assert "--level-scale reads each series' level and scale" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 
 

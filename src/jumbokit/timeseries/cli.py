@@ -76,6 +76,9 @@ def _datasets(args: argparse.Namespace) -> tuple[list[str], bool]:
 def _normalize_arg(args: argparse.Namespace, recipe: dict) -> str:
     """--normalize, else train under --level-scale (which reads what per-series normalisation removes), else the
     recipe's."""
+    if args.level_scale and args.normalize in ("instance", "auto"):
+        raise ValueError(f"--level-scale reads each series' level and scale, and --normalize {args.normalize} can "
+                         "remove them series by series; leave --normalize out or pass --normalize train")
     if args.normalize:
         return args.normalize
     return "train" if args.level_scale else recipe["normalize"]

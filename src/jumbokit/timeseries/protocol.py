@@ -42,8 +42,8 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
-                               "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False, "pretrain_on": None,
-                               "grad_clip": None}
+                               "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
+                               "pretrain_on": None, "grad_clip": None}
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
