@@ -119,6 +119,10 @@ def test_level_scale_tokens_of_a_rescaled_series_differ_by_one_vector_per_channe
         moved = tok(x * 7.0 + 3.0).tokens - tok(x).tokens  # (B*C, N, D)
     assert moved.abs().amax() > 0.1
     torch.testing.assert_close(moved, moved[:, :1].expand_as(moved), atol=1e-4, rtol=1e-4)
+    tok.level_scale = None  # the same weights reading the series as they come
+    with torch.no_grad():
+        plain = tok(x * 7.0 + 3.0).tokens - tok(x).tokens
+    assert (plain - plain[:, :1]).abs().amax() > 0.1
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -19,9 +19,24 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["LevelScale", "level_scale_flops"]
+__all__ = ["LevelScale", "level_scale_flops", "observed_mean_var"]
 
 STD_FLOOR = 1e-5  # a constant channel keeps its level and gets log(STD_FLOOR) as its scale
+
+
+def observed_mean_var(values: torch.Tensor, observed: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (population) variance of each (B, C) row's observed steps: (B, C, L) -> two (B, C, 1).
+
+    ``values`` holds missing steps as 0; ``observed``: (B, C, L) bool or None (all observed). A row with no
+    observed step gives 0 and 0."""
+    if observed is None:
+        mean = values.mean(-1, keepdim=True)
+        return mean, (values - mean).pow(2).mean(-1, keepdim=True)
+    seen = observed.to(values.dtype)
+    count = seen.sum(-1, keepdim=True).clamp_min(1.0)
+    mean = (values * seen).sum(-1, keepdim=True) / count
+    return mean, ((values - mean).pow(2) * seen).sum(-1, keepdim=True) / count
 
 
 class LevelScale(nn.Module):
@@ -36,14 +51,7 @@ class LevelScale(nn.Module):
     def forward(self, values: torch.Tensor, observed: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         batch, chans, _ = values.shape
-        if observed is None:
-            mean = values.mean(-1, keepdim=True)
-            var = (values - mean).pow(2).mean(-1, keepdim=True)
-        else:
-            seen = observed.to(values.dtype)
-            count = seen.sum(-1, keepdim=True).clamp_min(1.0)
-            mean = (values * seen).sum(-1, keepdim=True) / count
-            var = ((values - mean).pow(2) * seen).sum(-1, keepdim=True) / count
+        mean, var = observed_mean_var(values, observed)
         std = var.add(STD_FLOOR * STD_FLOOR).sqrt()
         normalised = (values - mean) / std
         if observed is not None:

@@ -24,6 +24,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..encoders.series_scale import observed_mean_var
+
 __all__ = ["AUGMENTATIONS", "DEFAULT_AUGMENT", "SeriesAugment", "SeriesMixup", "observed_std", "parse_augment",
            "series_lengths", "resample_series"]
 
@@ -56,11 +58,7 @@ def parse_augment(spec: str | Sequence[str] | None) -> tuple[str, ...]:
 def observed_std(x: torch.Tensor) -> torch.Tensor:
     """(B, C, L) with NaN = missing -> (B, C, 1): the standard deviation of each channel's observed steps
     (0 where none is observed)."""
-    seen = (~torch.isnan(x)).to(x.dtype)
-    values = torch.nan_to_num(x, nan=0.0)
-    count = seen.sum(-1, keepdim=True).clamp_min(1.0)
-    mean = values.sum(-1, keepdim=True) / count
-    return (((values - mean) * seen).pow(2).sum(-1, keepdim=True) / count).sqrt()
+    return observed_mean_var(torch.nan_to_num(x, nan=0.0), ~torch.isnan(x))[1].sqrt()
 
 
 def series_lengths(x: torch.Tensor) -> torch.Tensor:
