@@ -74,6 +74,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="train nothing: tabulate the finished runs in --out (a partial sweep too)")
     p.add_argument("--device", default=None,
                    help="what the runs in --out ran on, for the record (default: this machine's device)")
+    p.add_argument("--torch", default=None,
+                   help="the torch version the runs in --out ran with, for the record (default: this machine's)")
     args = p.parse_args(argv)
     if args.gpu < 0:
         p.error(f"--gpu expects runs per device >= 1 (or 0 for CPU), got {args.gpu}")
@@ -205,7 +207,7 @@ def main(argv=None) -> int:
     text = table(rows)
     command = "tstrain --recipe small-data " + " ".join(common[2:-3])  # without --no-progress --out DIR
     device = device_label(args)
-    record = {"command": command, "datasets": sets, "rows": rows, "torch": torch.__version__,
+    record = {"command": command, "datasets": sets, "rows": rows, "torch": args.torch or torch.__version__,
               "python": platform.python_version(), "device": device, "threads": args.threads,
               "benchmark_seconds": None if args.collect_only else time.perf_counter() - start}
     print(text)

@@ -297,6 +297,10 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
     assert "--trunk-mix sets how the convolutional trunk" in capsys.readouterr().err
     assert cli.main(tiny(tmp_path / "bad", "--level-scale", "--normalize", "instance")) == 2
     assert "--level-scale reads each series' level and scale" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(tiny(tmp_path / "bad", "--trunk", "resnet", "--trunk-width", "wide"))
+    assert exc.value.code == 2
+    assert "expected a positive integer or 'auto', got 'wide'" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 
 

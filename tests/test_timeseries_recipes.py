@@ -274,6 +274,36 @@ def test_auto_steps_follow_series_length():
         PatchTSTClassifier(steps="many").fit(series, labels)
 
 
+def test_auto_trunk_width_follows_series_length(tmp_path, monkeypatch):
+    """trunk_width="auto": 32 filters up to 400 steps, 64 beyond, resolved per dataset for the runs' models."""
+    assert [ts_protocol.auto_trunk_width(n) for n in (24, 361, 400, 401, 1460)] == [32, 32, 32, 64, 64]
+    cfg = ts_protocol.SweepConfig(trunk="resnet", trunk_width="auto")
+    assert cfg.tokenizer_options(427)["trunk_width"] == 64 and cfg.tokenizer_options(251)["trunk_width"] == 32
+    assert ts_protocol.SweepConfig(trunk="resnet", trunk_width=8).tokenizer_options()["trunk_width"] == 8
+    with pytest.raises(ValueError, match="needs the series length"):
+        cfg.tokenizer_options()
+    with pytest.raises(ValueError, match="trunk_width must be a positive integer or 'auto', got 'wide'"):
+        ts_protocol.SweepConfig(trunk="resnet", trunk_width="wide")
+    # ItalyPowerDemand's 24 steps count as long with the threshold at 10: its runs get the wide trunk
+    monkeypatch.setattr(ts_protocol, "LONG_SERIES", 10)
+    params = {}
+    for width in ("auto", "64", "32"):
+        out = tmp_path / width
+        front = ["--model", "patchtst", "--trunk", "resnet", "--trunk-depth", "1", "--trunk-width", width]
+        assert cli.main(tiny(out, *front)) == 0
+        params[width] = json.loads((out / "runs/ItalyPowerDemand/patchtst/lr0.001_do0.1.json").read_text())["params"]
+    assert params["auto"] == params["64"] != params["32"]
+    assert json.loads((tmp_path / "auto" / "sweep.json").read_text())["trunk_width"] == "auto"
+    assert "width 64 for series longer than 10 steps, else 32" in (tmp_path / "auto" / "report.md").read_text()
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    series, labels = np.random.default_rng(0).normal(size=(8, 1, 16)), np.array([0, 1] * 4)
+    sizes = [sum(p.numel() for p in PatchTSTClassifier(patches=4, epochs=1, trunk="resnet", trunk_depth=1,
+                                                       trunk_width=w, random_state=0).fit(series, labels)
+                 .network_.parameters()) for w in ("auto", 64)]
+    assert sizes[0] == sizes[1]  # 16 steps > the patched threshold of 10
+
+
 def test_small_data_recipe_sets_steps_from_series_length(tmp_path, monkeypatch):
     # ItalyPowerDemand's series have 24 steps: with the threshold at 10 they count as long
     monkeypatch.setattr(ts_protocol, "LONG_SERIES", 10)

@@ -73,8 +73,9 @@ class PatchTSTClassifier(BaseClassifier):
     trunk : {"inception", "resnet"} or None, default=None
         A full-resolution convolutional trunk over each channel (InceptionTime modules or ResNet blocks,
         stride 1); its features, max and mean per patch window, are added to each token.
-    trunk_width : int, default=16
-        Trunk filters per branch (inception, 4 branches) or per layer (resnet).
+    trunk_width : int or "auto", default=16
+        Trunk filters per branch (inception, 4 branches) or per layer (resnet); "auto" = 64 for series longer
+        than 400 steps, 32 for shorter.
     trunk_depth : int, default=3
         Inception modules (a shortcut around every 3) or residual blocks.
     trunk_diff : bool, default=False
@@ -140,7 +141,7 @@ class PatchTSTClassifier(BaseClassifier):
                  dropout: float = 0.1, batch_size: int | str = 256, weight_decay: float = 0.02, normalize: str = "train",
                  random_state: int | None = None, verbose: bool = False, steps: int | str | None = None,
                  augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0,
-                 trunk: str | None = None, trunk_width: int = 16, trunk_depth: int = 3, trunk_diff: bool = False,
+                 trunk: str | None = None, trunk_width: int | str = 16, trunk_depth: int = 3, trunk_diff: bool = False,
                  token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
                  level_scale: bool = False) -> None:
         self.model = model
@@ -188,7 +189,7 @@ class PatchTSTClassifier(BaseClassifier):
                           weight_decay=float(self.weight_decay), seed=seed, augment=self.augment,
                           steps=self.steps if self.steps is None or isinstance(self.steps, str) else int(self.steps),
                           pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay),
-                          trunk=self.trunk, trunk_width=int(self.trunk_width), trunk_depth=int(self.trunk_depth),
+                          trunk=self.trunk, trunk_width=self.trunk_width, trunk_depth=int(self.trunk_depth),
                           trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
                           token_stats=bool(self.token_stats), level_scale=bool(self.level_scale),
                           normalize=self.normalize, rel_pos_bias=bool(self.rel_pos_bias))

@@ -144,8 +144,9 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                        help="a full-resolution convolutional trunk over each channel (stride 1): inception = "
                             "InceptionTime modules (kernels 39/19/9 + max-pool), resnet = ResNet blocks (7/5/3); "
                             "its features, max and mean per patch window, are added to each token (default: none)")
-    model.add_argument("--trunk-width", type=_positive_int, default=None, metavar="F",
-                       help="trunk filters per branch (inception: 4 branches) or per layer (resnet) (default: 16)")
+    model.add_argument("--trunk-width", type=_int_or_auto, default=None, metavar="F",
+                       help="trunk filters per branch (inception: 4 branches) or per layer (resnet); auto = 64 "
+                            "for series longer than 400 steps, 32 for shorter (default: 16)")
     model.add_argument("--trunk-depth", type=_positive_int, default=None, metavar="K",
                        help="inception modules (a shortcut around every 3) or residual blocks (default: 3)")
     model.add_argument("--diff", action="store_true",

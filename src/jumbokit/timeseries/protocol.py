@@ -24,7 +24,10 @@ __all__ = [
     "LONG_SERIES",
     "SMALL_DATA_STEPS",
     "LONG_SERIES_STEPS",
+    "NARROW_TRUNK",
+    "WIDE_TRUNK",
     "auto_batch_size",
+    "auto_trunk_width",
     "auto_steps",
     "steps_text",
     "SweepConfig",
@@ -69,6 +72,22 @@ def auto_steps(seq_len: int) -> int:
     return LONG_SERIES_STEPS if int(seq_len) > LONG_SERIES else SMALL_DATA_STEPS
 
 
+NARROW_TRUNK, WIDE_TRUNK = 32, 64  # trunk_width="auto": filters for series up to / longer than LONG_SERIES steps
+
+
+def auto_trunk_width(seq_len: int) -> int:
+    """The trunk width of ``trunk_width="auto"``: 64 filters for series longer than 400 steps, 32 for shorter
+    (the wider trunk lifted the long sets and not the short ones; docs/results/timeseries.md)."""
+    return WIDE_TRUNK if int(seq_len) > LONG_SERIES else NARROW_TRUNK
+
+
+def trunk_width_text(width: int | str) -> str:
+    """A trunk width (filters or "auto") in words."""
+    if width == "auto":
+        return f"width {WIDE_TRUNK} for series longer than {LONG_SERIES} steps, else {NARROW_TRUNK}"
+    return f"width {width}"
+
+
 def steps_text(steps: int | str) -> str:
     """A fixed training length (a step count or "auto") in words."""
     if steps == "auto":
@@ -89,7 +108,7 @@ class SweepConfig:
     max_patch_len: int | None = None  # longer series get more patches of this length (None = exactly `patches`)
     conv_stem: int = 0  # width of convolutional patch features added to each token (0 = linear patches only)
     trunk: str | None = None  # full-resolution convolutional trunk: "inception" | "resnet" (None = none)
-    trunk_width: int = 16  # the trunk's filters per branch (inception) or per layer (resnet)
+    trunk_width: int | str = 16  # the trunk's filters per branch (inception) or layer (resnet); "auto": by length
     trunk_depth: int = 3  # inception modules or residual blocks
     trunk_diff: bool = False  # each channel's first difference as a second trunk input
     trunk_mix: bool = False  # one trunk over all channels of a series, added to every channel's tokens
@@ -124,7 +143,7 @@ class SweepConfig:
         from .augment import parse_augment
 
         self.augment = ",".join(parse_augment(self.augment)) or "none"
-        for name in ("batch_size", "steps"):
+        for name in ("batch_size", "steps", "trunk_width"):
             value = getattr(self, name)
             if isinstance(value, str) and value != "auto":
                 raise ValueError(f"{name} must be a positive integer or 'auto', got {value!r}")
@@ -135,7 +154,7 @@ class SweepConfig:
             ("max_patch_len", self.max_patch_len is None or int(self.max_patch_len) >= 2, "None or >= 2"),
             ("conv_stem", self.conv_stem == 0 or int(self.conv_stem) >= 2, "0 (none) or a width >= 2"),
             ("trunk", self.trunk in (None, *TRUNKS), f"None or one of {', '.join(TRUNKS)}"),
-            ("trunk_width", int(self.trunk_width) >= 1, ">= 1"),
+            ("trunk_width", self.trunk_width == "auto" or int(self.trunk_width) >= 1, "'auto' or >= 1"),
             ("trunk_depth", int(self.trunk_depth) >= 1, ">= 1"),
             ("trunk_diff", not self.trunk_diff or self.trunk is not None, "False without a trunk"),
             ("trunk_mix", not self.trunk_mix or self.trunk is not None, "False without a trunk"),
@@ -156,12 +175,21 @@ class SweepConfig:
             if not ok:
                 raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
 
-    def tokenizer_options(self) -> dict[str, Any]:
-        """The series tokenizer's encoder options (conv stem, trunk, token statistics) of this sweep."""
-        return dict(conv_stem=int(self.conv_stem), trunk=self.trunk, trunk_width=int(self.trunk_width),
+    def tokenizer_options(self, seq_len: int | None = None) -> dict[str, Any]:
+        """The series tokenizer's encoder options (conv stem, trunk, token statistics) of this sweep, for series
+        of ``seq_len`` steps (needed only by ``trunk_width="auto"``)."""
+        return dict(conv_stem=int(self.conv_stem), trunk=self.trunk, trunk_width=self.trunk_width_for(seq_len),
                     trunk_depth=int(self.trunk_depth), trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
                     token_stats=bool(self.token_stats), level_scale=bool(self.level_scale),
                     rel_pos_bias=bool(self.rel_pos_bias))
+
+    def trunk_width_for(self, seq_len: int | None) -> int:
+        """The trunk's filters for series of ``seq_len`` steps (``auto_trunk_width`` under "auto")."""
+        if self.trunk_width != "auto":
+            return int(self.trunk_width)
+        if seq_len is None:
+            raise ValueError("trunk_width='auto' needs the series length (tokenizer_options(seq_len=...))")
+        return auto_trunk_width(seq_len)
 
     def epochs_for(self, dataset: str, steps_per_epoch: int = 1) -> int:
         """The protocol's epochs (100; 20 for the largest sets), raised to reach ``min_steps`` steps."""

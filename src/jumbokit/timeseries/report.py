@@ -16,7 +16,7 @@ import numpy as np
 from jumbokit.training.rundir import atomic_save_figure, atomic_write_text, markdown_table
 
 from .normalize import AUTO_SCALE_SPREAD
-from .protocol import SweepConfig, steps_text
+from .protocol import SweepConfig, steps_text, trunk_width_text
 from .results import SummaryRow, SweepResult, baseline_columns, baseline_results
 
 __all__ = ["format_summary", "training_text", "write_reports"]
@@ -162,7 +162,7 @@ def training_text(cfg: SweepConfig) -> str:
     if cfg.conv_stem:
         patching += f" + convolutional patch features of width {cfg.conv_stem}"
     if cfg.trunk:
-        patching += (f" + a full-resolution {cfg.trunk} trunk ({cfg.trunk_depth} x width {cfg.trunk_width}"
+        patching += (f" + a full-resolution {cfg.trunk} trunk ({cfg.trunk_depth} x {trunk_width_text(cfg.trunk_width)}"
                      + (", with the first difference" if cfg.trunk_diff else "")
                      + (", all channels together" if cfg.trunk_mix else "") + ") pooled per patch")
     if cfg.token_stats:

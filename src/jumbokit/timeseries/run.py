@@ -142,7 +142,8 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
     """The sweep's model for ``data``, initialised from ``torch.manual_seed(seed)``."""
     torch.manual_seed(seed)
     return build_series_model(model_name, data, cfg.patches, dropout, strict=strict, branches=cfg.branches,
-                              max_patch_len=cfg.max_patch_len, rocket_seed=seed, **cfg.tokenizer_options())
+                              max_patch_len=cfg.max_patch_len, rocket_seed=seed,
+                              **cfg.tokenizer_options(data.seq_len))
 
 
 def series_loader(split: SeriesSplit, batch_size: int, shuffle: bool, seed: int = 0,
