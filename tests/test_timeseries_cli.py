@@ -294,7 +294,9 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--diff feeds the first difference" in err and not (tmp_path / "bad").exists()
     assert cli.main(tiny(tmp_path / "bad", "--trunk-mix")) == 2
-    assert "--trunk-mix sets how the convolutional trunk" in capsys.readouterr().err
+    assert "--trunk-mix sets how the channels are read by a convolutional trunk" in capsys.readouterr().err
+    assert cli.main(tiny(tmp_path / "bad", "--trunk-width", "auto")) == 2
+    assert "--trunk-width sets the filters of a convolutional trunk; add --trunk" in capsys.readouterr().err
     assert cli.main(tiny(tmp_path / "bad", "--level-scale", "--normalize", "instance")) == 2
     assert "--level-scale reads each series' level and scale" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:

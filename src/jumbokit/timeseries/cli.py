@@ -114,12 +114,13 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
 
     steps = args.steps if args.steps is not None else (None if args.epochs is not None else recipe["steps"])
     trunk = None if args.trunk in (None, "none") else args.trunk
-    if args.diff and trunk is None:
-        raise ValueError("--diff feeds the first difference to a convolutional trunk; add --trunk inception or "
-                         "--trunk resnet")
-    if args.trunk_mix and trunk is None:
-        raise ValueError("--trunk-mix sets how the convolutional trunk reads the channels; add --trunk inception "
-                         "or --trunk resnet")
+    needs_trunk = {"--diff": (args.diff, "feeds the first difference to"),
+                   "--trunk-mix": (args.trunk_mix, "sets how the channels are read by"),
+                   "--trunk-width": (args.trunk_width is not None, "sets the filters of"),
+                   "--trunk-depth": (args.trunk_depth is not None, "sets the blocks of")}
+    for flag, (given, what) in needs_trunk.items():
+        if given and trunk is None:
+            raise ValueError(f"{flag} {what} a convolutional trunk; add --trunk inception or --trunk resnet")
     return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
                        trunk=trunk, trunk_width=args.trunk_width or 16, trunk_depth=args.trunk_depth or 3,
                        trunk_diff=args.diff, trunk_mix=args.trunk_mix, token_stats=args.token_stats,
