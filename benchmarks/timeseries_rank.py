@@ -3,9 +3,11 @@
     python benchmarks/timeseries_rank.py benchmarks/results/timeseries_trunk_cpu_seeds3.json \\
         benchmarks/results/timeseries_trunk_h100_seeds3.json --json benchmarks/results/timeseries_trunk_ranks.json
 
-Each input is a JSON written by ``benchmarks/timeseries_trunk.py``. Files are read in the order given and a
-(set, model) row found in several comes from the first. All files must come from the same front end: their
-``tstrain`` commands may differ only in seeds, models, threads and device flags. A set is ranked only when every
+Each input is a JSON written by ``benchmarks/timeseries_trunk.py``. All files must come from the same front end:
+their ``tstrain`` commands may differ only in seeds, models, threads and device flags, and in ``--trunk-width``
+where it resolves to the same width on a set: ``--trunk-width auto`` is the width ``auto_trunk_width`` gives
+that set's length, so width-32 runs of a short set rank beside ``auto`` runs. The first file's width is the
+one ranked; a (set, model) row comes from the first file whose width matches it there. A set is ranked only when every
 model has a row there with at least ``--min-runs`` runs and all of its rows ran on the same device (trunk runs do
 not reproduce across machines, so arms are compared where they ran side by side). Rank 1 = highest test
 accuracy, ties share the mean rank; ranks are taken on the validation-chosen run ("best") and on the mean of the
@@ -18,8 +20,10 @@ import argparse
 import json
 import statistics
 import sys
+from functools import lru_cache
 from pathlib import Path
 
+from jumbokit.timeseries.protocol import auto_trunk_width
 from jumbokit.timeseries.results import rank_values
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
 
@@ -57,10 +61,33 @@ def front_end(command: str) -> str:
     return " ".join(kept)
 
 
+def split_width(front: str) -> tuple[str, str | None]:
+    """(the front end with its ``--trunk-width`` value left out, that value or None)."""
+    words = front.split()
+    if "--trunk-width" not in words or words.index("--trunk-width") + 1 >= len(words):
+        return front, None
+    at = words.index("--trunk-width")
+    return " ".join(words[:at] + ["--trunk-width", "W"] + words[at + 2:]), words[at + 1]
+
+
+@lru_cache(maxsize=None)
+def series_length(dataset: str) -> int:
+    """The padded length of a local UCR/UEA set (what ``--trunk-width auto`` reads)."""
+    from jumbokit.timeseries.data import load_dataset
+
+    return load_dataset(dataset, normalize="none").seq_len
+
+
+def width_on(width: str | None, dataset: str) -> str | None:
+    """A file's ``--trunk-width`` as filters on ``dataset`` ("auto" resolved by the set's length)."""
+    return str(auto_trunk_width(series_length(dataset))) if width == "auto" else width
+
+
 def load_rows(paths: list[Path]) -> tuple[str, dict[tuple[str, str], dict]]:
-    """(the shared front end, (set, model) -> row with its "device" and "source"); the first file wins."""
+    """(the first file's front end, (set, model) -> row with its "device", "source" and "trunk_width"): each row
+    from the first file whose trunk width on that set is the first file's."""
     fronts: dict[str, str] = {}
-    rows: dict[tuple[str, str], dict] = {}
+    candidates: list[tuple[str | None, dict]] = []
     for path in paths:
         try:
             record = json.loads(path.read_text())
@@ -69,11 +96,17 @@ def load_rows(paths: list[Path]) -> tuple[str, dict[tuple[str, str], dict]]:
         if not isinstance(record, dict) or "rows" not in record or "command" not in record:
             raise SystemExit(f"{path}: expected a JSON of benchmarks/timeseries_trunk.py (with 'rows' and 'command')")
         fronts[str(path)] = front_end(record["command"])
-        for row in record["rows"]:
-            rows.setdefault((row["dataset"], row["model"]), {**row, "device": record["device"], "source": path.name})
-    if len(set(fronts.values())) > 1:
+        width = split_width(fronts[str(path)])[1]
+        candidates += [(width, {**row, "device": record["device"], "source": path.name}) for row in record["rows"]]
+    if len({split_width(f)[0] for f in fronts.values()}) > 1:
         listing = "; ".join(f"{p}: {f}" for p, f in fronts.items())
         raise SystemExit(f"the inputs come from different front ends, expected one: {listing}")
+    ranked_width = split_width(next(iter(fronts.values())))[1]
+    rows: dict[tuple[str, str], dict] = {}
+    for width, row in candidates:
+        same = width == ranked_width or width_on(width, row["dataset"]) == width_on(ranked_width, row["dataset"])
+        if same:
+            rows.setdefault((row["dataset"], row["model"]), {**row, "trunk_width": width_on(width, row["dataset"])})
     return next(iter(fronts.values())), rows
 
 
@@ -86,11 +119,12 @@ def rank_sets(rows: dict[tuple[str, str], dict], models: list[str], min_runs: in
         absent = [m for m, r in zip(models, mine) if r is None or r["arm_runs"] < min_runs]
         devices = {r["device"] for r in mine if r is not None}
         if absent:
-            left_out.append(f"{d} (fewer than {min_runs} runs of {', '.join(absent)})")
+            left_out.append(f"{d} (fewer than {min_runs} runs of {', '.join(absent)} at the ranked front end)")
         elif len(devices) > 1:
             left_out.append(f"{d} (the models ran on different devices: {'; '.join(sorted(devices))})")
         else:
             ranked.append({"dataset": d, "device": devices.pop(), "sources": sorted({r["source"] for r in mine}),
+                           "trunk_width": mine[0]["trunk_width"],
                            "best": {m: r["arm_best"] for m, r in zip(models, mine)},
                            "avg": {m: r["arm_avg"] for m, r in zip(models, mine)},
                            "rank_best": dict(zip(models, rank_values([r["arm_best"] for r in mine]))),
@@ -106,12 +140,12 @@ def mean_ranks(ranked: list[dict], models: list[str]) -> dict[str, dict[str, flo
 def table(ranked: list[dict], models: list[str], means: dict[str, dict[str, float]]) -> str:
     """One line per set (best / mean of the runs, with the two ranks), then the mean ranks (``means``); the device
     column shows a device's name up to its first comma (the JSON keeps the whole label)."""
-    header = ["dataset", "device", *models]
-    body = [{"dataset": s["dataset"], "device": s["device"].split(",")[0],
+    header = ["dataset", "device", "trunk width", *models]
+    body = [{"dataset": s["dataset"], "device": s["device"].split(",")[0], "trunk width": s["trunk_width"] or "-",
              **{m: f"{s['best'][m]:.1f} / {s['avg'][m]:.1f} (rank {s['rank_best'][m]:g} / {s['rank_avg'][m]:g})"
                 for m in models}} for s in ranked]
     for key, label in (("rank_best", "mean rank, best run"), ("rank_avg", "mean rank, mean of runs")):
-        body.append({"dataset": label, "device": f"{len(ranked)} sets",
+        body.append({"dataset": label, "device": f"{len(ranked)} sets", "trunk width": "",
                      **{m: f"{means[key][m]:.2f}" for m in models}})
     return markdown_table(body, header)
 
