@@ -156,13 +156,14 @@ def test_rank_benchmark_ranks_sets_run_side_by_side(tmp_path):
 def test_rank_benchmark_resolves_auto_trunk_width_per_set(tmp_path):
     """``--trunk-width auto`` ranks beside width-32 rows on a short set (ArrowHead, 251 steps) and width-64 rows on
     a long one (OSULeaf, 427 steps); a row at the other width is not used there."""
-    trunk = "tstrain --recipe small-data --conv-stem 0 --trunk resnet --trunk-width {} --diff --seeds 3 --model {} --cpu"
+    trunk = "tstrain --recipe small-data --conv-stem 0 --trunk resnet --trunk-width {} --diff --seeds 3 --model {}"
     auto = _trunk_json(tmp_path / "auto.json", trunk.format("auto", "patchtst"), "cpu",
                        [("ArrowHead", "patchtst", 80.0, 80.0, 3), ("OSULeaf", "patchtst", 90.0, 90.0, 3)])
-    narrow = _trunk_json(tmp_path / "w32.json", trunk.format(32, "patchtst_jumbo"), "cpu",
-                         [("ArrowHead", "patchtst_jumbo", 85.0, 85.0, 3), ("OSULeaf", "patchtst_jumbo", 10.0, 10.0, 3)])
-    wide = _trunk_json(tmp_path / "w64.json", trunk.format(64, "patchtst_jumbo"), "cpu",
-                       [("ArrowHead", "patchtst_jumbo", 1.0, 1.0, 3), ("OSULeaf", "patchtst_jumbo", 95.0, 95.0, 3)])
+    jumbo = "patchtst_jumbo"
+    narrow = _trunk_json(tmp_path / "w32.json", trunk.format(32, jumbo), "cpu",
+                         [("ArrowHead", jumbo, 85.0, 85.0, 3), ("OSULeaf", jumbo, 10.0, 10.0, 3)])
+    wide = _trunk_json(tmp_path / "w64.json", trunk.format(64, jumbo), "cpu",
+                       [("ArrowHead", jumbo, 1.0, 1.0, 3), ("OSULeaf", jumbo, 95.0, 95.0, 3)])
     out = tmp_path / "ranks.json"
     proc = subprocess.run([sys.executable, "benchmarks/timeseries_rank.py", str(auto), str(narrow), str(wide),
                            "--models", "patchtst,patchtst_jumbo", "--json", str(out)],

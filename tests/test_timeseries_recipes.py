@@ -17,7 +17,8 @@ from jumbokit.timeseries import report as ts_report
 from jumbokit.timeseries import results as ts_results
 from jumbokit.timeseries import store as ts_store
 from jumbokit.timeseries import sweep as ts_sweep
-from jumbokit.timeseries.augment import AUGMENTATIONS, SeriesAugment, SeriesMixup, observed_std, parse_augment
+from jumbokit.timeseries.augment import (AUGMENTATIONS, DEFAULT_AUGMENT, SeriesAugment, SeriesMixup, observed_std,
+                                        parse_augment)
 from jumbokit.timeseries.pretrain import StepBatches, pretrain_series
 
 # what a run file and sweep.json of the paper's protocol held before the recipes existed
@@ -133,6 +134,7 @@ def test_augmentation_keeps_shape_and_nan_padding(ops):
 def test_augmentation_names_and_identities():
     assert parse_augment("default") == ("jitter", "scaling", "magnitude_warp", "time_warp", "window_slice")
     assert parse_augment("none") == () and parse_augment("mixup,jitter") == ("jitter", "mixup")
+    assert parse_augment("default,mixup") == parse_augment("mixup,default") == (*DEFAULT_AUGMENT, "mixup")
     with pytest.raises(ValueError, match="'jiter' \\(did you mean 'jitter'\\?\\)"):
         parse_augment("jiter")
     x = torch.randn(4, 2, 30)

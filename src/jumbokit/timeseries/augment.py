@@ -34,16 +34,16 @@ DEFAULT_AUGMENT: tuple[str, ...] = ("jitter", "scaling", "magnitude_warp", "time
 
 
 def parse_augment(spec: str | Sequence[str] | None) -> tuple[str, ...]:
-    """``"default"`` | ``"none"`` | comma-separated names of :data:`AUGMENTATIONS` -> a canonical tuple
-    (in the order of ``AUGMENTATIONS``; empty for none)."""
+    """``"default"`` | ``"none"`` | comma-separated names of :data:`AUGMENTATIONS` (``"default"`` among them
+    stands for :data:`DEFAULT_AUGMENT`) -> a canonical tuple (in the order of ``AUGMENTATIONS``; empty for none)."""
     if spec is None:
         return ()
     names = [v.strip() for v in spec.split(",")] if isinstance(spec, str) else [str(v).strip() for v in spec]
     names = [n for n in names if n]
     if names in (["none"], []):
         return ()
-    if names == ["default"]:
-        return DEFAULT_AUGMENT
+    if "default" in names:  # "default" alone, or with more names ("default,mixup")
+        names = [n for n in names if n != "default"] + list(DEFAULT_AUGMENT)
     unknown = [n for n in names if n not in AUGMENTATIONS]
     if unknown:
         hints = []

@@ -197,8 +197,9 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
                             "small-data: auto)")
     train.add_argument("--augment", nargs="?", const="default", default=None, metavar="NAMES",
                        help=f"series augmentation: names among {', '.join(AUGMENTATIONS)}, comma-separated; 'none'; "
-                            "or the flag alone for jitter, scaling, magnitude_warp, time_warp and window_slice, each "
-                            "with probability 0.5 per series (paper: none; small-data: the flag alone)")
+                            "or the flag alone (or 'default' in the list, e.g. default,mixup) for jitter, scaling, "
+                            "magnitude_warp, time_warp and window_slice, each with probability 0.5 per series "
+                            "(paper: none; small-data: the flag alone)")
     _add_recipe_levers(train)
     train.add_argument("--seed", type=int, default=0,
                        help="random seed of model initialisation, data order and augmentation (default: 0)")
