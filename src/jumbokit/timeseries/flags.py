@@ -197,7 +197,7 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
                             "small-data: auto)")
     train.add_argument("--augment", nargs="?", const="default", default=None, metavar="NAMES",
                        help=f"series augmentation: names among {', '.join(AUGMENTATIONS)}, comma-separated; 'none'; "
-                            "or the flag alone (or 'default' in the list, e.g. default,mixup) for jitter, scaling, "
+                            "or the flag alone (in a list: default,mixup adds mixup) for jitter, scaling, "
                             "magnitude_warp, time_warp and window_slice, each with probability 0.5 per series "
                             "(paper: none; small-data: the flag alone)")
     _add_recipe_levers(train)
