@@ -64,9 +64,9 @@ def front_end(command: str) -> str:
 def split_width(front: str) -> tuple[str, str | None]:
     """(the front end with its ``--trunk-width`` value left out, that value or None)."""
     words = front.split()
-    if "--trunk-width" not in words or words.index("--trunk-width") + 1 >= len(words):
+    at = words.index("--trunk-width") if "--trunk-width" in words else len(words)
+    if at + 1 >= len(words):
         return front, None
-    at = words.index("--trunk-width")
     return " ".join(words[:at] + ["--trunk-width", "W"] + words[at + 2:]), words[at + 1]
 
 
@@ -104,9 +104,9 @@ def load_rows(paths: list[Path]) -> tuple[str, dict[tuple[str, str], dict]]:
     ranked_width = split_width(next(iter(fronts.values())))[1]
     rows: dict[tuple[str, str], dict] = {}
     for width, row in candidates:
-        same = width == ranked_width or width_on(width, row["dataset"]) == width_on(ranked_width, row["dataset"])
-        if same:
-            rows.setdefault((row["dataset"], row["model"]), {**row, "trunk_width": width_on(width, row["dataset"])})
+        on_set = width_on(width, row["dataset"])
+        if on_set == width_on(ranked_width, row["dataset"]):
+            rows.setdefault((row["dataset"], row["model"]), {**row, "trunk_width": on_set})
     return next(iter(fronts.values())), rows
 
 
