@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small models: one thread is fastest
@@ -32,3 +33,15 @@ def test_patchtst_classifier_docstring_example_runs():
     for test in finder.find(estimator.PatchTSTClassifier, "PatchTSTClassifier", globs={}):
         runner.run(test)
     assert runner.failures == 0 and runner.tries >= 5
+
+
+def test_estimator_level_scale_auto_follows_the_scale_spread():
+    """level_scale="auto" builds the level-and-scale model only for series whose scales differ widely."""
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(12, 1, 16)), np.array([0, 1] * 6)
+    spread = X * np.logspace(0, 4, 12)[:, None, None]
+    kw = dict(model="patchtst", patches=4, epochs=1, batch_size=8, random_state=0, level_scale="auto")
+    even, wide = PatchTSTClassifier(**kw).fit(X, y), PatchTSTClassifier(**kw).fit(spread, y)
+    assert even.network_.config["level_scale"] is False and wide.network_.config["level_scale"] is True

@@ -426,3 +426,78 @@ def test_rocket_baselines_run_numba_on_workqueue_threads(chosen, expected):
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == expected
+
+
+# ---------------------------------------------------------------- the small-data-trunk recipe
+def test_small_data_trunk_recipe_is_small_data_with_the_measured_front_end(tmp_path):
+    small, trunk = ts_protocol.RECIPES["small-data"], ts_protocol.RECIPES["small-data-trunk"]
+    assert {k for k in trunk if trunk[k] != small[k]} == {"conv_stem", "trunk", "trunk_width", "trunk_diff",
+                                                          "level_scale"}
+    out = tmp_path / "trunk"
+    assert cli.main(tiny(out, "--recipe", "small-data-trunk", "--steps", "2", "--seeds", "1", "--ensemble", "1")) == 0
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert (sweep["recipe"], sweep["trunk"], sweep["trunk_width"], sweep["trunk_diff"], sweep["level_scale"],
+            sweep["normalize"], sweep["augment"]) == ("small-data-trunk", "resnet", "auto", True, "auto", "train",
+                                                      "jitter,scaling,magnitude_warp,time_warp,window_slice")
+    assert "conv_stem" not in sweep  # 0: no convolutional patch features beside the trunk
+    assert "scales differ more than 100-fold, each channel normalised in the model" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (("--level-scale", "off"), {"normalize": "auto", "level_scale": None, "trunk": "resnet"}),
+    (("--level-scale",), {"normalize": "train", "level_scale": True}),
+    (("--no-diff",), {"trunk_diff": None, "trunk": "resnet"}),
+    (("--trunk", "none"), {"trunk": None, "trunk_diff": None, "trunk_width": None, "level_scale": "auto"}),
+    (("--trunk-width", "8", "--conv-stem", "32"), {"trunk_width": 8, "conv_stem": 32}),
+])
+def test_small_data_trunk_recipe_yields_to_explicit_flags(tmp_path, flags, expected):
+    out = tmp_path / "sweep"
+    assert cli.main(tiny(out, "--recipe", "small-data-trunk", "--steps", "1", "--seeds", "1", "--ensemble", "1",
+                         *flags)) == 0
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert {k: sweep.get(k) for k in expected} == expected
+
+
+def test_small_data_trunk_recipe_refuses_per_series_normalisation(tmp_path, capsys):
+    bad = tmp_path / "bad"
+    assert cli.main(tiny(bad, "--recipe", "small-data-trunk", "--normalize", "auto")) == 2
+    err = capsys.readouterr().err
+    assert "--recipe small-data-trunk (--level-scale auto) reads each series' level and scale" in err
+    assert "add --level-scale off" in err and not bad.exists()
+    with pytest.raises(SystemExit) as exc:
+        cli.main(tiny(bad, "--level-scale", "sometimes"))
+    assert exc.value.code == 2 and "expected on, off or auto, got 'sometimes'" in capsys.readouterr().err
+
+
+def test_level_scale_auto_is_decided_per_set_by_the_scale_spread():
+    cfg = ts_protocol.SweepConfig(level_scale="auto", augment="default")
+    even = np.random.default_rng(0).normal(size=(40, 1, 32))
+    spread = even * np.logspace(0, 4, 40)[:, None, None]  # series scales from 1 to 10^4
+    off, on = cfg.for_dataset(even), cfg.for_dataset(spread)
+    assert (off.level_scale, off.augment) == (False, cfg.augment)
+    assert (on.level_scale, on.augment) == (True, "jitter,time_warp,window_slice")  # no amplitude augmentations
+    assert cfg.level_scale_for((spread - spread.mean()) / spread.std())  # training statistics keep the spread
+    assert ts_protocol.SweepConfig(level_scale=True).for_dataset(even).level_scale is True  # explicit: as given
+    with pytest.raises(ValueError, match="decided per dataset"):
+        cfg.tokenizer_options(32)
+    with pytest.raises(ValueError, match="level_scale must be False, True or 'auto', got 'sometimes'"):
+        ts_protocol.SweepConfig(level_scale="sometimes")
+
+
+def test_level_scale_auto_run_equals_the_explicit_flags_run():
+    """On a set whose series' scales differ widely, level_scale="auto" trains exactly the run of level_scale=True
+    without the amplitude augmentations."""
+    import dataclasses
+
+    from jumbokit.timeseries.data import load_dataset
+    from jumbokit.timeseries.run import train_run
+
+    data = load_dataset("ItalyPowerDemand", normalize="train")
+    scales = np.logspace(0, 3, len(data.train))[:, None, None].astype(np.float32)
+    data = dataclasses.replace(data, train=dataclasses.replace(data.train, x=data.train.x * scales))
+    base = dict(patches=4, steps=3, batch_size=8, augment="default", trunk="resnet", trunk_width=4, trunk_depth=1)
+    auto = ts_protocol.SweepConfig(level_scale="auto", **base)
+    explicit = ts_protocol.SweepConfig(**dict(base, level_scale=True, augment="jitter,time_warp,window_slice"))
+    runs = [train_run(data, "patchtst_jumbo", 1e-3, 0.1, cfg, cpu=True) for cfg in (auto, explicit)]
+    assert runs[0].val_loss == runs[1].val_loss and runs[0].train_loss == runs[1].train_loss
+    assert runs[0].params == runs[1].params

@@ -73,15 +73,17 @@ def _datasets(args: argparse.Namespace) -> tuple[list[str], bool]:
     return datasets, True
 
 
-def _normalize_arg(args: argparse.Namespace, recipe: dict) -> str:
-    """--normalize, else train under --level-scale (which reads what per-series normalisation removes), else the
-    recipe's."""
-    if args.level_scale and args.normalize in ("instance", "auto"):
-        raise ValueError(f"--level-scale reads each series' level and scale, and --normalize {args.normalize} can "
-                         "remove them series by series; leave --normalize out or pass --normalize train")
+def _normalize_arg(args: argparse.Namespace, recipe: dict, level_scale: bool | str) -> str:
+    """--normalize, else train where the model reads level and scale (they are what per-series normalisation
+    removes), else the recipe's."""
+    if level_scale and args.normalize in ("instance", "auto"):
+        given = "--level-scale" if args.level_scale else f"--recipe {args.recipe} (--level-scale {level_scale})"
+        raise ValueError(f"{given} reads each series' level and scale, and --normalize {args.normalize} can "
+                         "remove them series by series; leave --normalize out, pass --normalize train, or add "
+                         "--level-scale off")
     if args.normalize:
         return args.normalize
-    return "train" if args.level_scale else recipe["normalize"]
+    return "train" if level_scale else recipe["normalize"]
 
 
 def _pool_arg(args: argparse.Namespace) -> str | None:
@@ -104,6 +106,25 @@ def _pool_arg(args: argparse.Namespace) -> str | None:
     return ",".join(names)
 
 
+def _trunk_fields(args: argparse.Namespace, recipe: dict) -> dict:
+    """trunk, trunk_width, trunk_depth and trunk_diff of the SweepConfig: the flags, else the recipe's; with no
+    trunk, their defaults (ValueError for a trunk flag given without a trunk)."""
+    trunk = args.trunk if args.trunk is not None else recipe["trunk"]
+    if trunk in (None, "none"):
+        needs_trunk = {"--diff": (args.diff, "feeds the first difference to"),
+                       "--trunk-mix": (args.trunk_mix, "sets how the channels are read by"),
+                       "--trunk-width": (args.trunk_width is not None, "sets the filters of"),
+                       "--trunk-depth": (args.trunk_depth is not None, "sets the blocks of")}
+        for flag, (given, what) in needs_trunk.items():
+            if given:
+                raise ValueError(f"{flag} {what} a convolutional trunk; add --trunk inception or --trunk resnet")
+        return dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False)
+    return dict(trunk=trunk,
+                trunk_width=args.trunk_width if args.trunk_width is not None else recipe["trunk_width"],
+                trunk_depth=args.trunk_depth if args.trunk_depth is not None else recipe["trunk_depth"],
+                trunk_diff=args.diff if args.diff is not None else recipe["trunk_diff"])
+
+
 def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
     """The SweepConfig of the flags, the recipe filling what was not given."""
     from .protocol import SweepConfig
@@ -113,19 +134,12 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
         return value if value is not None else recipe[name]
 
     steps = args.steps if args.steps is not None else (None if args.epochs is not None else recipe["steps"])
-    trunk = None if args.trunk in (None, "none") else args.trunk
-    needs_trunk = {"--diff": (args.diff, "feeds the first difference to"),
-                   "--trunk-mix": (args.trunk_mix, "sets how the channels are read by"),
-                   "--trunk-width": (args.trunk_width is not None, "sets the filters of"),
-                   "--trunk-depth": (args.trunk_depth is not None, "sets the blocks of")}
-    for flag, (given, what) in needs_trunk.items():
-        if given and trunk is None:
-            raise ValueError(f"{flag} {what} a convolutional trunk; add --trunk inception or --trunk resnet")
+    trunk_fields = _trunk_fields(args, recipe)
+    level_scale = pick("level_scale")
     return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
-                       trunk=trunk, trunk_width=args.trunk_width or 16, trunk_depth=args.trunk_depth or 3,
-                       trunk_diff=args.diff, trunk_mix=args.trunk_mix, token_stats=args.token_stats,
-                       level_scale=args.level_scale, rel_pos_bias=args.rel_pos,
-                       epochs=args.epochs, min_steps=args.min_steps, normalize=_normalize_arg(args, recipe),
+                       **trunk_fields, trunk_mix=args.trunk_mix, token_stats=args.token_stats,
+                       level_scale=level_scale, rel_pos_bias=args.rel_pos,
+                       epochs=args.epochs, min_steps=args.min_steps, normalize=_normalize_arg(args, recipe, level_scale),
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
                        protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,
                        mixed_precision=args.mixed_precision, recipe=args.recipe,

@@ -85,9 +85,10 @@ class PatchTSTClassifier(BaseClassifier):
         (default: a trunk pass per channel).
     token_stats : bool, default=False
         Add each patch window's mean and standard deviation, projected, to its token.
-    level_scale : bool, default=False
+    level_scale : bool or "auto", default=False
         Normalise each channel of each series inside the model and add its mean and log standard deviation,
-        projected, to all its tokens (needs ``normalize="train"`` or ``"none"``).
+        projected, to all its tokens (needs ``normalize="train"`` or ``"none"``); "auto": only where the
+        training series' scales differ more than 100-fold, then without the amplitude augmentations.
     rel_pos_bias : bool, default=False
         A learned relative-position bias in attention (one value per head and patch offset).
     ema_decay : float, default=0.0
@@ -143,7 +144,7 @@ class PatchTSTClassifier(BaseClassifier):
                  augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0,
                  trunk: str | None = None, trunk_width: int | str = 16, trunk_depth: int = 3, trunk_diff: bool = False,
                  token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
-                 level_scale: bool = False) -> None:
+                 level_scale: bool | str = False) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -191,8 +192,9 @@ class PatchTSTClassifier(BaseClassifier):
                           pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay),
                           trunk=self.trunk, trunk_width=self.trunk_width, trunk_depth=int(self.trunk_depth),
                           trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
-                          token_stats=bool(self.token_stats), level_scale=bool(self.level_scale),
-                          normalize=self.normalize, rel_pos_bias=bool(self.rel_pos_bias))
+                          token_stats=bool(self.token_stats), normalize=self.normalize,
+                          level_scale=self.level_scale if self.level_scale == "auto" else bool(self.level_scale),
+                          rel_pos_bias=bool(self.rel_pos_bias)).for_dataset(x)
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
                                   protocol="official")

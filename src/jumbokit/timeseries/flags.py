@@ -11,7 +11,7 @@ from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
 from .models import PATCHTST_MODELS, SERIES_MODELS
 from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
-from .protocol import LONG_SERIES, LONG_SERIES_STEPS, SMALL_DATA_STEPS
+from .protocol import LONG_SERIES, LONG_SERIES_STEPS, RECIPES, SMALL_DATA_STEPS
 
 __all__ = ["build_parser", "PROTOCOLS"]
 
@@ -23,10 +23,13 @@ Datasets bundled with aeon/sktime work offline; others download into --data-dir 
 sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
 An interrupted sweep resumes (same --out): finished runs are skipped.
 
-Two recipes set the defaults: paper, the paper's protocol unchanged, and small-data, for sets of tens to
+Three recipes set the defaults: paper, the paper's protocol unchanged; small-data, for sets of tens to
 hundreds of series (fixed optimizer steps, small batches, convolutional patch features, augmentation, several
-seeds per grid point and an ensemble). A flag's help gives its value under each recipe as
-"(paper: X; small-data: Y)"; flags given explicitly override the recipe."""
+seeds per grid point and an ensemble); and small-data-trunk, small-data with the front end that measured best
+on the local sets: a full-resolution ResNet trunk with the first difference (--trunk resnet --trunk-width auto
+--diff, no --conv-stem) and --level-scale auto. A flag's help gives its value under each recipe as
+"(paper: X; small-data: Y)"; small-data-trunk takes small-data's values except where its own is named. Flags
+given explicitly override the recipe."""
 
 # --protocol NAME -> the split stored in sweep.json and used by load_dataset ("seed" names the paper's split there)
 PROTOCOLS = {"paper": "seed", "official": "official"}
@@ -70,6 +73,14 @@ def _int_or_auto(text: str) -> int | str:
         return _positive_int(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}") from None
+
+
+def _on_off_auto(text: str) -> bool | str:
+    """``--level-scale on|off|auto`` -> True, False or "auto"."""
+    value = {"on": True, "off": False, "auto": "auto"}.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected on, off or auto, got {text!r}")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -121,7 +132,7 @@ def _add_data_args(parser: argparse.ArgumentParser) -> None:
                            "amplitude); instance: each series by its own mean/std (RevIN-style); auto: instance "
                            f"where the training series' scales differ more than {AUTO_SCALE_SPREAD:g}-fold (90th vs "
                            "10th percentile of their std), else train; none: as loaded (paper: train; small-data: "
-                           "auto)")
+                           "auto; train wherever --level-scale is on or auto)")
     data.add_argument("--list", action="store_true",
                       help="list the datasets available locally (bundled, cached, and your own in --data-dir) and exit")
 
@@ -139,28 +150,35 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--conv-stem", type=_non_negative_int, default=None, metavar="W",
                        help="add convolutional patch features of width W to each token: two 1-D convolutions over "
                             "the series, max and mean within each patch; 0 = linear patches only, as PatchTST "
-                            "(paper: 0; small-data: 32)")
+                            "(paper: 0; small-data: 32; small-data-trunk: 0)")
     model.add_argument("--trunk", choices=("none", *TRUNKS), default=None,
                        help="a full-resolution convolutional trunk over each channel (stride 1): inception = "
                             "InceptionTime modules (kernels 39/19/9 + max-pool), resnet = ResNet blocks (7/5/3); "
-                            "its features, max and mean per patch window, are added to each token (default: none)")
+                            "its features, max and mean per patch window, are added to each token (paper: none; "
+                            "small-data: none; small-data-trunk: resnet)")
     model.add_argument("--trunk-width", type=_int_or_auto, default=None, metavar="F",
                        help="trunk filters per branch (inception: 4 branches) or per layer (resnet); auto = 64 "
-                            "for series longer than 400 steps, 32 for shorter (default: 16)")
+                            "for series longer than 400 steps, 32 for shorter (paper: 16; small-data: 16; small-data-trunk: auto)")
     model.add_argument("--trunk-depth", type=_positive_int, default=None, metavar="K",
                        help="inception modules (a shortcut around every 3) or residual blocks (default: 3)")
-    model.add_argument("--diff", action="store_true",
-                       help="feed each channel's first difference to the trunk as a second input (needs --trunk)")
+    model.add_argument("--diff", action=argparse.BooleanOptionalAction, default=None,
+                       help="feed each channel's first difference to the trunk as a second input (needs --trunk) "
+                            "(paper: off; small-data: off; small-data-trunk: on)")
     model.add_argument("--trunk-mix", action="store_true",
                        help="one trunk over all channels of a series together (multivariate sets), its features "
                             "added to every channel's tokens (needs --trunk; default: a trunk pass per channel)")
     model.add_argument("--token-stats", action="store_true",
                        help="add each patch window's mean and standard deviation, projected, to its token")
-    model.add_argument("--level-scale", action="store_true",
+    model.add_argument("--level-scale", nargs="?", const=True, type=_on_off_auto, default=None,
+                       metavar="on|off|auto",
                        help="normalise each channel of each series inside the model and add its level and scale "
                             "(mean and log std), projected, to all its tokens, for sets whose amplitude carries "
                             "the class; --normalize defaults to train with it (instance and auto are refused) and "
-                            "jitter is scaled to each series' own std")
+                            "jitter is scaled to each series' own std. The flag alone = on; auto = on for the sets "
+                            f"whose training series' scales differ more than {AUTO_SCALE_SPREAD:g}-fold (those "
+                            "--normalize auto would normalise series by series), which then also leave out the "
+                            "amplitude augmentations scaling and magnitude_warp (paper: off; small-data: off; "
+                            "small-data-trunk: auto)")
     model.add_argument("--rel-pos", action="store_true",
                        help="a learned relative-position bias in attention: one value per head and patch offset, "
                             "in every layer (eRPE-like; not with --branches)")
@@ -175,7 +193,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_training_args(parser: argparse.ArgumentParser) -> None:
     train = parser.add_argument_group("training")
-    train.add_argument("--recipe", choices=("paper", "small-data"), default="paper",
+    train.add_argument("--recipe", choices=tuple(RECIPES), default="paper",
                        help="the values the flags below take when not given (see the description) (default: paper)")
     train.add_argument("--epochs", type=_positive_int, default=None,
                        help="epochs per run, instead of the recipe's length (paper: 100, 20 for Sleep, Tiselac and "

@@ -5,22 +5,30 @@ The paper's protocol (recipe ``paper``): per dataset and model, lr {3e-3, 1e-3, 
 steps then cosine decay to 1e-8, 100 epochs (20 for the paper's largest sets). Recipe ``small-data`` trains
 for a number of optimizer steps that suits the series length (``steps="auto"``, :func:`auto_steps`) at a
 batch that suits the set (``batch_size="auto"``, :func:`auto_batch_size`), with convolutional patch features,
-series augmentation, a smaller grid, several seeds and an ensemble of the best runs.
+series augmentation, a smaller grid, several seeds and an ensemble of the best runs. Recipe
+``small-data-trunk`` is small-data with the front end that measured best on the local UCR/UEA sets (3 seeds): the
+ResNet trunk at full resolution with the first difference (``trunk_width="auto"``), and level and scale read by the
+model on sets whose series differ widely in amplitude (``level_scale="auto"``, :meth:`SweepConfig.for_dataset`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from jumbokit.encoders.series_trunk import TRUNKS
 from jumbokit.training.optim import epochs_for_min_steps
+
+from .normalize import AUTO_SCALE_SPREAD, scale_spread
 
 __all__ = [
     "SWEEP_LRS",
     "SWEEP_DROPOUTS",
     "LARGE_DATASETS",
     "RECIPES",
+    "AMPLITUDE_AUGMENTATIONS",
     "LONG_SERIES",
     "SMALL_DATA_STEPS",
     "LONG_SERIES_STEPS",
@@ -48,13 +56,23 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None}
 
+# the series tokenizer of the paper and small-data recipes: patches only (the trunk fields at their defaults)
+_NO_TRUNK: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
+
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": dict(patches=8, max_patch_len=None, conv_stem=0, normalize="train", batch_size=256, steps=None, augment="none",
-                  seeds=1, pretrain_epochs=0, lrs=SWEEP_LRS, dropouts=SWEEP_DROPOUTS, ensemble=1),
+                  seeds=1, pretrain_epochs=0, lrs=SWEEP_LRS, dropouts=SWEEP_DROPOUTS, ensemble=1, **_NO_TRUNK),
     "small-data": dict(patches=16, max_patch_len=None, conv_stem=32, normalize="auto", batch_size="auto", steps="auto",
-                       augment="default", seeds=3, pretrain_epochs=0, lrs=(1e-3,), dropouts=(0.1,), ensemble=3),
+                       augment="default", seeds=3, pretrain_epochs=0, lrs=(1e-3,), dropouts=(0.1,), ensemble=3,
+                       **_NO_TRUNK),
 }
+RECIPES["small-data-trunk"] = dict(RECIPES["small-data"], conv_stem=0, trunk="resnet", trunk_width="auto",
+                                   trunk_depth=3, trunk_diff=True, level_scale="auto")
+
+# augmentations that move a series' level or scale, the very values level_scale reads: left out where
+# level_scale="auto" turns it on
+AMPLITUDE_AUGMENTATIONS = ("scaling", "magnitude_warp")
 
 LONG_SERIES = 400  # steps: series longer than this get LONG_SERIES_STEPS optimizer steps under steps="auto"
 SMALL_DATA_STEPS, LONG_SERIES_STEPS = 1000, 3000
@@ -113,7 +131,8 @@ class SweepConfig:
     trunk_diff: bool = False  # each channel's first difference as a second trunk input
     trunk_mix: bool = False  # one trunk over all channels of a series, added to every channel's tokens
     token_stats: bool = False  # each patch window's mean and std added to its token
-    level_scale: bool = False  # each channel normalised inside the model, its mean and std added to its tokens
+    level_scale: bool | str = False  # each channel normalised inside the model, its mean and std added to its
+    # tokens; "auto": on where the training series' scales differ more than AUTO_SCALE_SPREAD-fold (for_dataset)
     rel_pos_bias: bool = False  # a learned per-head bias by patch offset in attention
     epochs: int | None = None  # None: 100, or 20 for LARGE_DATASETS
     batch_size: int | str = 256  # "auto": auto_batch_size(training series, channels)
@@ -158,6 +177,7 @@ class SweepConfig:
             ("trunk_depth", int(self.trunk_depth) >= 1, ">= 1"),
             ("trunk_diff", not self.trunk_diff or self.trunk is not None, "False without a trunk"),
             ("trunk_mix", not self.trunk_mix or self.trunk is not None, "False without a trunk"),
+            ("level_scale", self.level_scale in (False, True, "auto"), "False, True or 'auto'"),
             ("level_scale", not self.level_scale or self.normalize in ("train", "none"),
              f"False with normalize={self.normalize!r} (per-series normalisation would remove the level and scale "
              "it reads; use normalize='train')"),
@@ -177,11 +197,38 @@ class SweepConfig:
 
     def tokenizer_options(self, seq_len: int | None = None) -> dict[str, Any]:
         """The series tokenizer's encoder options (conv stem, trunk, token statistics) of this sweep, for series
-        of ``seq_len`` steps (needed only by ``trunk_width="auto"``)."""
+        of ``seq_len`` steps (needed only by ``trunk_width="auto"``); ``level_scale="auto"`` must have been decided
+        for the set first (:meth:`for_dataset`)."""
+        self.check_decided()
         return dict(conv_stem=int(self.conv_stem), trunk=self.trunk, trunk_width=self.trunk_width_for(seq_len),
                     trunk_depth=int(self.trunk_depth), trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
                     token_stats=bool(self.token_stats), level_scale=bool(self.level_scale),
                     rel_pos_bias=bool(self.rel_pos_bias))
+
+    def level_scale_for(self, train_x: np.ndarray) -> bool:
+        """Whether the model reads level and scale on a set with training series ``train_x`` (n, C, L): under
+        "auto", where their scales differ more than ``AUTO_SCALE_SPREAD``-fold (the spread is the same before and
+        after standardising with training-split statistics)."""
+        if self.level_scale != "auto":
+            return bool(self.level_scale)
+        return scale_spread(train_x) > AUTO_SCALE_SPREAD
+
+    def for_dataset(self, train_x: np.ndarray) -> "SweepConfig":
+        """These settings for one set (training series ``train_x`` (n, C, L)): ``level_scale="auto"`` decided by
+        :meth:`level_scale_for`, and where it turns on, the amplitude augmentations left out; otherwise self."""
+        if self.level_scale != "auto":
+            return self
+        if not self.level_scale_for(train_x):
+            return replace(self, level_scale=False)
+        from .augment import parse_augment
+
+        kept = [name for name in parse_augment(self.augment) if name not in AMPLITUDE_AUGMENTATIONS]
+        return replace(self, level_scale=True, augment=",".join(kept) or "none")
+
+    def check_decided(self) -> None:
+        """ValueError while ``level_scale`` is "auto": it is decided per dataset (:meth:`for_dataset`)."""
+        if self.level_scale == "auto":
+            raise ValueError("level_scale='auto' is decided per dataset: use cfg.for_dataset(data.train.x) first")
 
     def trunk_width_for(self, seq_len: int | None) -> int:
         """The trunk's filters for series of ``seq_len`` steps (``auto_trunk_width`` under "auto")."""

@@ -167,7 +167,11 @@ def training_text(cfg: SweepConfig) -> str:
                      + (", all channels together" if cfg.trunk_mix else "") + ") pooled per patch")
     if cfg.token_stats:
         patching += " + per-patch mean/std"
-    if cfg.level_scale:
+    if cfg.level_scale == "auto":
+        patching += (" + where the training series' scales differ more than "
+                     f"{AUTO_SCALE_SPREAD:g}-fold, each channel normalised in the model, its mean/std added to its "
+                     "tokens (jitter relative; no scaling or magnitude warping there)")
+    elif cfg.level_scale:
         patching += " + each channel normalised in the model, its mean/std added to its tokens (jitter relative)"
     if cfg.rel_pos_bias:
         patching += "; relative-position bias in attention"

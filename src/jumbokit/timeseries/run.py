@@ -202,10 +202,12 @@ def train_config(cfg: SweepConfig, lr: float, epochs: int, progress: bool = Fals
 
 def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
     """The training loss of a run: cross-entropy, with the sweep's series augmentation and mixup drawn from a
-    CPU generator seeded with ``seed`` (a ``loss_fn`` for :func:`jumbokit.training.fit`)."""
+    CPU generator seeded with ``seed`` (a ``loss_fn`` for :func:`jumbokit.training.fit`); ``cfg`` decided for the
+    set (:meth:`SweepConfig.for_dataset`)."""
     from ..training import classification_loss
     from .augment import SeriesAugment, SeriesMixup, parse_augment
 
+    cfg.check_decided()
     ops = parse_augment(cfg.augment)
     generator = torch.Generator().manual_seed(seed + 7919)
     per_series = [op for op in ops if op != "mixup"]
@@ -288,6 +290,7 @@ def train_run_with_proba(data: ClassificationData, model_name: str, lr: float, d
     """One run and its validation / test probabilities ({"val": (n_val, K), "test": (n_test, K)})."""
     seed = cfg.seed if seed is None else int(seed)
     wall_start = time.perf_counter()
+    cfg = cfg.for_dataset(data.train.x)
     model = new_run_model(data, model_name, cfg, dropout, seed)
     if pretrained is not None:
         model.load_state_dict(pretrained)
@@ -331,6 +334,7 @@ def pretrain_run(data: ClassificationData, model_name: str, cfg: SweepConfig, se
     """Masked-patch pretraining of a sweep's model (dropout 0) on training series only (see
     :func:`pretrain_model`). Returns (state dict of the model, {"loss", "steps", "seconds"})."""
     seed = cfg.seed if seed is None else int(seed)
+    cfg = cfg.for_dataset(data.train.x)
     model = new_run_model(data, model_name, cfg, 0.0, seed)
     result = pretrain_model(model, data, cfg, seed, progress=progress, cpu=cpu, accelerator=accelerator,
                             data_dir=data_dir)

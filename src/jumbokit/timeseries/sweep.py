@@ -188,7 +188,9 @@ def _start(plan: SweepPlan, todo: list[Job], processes: int) -> None:
         logger.info("%d job(s) to do (runs, pretrainings, baselines) on %d process(es), whole runs each",
                     len(todo), processes)
     for data in plan.datasets.values():
-        logger.info("%s", data.summary())
+        decided = plan.cfg.for_dataset(data.train.x) if plan.cfg.level_scale == "auto" else None
+        level_scale = f", level_scale=auto: {'on' if decided.level_scale else 'off'}" if decided else ""
+        logger.info("%s%s", data.summary(), level_scale)
 
 
 def _broadcast(value: Any, state: Any) -> Any:
