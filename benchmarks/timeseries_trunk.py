@@ -3,8 +3,10 @@ aeon's ROCKET classifiers (same splits) and published ResNet / InceptionTime num
 
     python benchmarks/timeseries_trunk.py                                   # every local set, patchtst_jumbo
     python benchmarks/timeseries_trunk.py --datasets OSULeaf --seeds 3 --models patchtst,patchtst_jumbo
-    python benchmarks/timeseries_trunk.py --models patchtst_jumbo_rocket --trunk-args "" \
+    python benchmarks/timeseries_trunk.py --models patchtst_jumbo_rocket --trunk-args "" \\
         --out runs/bench_ts_hybrid --json benchmarks/results/timeseries_hybrid.json     # the ROCKET hybrid
+    python benchmarks/timeseries_trunk.py --recipe small-data-trunk --seeds 3 --out runs/bench_ts_recipe_trunk \\
+        --json benchmarks/results/timeseries_recipe_trunk.json       # the trunk recipe as it is, PLAID included
     python benchmarks/timeseries_trunk.py --seeds 3 --gpu 10 --out runs/gpu_trunk       # on a GPU, 10 runs at once
     python benchmarks/timeseries_trunk.py --seeds 3 --collect-only --out runs/gpu_trunk --device "H100"
 
@@ -18,6 +20,8 @@ Each set runs through the command the docs show,
             --seeds 1 --model patchtst_jumbo --threads 2 --cpu --out OUT
 
 one set at a time into the same sweep directory (finished runs are reused when the benchmark is run again).
+``--recipe small-data-trunk`` runs that recipe instead, its front end built in (``--trunk-args`` then adds to
+it and is empty by default).
 A hybrid (``patchtst_jumbo_rocket``) is compared with the recipe's run of the transformer it extends.
 The recipe without the trunk and the three ROCKET classifiers come from ``--reference`` (the small-data
 benchmark's JSON, same seed-protocol splits); ResNet (Fawaz et al.) and InceptionTime are published numbers
@@ -54,6 +58,7 @@ RESNET = {"ACSF1": 91.6, "ArrowHead": 83.8, "GunPoint": 99.1, "ItalyPowerDemand"
 INCEPTIONTIME = {"ACSF1": 92.0, "ArrowHead": 84.6, "GunPoint": 100.0, "ItalyPowerDemand": 96.5, "OSULeaf": 94.2,
                  "PLAID": 94.4, "PickupGestureWiimoteZ": 76.0, "BasicMotions": 100.0, "JapaneseVowels": 99.2}
 BASELINES = ("minirocket", "multirocket", "hydra")
+SMALL_DATA_TRUNK_ARGS = "--conv-stem 0 --trunk inception --trunk-width 16 --trunk-depth 3 --diff"  # small-data's arm
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -61,8 +66,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--datasets", default=None, help="comma-separated (default: every local UCR/UEA set)")
     p.add_argument("--models", default="patchtst_jumbo", help="comma-separated (default: %(default)s)")
     p.add_argument("--seeds", type=int, default=1, help="runs per set and model (default: %(default)s)")
-    p.add_argument("--trunk-args", default="--conv-stem 0 --trunk inception --trunk-width 16 --trunk-depth 3 --diff",
-                   help="the front-end flags of the arm (default: %(default)s)")
+    p.add_argument("--recipe", choices=("small-data", "small-data-trunk"), default="small-data",
+                   help="the tstrain recipe the arm runs under (default: %(default)s)")
+    p.add_argument("--trunk-args", default=None,
+                   help=f"the front-end flags of the arm (default: {SMALL_DATA_TRUNK_ARGS} under small-data, "
+                        "none under small-data-trunk)")
     p.add_argument("--threads", type=int, default=2, help="(default: %(default)s)")
     p.add_argument("--out", default="runs/bench_ts_trunk", help="sweep directory (default: %(default)s)")
     p.add_argument("--reference", default="benchmarks/results/timeseries_small.json",
@@ -77,6 +85,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--torch", default=None,
                    help="the torch version the runs in --out ran with, for the record (default: this machine's)")
     args = p.parse_args(argv)
+    if args.trunk_args is None:
+        args.trunk_args = SMALL_DATA_TRUNK_ARGS if args.recipe == "small-data" else ""
     if args.gpu < 0:
         p.error(f"--gpu expects runs per device >= 1 (or 0 for CPU), got {args.gpu}")
     if not Path(args.reference).is_file():
@@ -195,7 +205,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     sets = args.datasets.split(",") if args.datasets else local_datasets()
     models = args.models.split(",")
-    common = ["--recipe", "small-data", *args.trunk_args.split(), "--seeds", str(args.seeds), "--model",
+    common = ["--recipe", args.recipe, *args.trunk_args.split(), "--seeds", str(args.seeds), "--model",
               ",".join(models), "--threads", str(args.threads), *device_flags(args), "--no-progress",
               "--out", args.out]
     start = time.perf_counter()
@@ -205,7 +215,7 @@ def main(argv=None) -> int:
     if not rows:
         raise SystemExit(f"no finished runs of {', '.join(models)} on {', '.join(sets)} in {args.out}")
     text = table(rows)
-    command = "tstrain --recipe small-data " + " ".join(common[2:-3])  # without --no-progress --out DIR
+    command = f"tstrain --recipe {args.recipe} " + " ".join(common[2:-3])  # without --no-progress --out DIR
     device = device_label(args)
     record = {"command": command, "datasets": sets, "rows": rows, "torch": args.torch or torch.__version__,
               "python": platform.python_version(), "device": device, "threads": args.threads,
@@ -213,7 +223,8 @@ def main(argv=None) -> int:
     print(text)
     print(json.dumps(record, indent=1))
     atomic_write_json(Path(args.json), record)
-    title = f"{', '.join(models)} with `{args.trunk_args}`" if args.trunk_args.strip() else ", ".join(models)
+    front = " ".join(["--recipe small-data-trunk"] * (args.recipe != "small-data") + args.trunk_args.split())
+    title = f"{', '.join(models)} with `{front}`" if front else ", ".join(models)
     present = {(r["dataset"], r["model"]) for r in rows}
     missing = [f"{d} {m}" for d in sets for m in models if (d, m) not in present]
     note = f"\n\nNot finished (no runs): {', '.join(missing)}." if missing else ""

@@ -118,6 +118,25 @@ def test_trunk_benchmark_tabulates_a_partial_sweep(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+def test_trunk_benchmark_records_the_trunk_recipe(tmp_path):
+    """``--recipe small-data-trunk`` runs that recipe with no trunk flags of its own, and says so in the record."""
+    from jumbokit.timeseries.store import write_run
+
+    folder = tmp_path / "sweep" / "runs" / "GunPoint" / "patchtst_jumbo"
+    write_run(folder / "lr0.001_do0.1.json", _run_record("GunPoint", "patchtst_jumbo", 90.0, 0.5, 88.0),
+              {"test": np.zeros((2, 2))})
+    out_json = tmp_path / "table.json"
+    cmd = [sys.executable, "benchmarks/timeseries_trunk.py", "--collect-only", "--recipe", "small-data-trunk",
+           "--datasets", "GunPoint", "--out", str(tmp_path / "sweep"), "--json", str(out_json), "--device", "test",
+           "--threads", "1"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out_json.read_text())
+    assert record["command"] == "tstrain --recipe small-data-trunk --seeds 1 --model patchtst_jumbo --threads 1 --cpu"
+    assert record["rows"][0]["arm_best"] == 88.0
+    assert out_json.with_suffix(".md").read_text().startswith("# patchtst_jumbo with `--recipe small-data-trunk`")
+
+
 def _trunk_json(path: Path, command: str, device: str, rows: list[tuple[str, str, float, float, int]]) -> Path:
     """A JSON as benchmarks/timeseries_trunk.py writes it, with (set, model, best, mean, runs) rows."""
     path.write_text(json.dumps({"command": command, "device": device, "rows": [
