@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     print(text)
     print(json.dumps(record, indent=1))
     atomic_write_json(Path(args.json), record)
-    front = " ".join(["--recipe small-data-trunk"] * (args.recipe != "small-data") + args.trunk_args.split())
+    front = " ".join([f"--recipe {args.recipe}"] * (args.recipe != "small-data") + args.trunk_args.split())
     title = f"{', '.join(models)} with `{front}`" if front else ", ".join(models)
     present = {(r["dataset"], r["model"]) for r in rows}
     missing = [f"{d} {m}" for d in sets for m in models if (d, m) not in present]

@@ -108,7 +108,7 @@ def _pool_arg(args: argparse.Namespace) -> str | None:
 
 def _trunk_fields(args: argparse.Namespace, recipe: dict) -> dict:
     """trunk, trunk_width, trunk_depth and trunk_diff of the SweepConfig: the flags, else the recipe's; with no
-    trunk, their defaults (ValueError for a trunk flag given without a trunk)."""
+    trunk, SweepConfig's defaults (ValueError for a trunk flag given without a trunk)."""
     trunk = args.trunk if args.trunk is not None else recipe["trunk"]
     if trunk in (None, "none"):
         needs_trunk = {"--diff": (args.diff, "feeds the first difference to"),
@@ -118,7 +118,7 @@ def _trunk_fields(args: argparse.Namespace, recipe: dict) -> dict:
         for flag, (given, what) in needs_trunk.items():
             if given:
                 raise ValueError(f"{flag} {what} a convolutional trunk; add --trunk inception or --trunk resnet")
-        return dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False)
+        return dict(trunk=None)
     return dict(trunk=trunk,
                 trunk_width=args.trunk_width if args.trunk_width is not None else recipe["trunk_width"],
                 trunk_depth=args.trunk_depth if args.trunk_depth is not None else recipe["trunk_depth"],

@@ -56,16 +56,16 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None}
 
-# the series tokenizer of the paper and small-data recipes: patches only (the trunk fields at their defaults)
-_NO_TRUNK: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
+# the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
+_PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": dict(patches=8, max_patch_len=None, conv_stem=0, normalize="train", batch_size=256, steps=None, augment="none",
-                  seeds=1, pretrain_epochs=0, lrs=SWEEP_LRS, dropouts=SWEEP_DROPOUTS, ensemble=1, **_NO_TRUNK),
+                  seeds=1, pretrain_epochs=0, lrs=SWEEP_LRS, dropouts=SWEEP_DROPOUTS, ensemble=1, **_PATCHES_ONLY),
     "small-data": dict(patches=16, max_patch_len=None, conv_stem=32, normalize="auto", batch_size="auto", steps="auto",
                        augment="default", seeds=3, pretrain_epochs=0, lrs=(1e-3,), dropouts=(0.1,), ensemble=3,
-                       **_NO_TRUNK),
+                       **_PATCHES_ONLY),
 }
 RECIPES["small-data-trunk"] = dict(RECIPES["small-data"], conv_stem=0, trunk="resnet", trunk_width="auto",
                                    trunk_depth=3, trunk_diff=True, level_scale="auto")

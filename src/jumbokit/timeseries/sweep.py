@@ -188,8 +188,9 @@ def _start(plan: SweepPlan, todo: list[Job], processes: int) -> None:
         logger.info("%d job(s) to do (runs, pretrainings, baselines) on %d process(es), whole runs each",
                     len(todo), processes)
     for data in plan.datasets.values():
-        decided = plan.cfg.for_dataset(data.train.x) if plan.cfg.level_scale == "auto" else None
-        level_scale = f", level_scale=auto: {'on' if decided.level_scale else 'off'}" if decided else ""
+        level_scale = ""
+        if plan.cfg.level_scale == "auto":
+            level_scale = f", level_scale=auto: {'on' if plan.cfg.level_scale_for(data.train.x) else 'off'}"
         logger.info("%s%s", data.summary(), level_scale)
 
 
