@@ -3,11 +3,18 @@
     python benchmarks/timeseries_rank.py benchmarks/results/timeseries_trunk_cpu_seeds3.json \\
         benchmarks/results/timeseries_trunk_h100_seeds3.json --json benchmarks/results/timeseries_trunk_ranks.json
 
-Each input is a JSON written by ``benchmarks/timeseries_trunk.py``. All files must come from the same front end:
-their ``tstrain`` commands may differ only in seeds, models, threads and device flags, and in ``--trunk-width``
-where it resolves to the same width on a set: ``--trunk-width auto`` is the width ``auto_trunk_width`` gives
-that set's length, so width-32 runs of a short set rank beside ``auto`` runs. The first file's width is the
-one ranked; a (set, model) row comes from the first file whose width matches it there. A set is ranked only when every
+    python benchmarks/timeseries_rank.py benchmarks/results/timeseries_trunk_resnet_auto_variants_seeds3.json \
+        benchmarks/results/timeseries_trunk_levelscale_auto_variants_seeds3.json ... \
+        --front-end "tstrain --recipe small-data-trunk"      # the recipe's runs, from explicit-flag files too
+
+Each input is a JSON written by ``benchmarks/timeseries_trunk.py``. A row is ranked when its file's ``tstrain``
+command trains, on that row's set, the runs the ranked command trains there (``--front-end``; default: the first
+file's command). Both commands are read by tstrain's own parser and decided per set as a run decides them: the
+recipe's flags filled in, ``--trunk-width auto`` by the set's length, ``--normalize auto`` and ``--level-scale
+auto`` by its training series' scale spread. So a width-32 run of a short set ranks beside ``auto`` runs, and ``--recipe
+small-data-trunk`` beside the explicit flags it stands for; seeds, models, threads and device flags never matter.
+A (set, model) row comes from the first file that matches there; a file with no matching row is refused, with the
+settings that differ. A set is ranked only when every
 model has a row there with at least ``--min-runs`` runs and all of its rows ran on the same device (trunk runs do
 not reproduce across machines, so arms are compared where they ran side by side). Rank 1 = highest test
 accuracy, ties share the mean rank; ranks are taken on the validation-chosen run ("best") and on the mean of the
@@ -18,23 +25,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
+from dataclasses import asdict, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from jumbokit.timeseries.protocol import auto_trunk_width
+import numpy as np
+
+from jumbokit.timeseries.normalize import resolve_normalization
 from jumbokit.timeseries.results import rank_values
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
 
 MODELS = "patchtst,patchtst_registers,patchtst_jumbo"
 RUN_FLAGS = {"--seeds": 1, "--model": 1, "--threads": 1, "--runs-per-device": 1, "--cpu": 0}  # flag -> values
+NOT_SETTINGS = ("recipe", "seed", "seeds")  # SweepConfig fields that do not change a run's model or data
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", type=Path, help="JSON files of benchmarks/timeseries_trunk.py, first wins")
     p.add_argument("--models", default=MODELS, help="comma-separated, the models to rank (default: %(default)s)")
+    p.add_argument("--front-end", metavar="COMMAND",
+                   help="the tstrain command whose runs are ranked, e.g. \"tstrain --recipe small-data-trunk\" "
+                        "(default: the first input's command)")
     p.add_argument("--min-runs", type=int, default=3, help="runs a row needs to be ranked (default: %(default)s)")
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/timeseries_trunk_ranks.json"),
                    help="(default: %(default)s)")
@@ -49,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def front_end(command: str) -> str:
     """The tstrain command without the flags that do not change a run's model or data (seeds, models,
-    threads, device): two files with the same front end may be ranked together."""
+    threads, device): the front end's text, for titles."""
     words, kept, skip = command.split(), [], 0
     for word in words:
         if skip:
@@ -61,33 +77,56 @@ def front_end(command: str) -> str:
     return " ".join(kept)
 
 
-def split_width(front: str) -> tuple[str, str | None]:
-    """(the front end with its ``--trunk-width`` value left out, that value or None)."""
-    words = front.split()
-    at = words.index("--trunk-width") if "--trunk-width" in words else len(words)
-    if at + 1 >= len(words):
-        return front, None
-    return " ".join(words[:at] + ["--trunk-width", "W"] + words[at + 2:]), words[at + 1]
+def settings_of(command: str, source: str) -> dict[str, Any]:
+    """The run settings a recorded ``tstrain`` command resolves to (tstrain's own parser and recipe rules), less
+    what does not change a run's model or data (recipe name, seeds); "auto" values stay undecided."""
+    from jumbokit.timeseries.cli import sweep_settings
+
+    words = shlex.split(command)
+    try:
+        settings = sweep_settings(words[1:] if words[:1] == ["tstrain"] else words)
+    except (SystemExit, ValueError) as err:
+        why = "tstrain's message is above" if isinstance(err, SystemExit) else str(err)
+        raise SystemExit(f"{source}: expected a command tstrain accepts ({why}), got: {command}")
+    return {"config": settings.config, "lrs": settings.lrs, "dropouts": settings.dropouts}
 
 
 @lru_cache(maxsize=None)
-def series_length(dataset: str) -> int:
-    """The padded length of a local UCR/UEA set (what ``--trunk-width auto`` reads)."""
-    from jumbokit.timeseries.data import load_dataset
+def training_series(dataset: str, protocol: str, split_seed: int) -> np.ndarray:
+    """The training split of a local UCR/UEA set as loaded, before normalisation (n, C, L): what the "auto"
+    settings read (its scale spread is the same after standardising with training statistics)."""
+    from jumbokit.timeseries.data import DatasetNotFoundError, load_dataset
 
-    return load_dataset(dataset, normalize="none").seq_len
+    try:
+        return load_dataset(dataset, protocol=protocol, split_seed=split_seed, normalize="none").train.x
+    except DatasetNotFoundError as err:
+        raise SystemExit(f"a row of {dataset!r} has settings decided by the set ('auto'), and the set cannot be read "
+                         f"here: {err}")
 
 
-def width_on(width: str | None, dataset: str) -> str | None:
-    """A file's ``--trunk-width`` as filters on ``dataset`` ("auto" resolved by the set's length)."""
-    return str(auto_trunk_width(series_length(dataset))) if width == "auto" else width
+def settings_on(settings: dict[str, Any], dataset: str | None) -> dict[str, Any]:
+    """``settings`` decided for one set as its runs decide them: ``--normalize auto`` and ``--level-scale auto``
+    (with the augmentations it drops) by the training series' scale spread, ``--trunk-width auto`` by the set's
+    length. Reads the set only where something is "auto"; with no set (None), "auto" values stay as they are."""
+    cfg = settings["config"]
+    auto = cfg.normalize == "auto" or cfg.level_scale == "auto" or (cfg.trunk and cfg.trunk_width == "auto")
+    if dataset is not None and auto:
+        train_x = training_series(dataset, cfg.protocol, cfg.split_seed)
+        cfg = replace(cfg.for_dataset(train_x), normalize=resolve_normalization(train_x, cfg.normalize),
+                      trunk_width=cfg.trunk_width_for(train_x.shape[-1]))
+    decided = {k: v for k, v in asdict(cfg).items() if k not in NOT_SETTINGS}
+    return {**decided, "lrs": settings["lrs"], "dropouts": settings["dropouts"]}
 
 
-def load_rows(paths: list[Path]) -> tuple[str, dict[tuple[str, str], dict]]:
-    """(the first file's front end, (set, model) -> row with its "device", "source" and "trunk_width"): each row
-    from the first file whose trunk width on that set is the first file's."""
-    fronts: dict[str, str] = {}
-    candidates: list[tuple[str | None, dict]] = []
+def differences(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The settings where ``a`` and ``b`` differ, as "name: a vs b" (or "the same")."""
+    diff = [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return "; ".join(diff) or "the same"
+
+
+def load_records(paths: list[Path]) -> list[tuple[Path, dict]]:
+    """(path, record) of each input, SystemExit for one that is not a JSON of benchmarks/timeseries_trunk.py."""
+    records = []
     for path in paths:
         try:
             record = json.loads(path.read_text())
@@ -95,19 +134,31 @@ def load_rows(paths: list[Path]) -> tuple[str, dict[tuple[str, str], dict]]:
             raise SystemExit(f"{path}: expected a JSON of benchmarks/timeseries_trunk.py, got unreadable text ({err})")
         if not isinstance(record, dict) or "rows" not in record or "command" not in record:
             raise SystemExit(f"{path}: expected a JSON of benchmarks/timeseries_trunk.py (with 'rows' and 'command')")
-        fronts[str(path)] = front_end(record["command"])
-        width = split_width(fronts[str(path)])[1]
-        candidates += [(width, {**row, "device": record["device"], "source": path.name}) for row in record["rows"]]
-    if len({split_width(f)[0] for f in fronts.values()}) > 1:
-        listing = "; ".join(f"{p}: {f}" for p, f in fronts.items())
-        raise SystemExit(f"the inputs come from different front ends, expected one: {listing}")
-    ranked_width = split_width(next(iter(fronts.values())))[1]
+        records.append((path, record))
+    return records
+
+
+def load_rows(paths: list[Path], command: str | None = None) -> tuple[str, dict[tuple[str, str], dict]]:
+    """(the ranked front end, (set, model) -> row with its "device", "source" and "trunk_width"): each row from the
+    first file whose settings, decided on that set, are those of ``command`` there (default: the first file's
+    command). SystemExit for a file none of whose rows (or, with no rows, whose settings) match."""
+    records = load_records(paths)
+    command = command or records[0][1]["command"]
+    ranked = settings_of(command, "--front-end" if command != records[0][1]["command"] else str(records[0][0]))
     rows: dict[tuple[str, str], dict] = {}
-    for width, row in candidates:
-        on_set = width_on(width, row["dataset"])
-        if on_set == width_on(ranked_width, row["dataset"]):
-            rows.setdefault((row["dataset"], row["model"]), {**row, "trunk_width": on_set})
-    return next(iter(fronts.values())), rows
+    for path, record in records:
+        mine = settings_of(record["command"], str(path))
+        matched = [r for r in record["rows"] if settings_on(mine, r["dataset"]) == settings_on(ranked, r["dataset"])]
+        if not matched:
+            on = record["rows"][0]["dataset"] if record["rows"] else None
+            why = differences(settings_on(ranked, on), settings_on(mine, on))
+            raise SystemExit(f"the inputs come from different front ends, expected one: {path} differs from "
+                             f"`{front_end(command)}`{f' on {on}' if on else ''} ({why})")
+        for row in matched:
+            width = settings_on(mine, row["dataset"])["trunk_width"] if mine["config"].trunk else None
+            rows.setdefault((row["dataset"], row["model"]), {**row, "device": record["device"], "source": path.name,
+                                                             "trunk_width": None if width is None else str(width)})
+    return front_end(command), rows
 
 
 def rank_sets(rows: dict[tuple[str, str], dict], models: list[str], min_runs: int) -> tuple[list[dict], list[str]]:
@@ -153,7 +204,7 @@ def table(ranked: list[dict], models: list[str], means: dict[str, dict[str, floa
 def main(argv=None) -> int:
     args = parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    front, rows = load_rows(args.inputs)
+    front, rows = load_rows(args.inputs, args.front_end)
     ranked, left_out = rank_sets(rows, models, args.min_runs)
     if not ranked:
         raise SystemExit(f"no set has rows of every model ({', '.join(models)}) with >= {args.min_runs} runs on one "

@@ -148,27 +148,55 @@ def test_rank_benchmark_ranks_sets_run_side_by_side(tmp_path):
     """Ranks come from sets where every model has enough runs on one device; the first file wins a shared row;
     files of different front ends are refused with nothing written."""
     trunk = "tstrain --recipe small-data --trunk inception --diff"
+    a, b, c, d, jumbo = "ArrowHead", "BasicMotions", "GunPoint", "ItalyPowerDemand", "patchtst_jumbo"
     cpu = _trunk_json(tmp_path / "cpu.json", f"{trunk} --seeds 3 --model patchtst,patchtst_jumbo --threads 2 --cpu",
-                      "cpu", [("A", "patchtst", 80.0, 79.0, 3), ("A", "patchtst_jumbo", 90.0, 85.0, 3),
-                              ("B", "patchtst", 70.0, 70.0, 3), ("C", "patchtst", 60.0, 60.0, 1),
-                              ("C", "patchtst_jumbo", 65.0, 65.0, 3)])
+                      "cpu", [(a, "patchtst", 80.0, 79.0, 3), (a, jumbo, 90.0, 85.0, 3), (b, "patchtst", 70.0, 70.0, 3),
+                              (c, "patchtst", 60.0, 60.0, 1), (c, jumbo, 65.0, 65.0, 3)])
     gpu = _trunk_json(tmp_path / "gpu.json", f"{trunk} --seeds 3 --model patchtst_jumbo --runs-per-device 10", "gpu",
-                      [("A", "patchtst_jumbo", 10.0, 10.0, 3), ("B", "patchtst_jumbo", 75.0, 71.0, 3),
-                       ("D", "patchtst", 50.0, 50.0, 3), ("D", "patchtst_jumbo", 50.0, 40.0, 3)])
+                      [(a, jumbo, 10.0, 10.0, 3), (b, jumbo, 75.0, 71.0, 3), (d, "patchtst", 50.0, 50.0, 3),
+                       (d, jumbo, 50.0, 40.0, 3)])
     out = tmp_path / "ranks.json"
     cmd = [sys.executable, "benchmarks/timeseries_rank.py", str(cpu), str(gpu), "--models", "patchtst,patchtst_jumbo",
            "--json", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out.read_text())
-    assert [s["dataset"] for s in record["sets"]] == ["A", "D"]  # B: two devices; C: one run of patchtst
-    assert record["mean_rank_best"] == {"patchtst": 1.75, "patchtst_jumbo": 1.25}  # A: 2/1, D: tie 1.5/1.5
+    assert [s["dataset"] for s in record["sets"]] == [a, d]  # b: two devices; c: one run of patchtst
+    assert record["mean_rank_best"] == {"patchtst": 1.75, "patchtst_jumbo": 1.25}  # 2/1, tie 1.5/1.5
     assert record["mean_rank_avg"] == {"patchtst": 1.5, "patchtst_jumbo": 1.5}
-    assert any(s.startswith("B (the models ran on different devices") for s in record["left_out"])
+    assert any(s.startswith(f"{b} (the models ran on different devices") for s in record["left_out"])
     other = _trunk_json(tmp_path / "other.json", f"{trunk} --rel-pos --seeds 3", "cpu", [])
     refused = subprocess.run(cmd[:2] + [str(cpu), str(other), "--json", str(tmp_path / "x.json")], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode != 0 and "different front ends" in refused.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_rank_benchmark_ranks_a_recipe_from_the_explicit_flags_it_stands_for(tmp_path):
+    """``--front-end "tstrain --recipe small-data-trunk"`` takes, set by set, the rows of files whose explicit flags
+    train the recipe's runs there: the plain trunk flags on GunPoint but not on PLAID (where the recipe reads level
+    and scale), the level-and-scale flags on PLAID; a file matching nowhere is refused with the differing setting."""
+    trunk = "tstrain --recipe small-data --conv-stem 0 --trunk resnet --trunk-width auto --trunk-depth 3 --diff"
+    plain = _trunk_json(tmp_path / "plain.json", f"{trunk} --seeds 3 --model patchtst,patchtst_jumbo", "cpu",
+                        [("GunPoint", "patchtst", 90.0, 90.0, 3), ("GunPoint", "patchtst_jumbo", 95.0, 95.0, 3),
+                         ("PLAID", "patchtst", 99.0, 99.0, 3), ("PLAID", "patchtst_jumbo", 1.0, 1.0, 3)])
+    plaid = _trunk_json(tmp_path / "plaid.json", f"{trunk} --level-scale --augment jitter,time_warp,window_slice "
+                        "--seeds 3 --model patchtst,patchtst_jumbo", "cpu",
+                        [("PLAID", "patchtst", 80.0, 80.0, 3), ("PLAID", "patchtst_jumbo", 85.0, 85.0, 3)])
+    out = tmp_path / "ranks.json"
+    cmd = [sys.executable, "benchmarks/timeseries_rank.py", "--front-end", "tstrain --recipe small-data-trunk",
+           "--models", "patchtst,patchtst_jumbo", "--json", str(out)]
+    proc = subprocess.run(cmd + [str(plain), str(plaid)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    sets = {s["dataset"]: s for s in json.loads(out.read_text())["sets"]}
+    assert sets["GunPoint"]["sources"] == ["plain.json"] and sets["PLAID"]["sources"] == ["plaid.json"]
+    assert sets["PLAID"]["best"] == {"patchtst": 80.0, "patchtst_jumbo": 85.0}
+    assert sets["PLAID"]["trunk_width"] == "64" and sets["GunPoint"]["trunk_width"] == "32"
+    mixup = _trunk_json(tmp_path / "mixup.json", f"{trunk} --mixup 0.2 --seeds 3", "cpu",
+                        [("GunPoint", "patchtst", 1.0, 1.0, 3)])
+    refused = subprocess.run(cmd[:-2] + ["--json", str(tmp_path / "x.json"), str(plain), str(mixup)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "mixup.json differs" in refused.stderr and "augment" in refused.stderr
     assert not (tmp_path / "x.json").exists()
 
 

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..logs import configure_logging
 from ..training.cli import setup_threads
 from .flags import PROTOCOLS, build_parser
 from .models import SERIES_MODELS
 
-__all__ = ["main", "build_parser"]
+if TYPE_CHECKING:
+    from .protocol import SweepConfig
+
+__all__ = ["main", "build_parser", "sweep_settings", "SweepSettings"]
 
 
 def _default_out(args: argparse.Namespace) -> Path:
@@ -163,36 +167,60 @@ def _print_summary(result, ensemble: int) -> None:
     print("wrote " + ", ".join(str(p) for p in result.paths.values()))
 
 
-def _run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class SweepSettings:
+    """What a ``tstrain`` command line asks for, before any data is read: the sweep's settings, its grid and the
+    ensemble size."""
+
+    config: "SweepConfig"
+    lrs: tuple[float, ...]
+    dropouts: tuple[float, ...]
+    ensemble: int
+
+
+def _settings(args: argparse.Namespace) -> SweepSettings:
+    """The settings of parsed flags, the recipe filling what was not given (ValueError for flags it cannot use)."""
     from .augment import parse_augment
-    from .baselines import parse_baselines
     from .protocol import RECIPES
+
+    recipe = RECIPES[args.recipe]
+    if args.patches is None:
+        args.patches = recipe["patches"]
+    names = parse_augment(args.augment if args.augment is not None else recipe["augment"])
+    if args.mixup:
+        names = parse_augment((*names, "mixup"))
+    _check_args(args)
+    return SweepSettings(config=_sweep_config(args, recipe, ",".join(names) or "none"),
+                         lrs=tuple(args.lr) if args.lr else tuple(recipe["lrs"]),
+                         dropouts=tuple(args.dropout) if args.dropout else tuple(recipe["dropouts"]),
+                         ensemble=args.ensemble if args.ensemble is not None else recipe["ensemble"])
+
+
+def sweep_settings(argv: Sequence[str]) -> SweepSettings:
+    """The settings of a ``tstrain`` command line (``argv`` without the program name), exactly as ``tstrain`` would
+    resolve them, without reading data or training: e.g. to tell whether two recorded commands train the same
+    runs."""
+    return _settings(build_parser().parse_args(list(argv)))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .baselines import parse_baselines
     from .sweep import execute_sweep, plan_sweep
 
     if args.list:
         _list_datasets(args.data_dir)
         return 0
-    recipe = RECIPES[args.recipe]
-    if args.patches is None:
-        args.patches = recipe["patches"]
     baselines = parse_baselines(args.baseline)
-    names = parse_augment(args.augment if args.augment is not None else recipe["augment"])
-    if args.mixup:
-        names = parse_augment((*names, "mixup"))
-    augment = ",".join(names) or "none"
-    _check_args(args)
+    settings = _settings(args)
     datasets, skip_short = _datasets(args)
-    cfg = _sweep_config(args, recipe, augment)
-    ensemble = args.ensemble if args.ensemble is not None else recipe["ensemble"]
-    plan = plan_sweep(datasets, args.model, cfg, Path(args.out) if args.out else _default_out(args),
-                      lrs=tuple(args.lr) if args.lr else tuple(recipe["lrs"]),
-                      dropouts=tuple(args.dropout) if args.dropout else tuple(recipe["dropouts"]),
-                      baseline=baselines, data_dir=args.data_dir, skip_short=skip_short, ensemble=ensemble)
+    plan = plan_sweep(datasets, args.model, settings.config, Path(args.out) if args.out else _default_out(args),
+                      lrs=settings.lrs, dropouts=settings.dropouts, baseline=baselines, data_dir=args.data_dir,
+                      skip_short=skip_short, ensemble=settings.ensemble)
     setup_threads(args)  # after every check: bad input gets one line, nothing else
     result = execute_sweep(plan, progress=not args.no_progress, cpu=args.cpu,
                            runs_per_device=args.runs_per_device)
     if result.paths:
-        _print_summary(result, ensemble)
+        _print_summary(result, settings.ensemble)
     return 0
 
 
