@@ -501,3 +501,16 @@ def test_level_scale_auto_run_equals_the_explicit_flags_run():
     runs = [train_run(data, "patchtst_jumbo", 1e-3, 0.1, cfg, cpu=True) for cfg in (auto, explicit)]
     assert runs[0].val_loss == runs[1].val_loss and runs[0].train_loss == runs[1].train_loss
     assert runs[0].params == runs[1].params
+
+
+def test_sweep_settings_resolve_a_command_line_as_tstrain_does(tmp_path):
+    """``cli.sweep_settings`` gives the settings tstrain stores for the same flags (the rank benchmark compares
+    recorded commands by them), reads no data (an unknown set is fine) and refuses what tstrain refuses."""
+    argv = ["--recipe", "small-data-trunk", "--steps", "1", "--seeds", "1", "--ensemble", "1"]
+    out = tmp_path / "sweep"
+    assert cli.main(tiny(out, *argv)) == 0
+    settings = cli.sweep_settings(["--dataset", "NoSuchSet", "--lr", "1e-3", "--dropout", "0.1", *argv])
+    assert settings.config.identity() == json.loads((out / "sweep.json").read_text())
+    assert (settings.lrs, settings.dropouts, settings.ensemble) == ((1e-3,), (0.1,), 1)
+    with pytest.raises(ValueError, match="--lr must be > 0"):
+        cli.sweep_settings(["--lr", "-1"])
