@@ -143,21 +143,29 @@ def load_rows(paths: list[Path], command: str | None = None) -> tuple[str, dict[
     first file whose settings, decided on that set, are those of ``command`` there (default: the first file's
     command). SystemExit for a file none of whose rows (or, with no rows, whose settings) match."""
     records = load_records(paths)
+    ranked = settings_of(command, "--front-end") if command else settings_of(records[0][1]["command"], str(paths[0]))
     command = command or records[0][1]["command"]
-    ranked = settings_of(command, "--front-end" if command != records[0][1]["command"] else str(records[0][0]))
+    ranked_on: dict[str, dict[str, Any]] = {}  # set -> the ranked settings decided there
     rows: dict[tuple[str, str], dict] = {}
     for path, record in records:
         mine = settings_of(record["command"], str(path))
-        matched = [r for r in record["rows"] if settings_on(mine, r["dataset"]) == settings_on(ranked, r["dataset"])]
+        matched = 0
+        for row in record["rows"]:
+            dataset = row["dataset"]
+            if dataset not in ranked_on:
+                ranked_on[dataset] = settings_on(ranked, dataset)
+            decided = settings_on(mine, dataset)
+            if decided != ranked_on[dataset]:
+                continue
+            matched += 1
+            width = str(decided["trunk_width"]) if decided["trunk"] else None
+            rows.setdefault((dataset, row["model"]), {**row, "device": record["device"], "source": path.name,
+                                                      "trunk_width": width})
         if not matched:
             on = record["rows"][0]["dataset"] if record["rows"] else None
             why = differences(settings_on(ranked, on), settings_on(mine, on))
             raise SystemExit(f"the inputs come from different front ends, expected one: {path} differs from "
                              f"`{front_end(command)}`{f' on {on}' if on else ''} ({why})")
-        for row in matched:
-            width = settings_on(mine, row["dataset"])["trunk_width"] if mine["config"].trunk else None
-            rows.setdefault((row["dataset"], row["model"]), {**row, "device": record["device"], "source": path.name,
-                                                             "trunk_width": None if width is None else str(width)})
     return front_end(command), rows
 
 
