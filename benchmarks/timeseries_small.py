@@ -124,15 +124,17 @@ def pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default=None, help="comma-separated (default: every local UCR/UEA set)")
-    parser.add_argument("--out", default="runs/bench_timeseries_small")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--pretrain-sets", default=",".join(PRETRAIN_SETS))
-    parser.add_argument("--pretrain-epochs", type=int, default=100)
-    parser.add_argument("--pretrain-seeds", type=int, default=3)
-    parser.add_argument("--skip-pretrain", action="store_true")
+    parser.add_argument("--out", default="runs/bench_timeseries_small",
+                        help="sweep directory; finished runs in it are reused (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads per run (default: %(default)s)")
+    parser.add_argument("--pretrain-sets", default=",".join(PRETRAIN_SETS),
+                        help="comma-separated sets of the pretraining study (default: %(default)s)")
+    parser.add_argument("--pretrain-epochs", type=int, default=100,
+                        help="masked-patch pretraining epochs in the pretraining study (default: %(default)s)")
+    parser.add_argument("--skip-pretrain", action="store_true", help="leave out the pretraining study")
     parser.add_argument("--long-sets", default="", help="comma-separated sets for the longer-training arm (default: "
                                                         "none), e.g. ACSF1,OSULeaf")
     parser.add_argument("--long-steps", type=int, default=3000, help="steps per run of the longer-training arm")
@@ -141,18 +143,150 @@ def main(argv=None) -> int:
     parser.add_argument("--lock", default="/tmp/cpu.lock", help="pause between sets while this file exists ('' = never)")
     parser.add_argument("--results", default="benchmarks/results/timeseries_small",
                         help="also copy benchmark.json/.md to this path stem ('' = no)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    lock = Path(args.lock) if args.lock else None
-    out = Path(args.out)
-    log = lambda msg: print(msg, flush=True)  # noqa: E731
-    datasets = args.datasets.split(",") if args.datasets else local_datasets("UCR") + local_datasets("UEA")
+    return parser
+
+
+def check_args(args: argparse.Namespace, datasets: list[str]) -> None:
+    """SystemExit naming a study set outside the benchmark's sets or a bad --long-steps."""
     for flag, names in (("--pretrain-sets", args.pretrain_sets), ("--long-sets", args.long_sets)):
         unknown = [d for d in names.split(",") if d and d not in datasets]
         if unknown and (flag == "--long-sets" or args.datasets is None):
             raise SystemExit(f"{flag}: {', '.join(unknown)} not among the benchmark's sets ({', '.join(datasets)})")
     if args.long_steps < 1:
         raise SystemExit(f"--long-steps must be >= 1, got {args.long_steps}")
+
+
+def accuracy_lines(datasets: list[str], models: list[str], by: dict, results: dict) -> list[str]:
+    """The accuracy table: best run / ensemble per transformer, one fit per baseline, means and ranks."""
+    lines = ["## Accuracy (test top-1 %, the paper's split)", "",
+             f"Best run chosen on validation / ensemble of the top {results['ensemble']} runs (mean probabilities). "
+             "Baselines: one fit each; * = zero-padded to equal length.", "",
+             "| dataset | " + " | ".join(models) + " | " + " | ".join(BASELINES) + " |",
+             "|---|" + "---|" * (len(models) + len(BASELINES))]
+    for d in datasets:
+        cells = [f"{pct(by[(d, m)]['test_top1'])} / {pct(by[(d, m)].get('ens_test_top1'))}" for m in models]
+        cells += [pct(by[(d, b)]["test_top1"]) + ("*" if by[(d, b)].get("padded") else "") if (d, b) in by
+                  else "-" for b in BASELINES]
+        lines.append(f"| {d} | " + " | ".join(cells) + " |")
+    means = {m: {key: statistics.mean(by[(d, m)][key] for d in datasets if (d, m) in by)
+                 for key in ("test_top1", "ens_test_top1")} for m in models + list(BASELINES)
+             if any((d, m) in by for d in datasets)}
+    lines.append("| mean | " + " | ".join(f"{pct(means[m]['test_top1'])} / {pct(means[m]['ens_test_top1'])}"
+                                          for m in models)
+                 + " | " + " | ".join(pct(means[b]["test_top1"]) if b in means else "-" for b in BASELINES) + " |")
+    ra, rt = results["ranks_all"], results["ranks"]
+    lines.append("| mean rank, all 6 (best / ens) | " + " | ".join(
+        f"{ra[m]['best']:.2f} / {ra[m]['ens']:.2f}" for m in models + list(BASELINES) if m in ra) + " |")
+    lines.append("| mean rank, 3 transformers (best / avg) | " + " | ".join(
+        f"{rt[m]['best']:.2f} / {rt[m]['avg']:.2f}" for m in models) + " |" + " |" * len(BASELINES))
+    return lines + [""]
+
+
+def target_lines(datasets: list[str], models: list[str], by: dict, ranks: dict) -> tuple[list[str], dict]:
+    """The two targets (Jumbo within 1 point of MiniRocket; Jumbo's best rank of the transformers): lines, verdicts."""
+    mr_sets = [d for d in datasets if (d, "minirocket") in by]
+    jumbo = statistics.mean(by[(d, "patchtst_jumbo")]["test_top1"] for d in mr_sets)
+    jumbo_ens = statistics.mean(by[(d, "patchtst_jumbo")]["ens_test_top1"] for d in mr_sets)
+    rocket = statistics.mean(by[(d, "minirocket")]["test_top1"] for d in mr_sets)
+    best_transformer = min(models, key=lambda m: ranks[m]["best"])
+    targets = {
+        "within_1_point_of_minirocket": {"jumbo_best_run": jumbo, "jumbo_ensemble": jumbo_ens, "minirocket": rocket,
+                                         "sets": mr_sets, "met_best_run": jumbo >= rocket - 1,
+                                         "met_ensemble": jumbo_ens >= rocket - 1},
+        "jumbo_best_rank_of_transformers": {"ranks": {m: ranks[m]["best"] for m in models},
+                                            "met": ranks["patchtst_jumbo"]["best"] <= min(ranks[m]["best"]
+                                                                                          for m in models)},
+    }
+    gap, gap_ens = rocket - jumbo, rocket - jumbo_ens
+    rank_text = ", ".join(f"{m} {ranks[m]['best']:.2f}" for m in models)
+    lines = [f"PatchTST+Jumbo mean over the {len(mr_sets)} sets MiniRocket runs: best run {jumbo:.1f}, "
+             f"ensemble {jumbo_ens:.1f} vs MiniRocket {rocket:.1f} (target: within 1 point): "
+             f"best run {'met' if gap <= 1 else f'missed by {gap - 1:.1f} beyond the 1-point margin'}, ensemble "
+             f"{'met' if gap_ens <= 1 else f'missed by {gap_ens - 1:.1f} beyond the 1-point margin'}.",
+             f"Best mean rank (best run) among the transformers: {best_transformer} ({rank_text}): "
+             f"{'met' if targets['jumbo_best_rank_of_transformers']['met'] else 'missed'}.", ""]
+    return lines, targets
+
+
+def cost_lines(datasets: list[str], models: list[str], by: dict, runs_per_model: int) -> list[str]:
+    """Wall seconds per set and model (a transformer's whole sweep; a baseline's fit + predict)."""
+    names = models + list(BASELINES)
+    lines = ["## Cost (wall seconds per set, 2-core CPU, fp32)", "",
+             f"Transformers: all {runs_per_model} runs of the sweep (training + evaluation); baselines: one fit + "
+             "predict on the full train/test split.", "",
+             "| dataset | " + " | ".join(names) + " |", "|---|" + "---|" * (len(models) + 3)]
+    for d in datasets:
+        lines.append(f"| {d} | " + " | ".join(f"{by[(d, m)].get('wall_seconds', by[(d, m)]['train_seconds']):.0f}"
+                                              if (d, m) in by else "-" for m in names) + " |")
+    lines.append("| total | " + " | ".join(f"{sum(by[(d, m)].get('wall_seconds', 0.0) for d in datasets if (d, m) in by):.0f}"
+                                          for m in names) + " |")
+    return lines + [""]
+
+
+def pretrain_study(args: argparse.Namespace, datasets: list[str], out: Path, results: dict, by: dict,
+                   lock: Path | None, log) -> tuple[list[str], dict]:
+    """patchtst_jumbo with vs without masked-patch pretraining on the training split: lines, report entry."""
+    sets = [d for d in args.pretrain_sets.split(",") if d in datasets]
+    arm_args = ["--recipe", "small-data", "--model", "patchtst_jumbo", "--pretrain-epochs",
+                str(args.pretrain_epochs), "--threads", str(args.threads), "--cpu", "--no-progress", "--out",
+                str(out / "pretrain"), *args.tstrain_args.split()]
+    log(f"pretraining study: tstrain {' '.join(arm_args)} (without: the main sweep's runs)")
+    run_in_chunks(sets, arm_args, lock, log)
+    lines = [f"## Pretraining (patchtst_jumbo, small-data recipe, {results['sweep'].get('seeds', 1)} seeds; "
+             f"masked-patch reconstruction for {args.pretrain_epochs} epochs of the training split first)", ""]
+    arm_lines, arm = compare_arm("pretraining", sets, results["runs"], by, out / "pretrain", ["patchtst_jumbo"])
+    return lines + arm_lines, {**arm, "epochs": args.pretrain_epochs, "command": "tstrain " + " ".join(arm_args)}
+
+
+def longer_training_study(args: argparse.Namespace, long_sets: list[str], out: Path, results: dict, by: dict,
+                          lock: Path | None, log) -> tuple[list[str], dict]:
+    """The recipe with ``--steps --long-steps`` vs the main sweep's runs: lines, report entry."""
+    arm_args = ["--recipe", "small-data", "--steps", str(args.long_steps), "--threads", str(args.threads),
+                "--cpu", "--no-progress", "--out", str(out / f"steps{args.long_steps}"),
+                *args.tstrain_args.split()]
+    log(f"longer training: tstrain {' '.join(arm_args)}")
+    run_in_chunks(long_sets, arm_args, lock, log)
+    lines = [f"## Longer training ({steps_text(args.long_steps)} instead of the recipe's "
+             f"{steps_text(results['sweep']['steps'])}, small-data recipe otherwise, "
+             f"{results['sweep'].get('seeds', 1)} seeds)", ""]
+    arm_lines, arm = compare_arm("steps", long_sets, results["runs"], by, out / f"steps{args.long_steps}",
+                                 list(PATCHTST_MODELS))
+    return lines + arm_lines, {**arm, "steps": args.long_steps, "command": "tstrain " + " ".join(arm_args)}
+
+
+def header_lines(args: argparse.Namespace, report: dict, results: dict, lock_seen: dict) -> list[str]:
+    """The report's title and the line saying what ran, how long, and whether another job's lock appeared."""
+    header = ["# Small UCR/UEA sets: PatchTST family (small-data recipe) vs MiniRocket, MultiRocket, Hydra", "",
+              f"CPU only ({args.threads} threads, fp32, {os.cpu_count()} cores); {report['command']}; "
+              f"sweep per set and model: lr {', '.join(f'{v:g}' for v in results['lrs'])} x dropout "
+              f"{', '.join(f'{v:g}' for v in results['dropouts'])} x {results['sweep'].get('seeds', 1)} seeds, "
+              f"{steps_text(results['sweep']['steps'])}. Main sweep and baselines as recorded: "
+              f"{report['recorded_seconds'] / 60:.0f} min of runs; this invocation: "
+              f"{report['benchmark_seconds'] / 60:.0f} min (finished runs are reused).", ""]
+    if any(lock_seen.values()):
+        header += ["Another job's timing lock appeared while these sets ran (their wall times may be inflated): "
+                   + ", ".join(d for d, v in lock_seen.items() if v), ""]
+    return header
+
+
+def write_report(out: Path, results_stem: str, report: dict, text: str) -> None:
+    """benchmark.json/.md into ``out``, and a copy to ``results_stem``.json/.md unless it is ''."""
+    out.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps(report, indent=2, default=float) + "\n"
+    stems = [out / "benchmark"] + ([Path(results_stem)] if results_stem else [])
+    for stem in stems:
+        atomic_write_text(stem.with_suffix(".json"), payload)
+        atomic_write_text(stem.with_suffix(".md"), text + "\n")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    lock = Path(args.lock) if args.lock else None
+    out = Path(args.out)
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    datasets = args.datasets.split(",") if args.datasets else local_datasets("UCR") + local_datasets("UEA")
+    check_args(args, datasets)
 
     report: dict = {"datasets": datasets, "torch": torch.__version__, "python": platform.python_version(),
                     "device": "cpu (fp32)", "threads": args.threads, "cpu_count": os.cpu_count()}
@@ -170,117 +304,22 @@ def main(argv=None) -> int:
                   ranks=results["ranks"], ranks_all=results["ranks_all"], summary=rows,
                   lock_seen=main_run["lock_seen_after"], tstrain_output=main_run["printed"])
 
-    # accuracy table
-    k = results["ensemble"]
-    lines = ["## Accuracy (test top-1 %, the paper's split)", "",
-             f"Best run chosen on validation / ensemble of the top {k} runs (mean probabilities). "
-             "Baselines: one fit each; * = zero-padded to equal length.", "",
-             "| dataset | " + " | ".join(models) + " | " + " | ".join(BASELINES) + " |",
-             "|---|" + "---|" * (len(models) + len(BASELINES))]
-    for d in datasets:
-        cells = [f"{pct(by[(d, m)]['test_top1'])} / {pct(by[(d, m)].get('ens_test_top1'))}" for m in models]
-        cells += [pct(by[(d, b)]["test_top1"]) + ("*" if by[(d, b)].get("padded") else "") if (d, b) in by
-                  else "-" for b in BASELINES]
-        lines.append(f"| {d} | " + " | ".join(cells) + " |")
-    means = {m: {key: statistics.mean(by[(d, m)][key] for d in datasets if (d, m) in by)
-                 for key in ("test_top1", "ens_test_top1")} for m in models + list(BASELINES)
-             if any((d, m) in by for d in datasets)}
-    lines.append("| mean | " + " | ".join(f"{pct(means[m]['test_top1'])} / {pct(means[m]['ens_test_top1'])}"
-                                          for m in models)
-                 + " | " + " | ".join(pct(means[b]["test_top1"]) if b in means else "-" for b in BASELINES) + " |")
-    ra = results["ranks_all"]
-    lines.append("| mean rank, all 6 (best / ens) | " + " | ".join(
-        f"{ra[m]['best']:.2f} / {ra[m]['ens']:.2f}" for m in models + list(BASELINES) if m in ra) + " |")
-    rt = results["ranks"]
-    lines.append("| mean rank, 3 transformers (best / avg) | " + " | ".join(
-        f"{rt[m]['best']:.2f} / {rt[m]['avg']:.2f}" for m in models) + " |" + " |" * len(BASELINES))
-    lines.append("")
-
-    # targets
-    mr_sets = [d for d in datasets if (d, "minirocket") in by]
-    jumbo = statistics.mean(by[(d, "patchtst_jumbo")]["test_top1"] for d in mr_sets)
-    jumbo_ens = statistics.mean(by[(d, "patchtst_jumbo")]["ens_test_top1"] for d in mr_sets)
-    rocket = statistics.mean(by[(d, "minirocket")]["test_top1"] for d in mr_sets)
-    best_transformer = min(models, key=lambda m: rt[m]["best"])
-    targets = {
-        "within_1_point_of_minirocket": {"jumbo_best_run": jumbo, "jumbo_ensemble": jumbo_ens, "minirocket": rocket,
-                                         "sets": mr_sets, "met_best_run": jumbo >= rocket - 1,
-                                         "met_ensemble": jumbo_ens >= rocket - 1},
-        "jumbo_best_rank_of_transformers": {"ranks": {m: rt[m]["best"] for m in models},
-                                            "met": rt["patchtst_jumbo"]["best"] <= min(rt[m]["best"] for m in models)},
-    }
-    report["targets"] = targets
-    gap, gap_ens = rocket - jumbo, rocket - jumbo_ens
-    rank_text = ", ".join(f"{m} {rt[m]['best']:.2f}" for m in models)
-    lines += [f"PatchTST+Jumbo mean over the {len(mr_sets)} sets MiniRocket runs: best run {jumbo:.1f}, "
-              f"ensemble {jumbo_ens:.1f} vs MiniRocket {rocket:.1f} (target: within 1 point): "
-              f"best run {'met' if gap <= 1 else f'missed by {gap - 1:.1f} beyond the 1-point margin'}, ensemble "
-              f"{'met' if gap_ens <= 1 else f'missed by {gap_ens - 1:.1f} beyond the 1-point margin'}.",
-              f"Best mean rank (best run) among the transformers: {best_transformer} ({rank_text}): "
-              f"{'met' if targets['jumbo_best_rank_of_transformers']['met'] else 'missed'}.", ""]
-
-    # cost table
-    lines += ["## Cost (wall seconds per set, 2-core CPU, fp32)", "",
-              f"Transformers: all {rows[0]['runs']} runs of the sweep (training + evaluation); baselines: one fit + "
-              "predict on the full train/test split.", "",
-              "| dataset | " + " | ".join(models + list(BASELINES)) + " |", "|---|" + "---|" * (len(models) + 3)]
-    for d in datasets:
-        lines.append(f"| {d} | " + " | ".join(f"{by[(d, m)].get('wall_seconds', by[(d, m)]['train_seconds']):.0f}"
-                                              if (d, m) in by else "-" for m in models + list(BASELINES)) + " |")
-    lines.append("| total | " + " | ".join(f"{sum(by[(d, m)].get('wall_seconds', 0.0) for d in datasets if (d, m) in by):.0f}"
-                                          for m in models + list(BASELINES)) + " |")
-    lines.append("")
-
-    # pretraining with vs without
+    lines = accuracy_lines(datasets, models, by, results)
+    more_lines, report["targets"] = target_lines(datasets, models, by, results["ranks"])
+    lines += more_lines + cost_lines(datasets, models, by, rows[0]["runs"])
     if not args.skip_pretrain:
-        sets = [d for d in args.pretrain_sets.split(",") if d in datasets]
-        arm_args = ["--recipe", "small-data", "--model", "patchtst_jumbo", "--pretrain-epochs",
-                    str(args.pretrain_epochs), "--threads", str(args.threads), "--cpu", "--no-progress", "--out",
-                    str(out / "pretrain"), *args.tstrain_args.split()]
-        log(f"pretraining study: tstrain {' '.join(arm_args)} (without: the main sweep's runs)")
-        run_in_chunks(sets, arm_args, lock, log)
-        lines += [f"## Pretraining (patchtst_jumbo, small-data recipe, {results['sweep'].get('seeds', 1)} seeds; "
-                  f"masked-patch reconstruction for {args.pretrain_epochs} epochs of the training split first)", ""]
-        arm_lines, arm = compare_arm("pretraining", sets, results["runs"], by, out / "pretrain", ["patchtst_jumbo"])
-        lines += arm_lines
-        report["pretraining"] = {**arm, "epochs": args.pretrain_epochs, "command": "tstrain " + " ".join(arm_args)}
-
-    # longer training
+        more_lines, report["pretraining"] = pretrain_study(args, datasets, out, results, by, lock, log)
+        lines += more_lines
     long_sets = [d for d in args.long_sets.split(",") if d in datasets]
     if long_sets:
-        arm_args = ["--recipe", "small-data", "--steps", str(args.long_steps), "--threads", str(args.threads),
-                    "--cpu", "--no-progress", "--out", str(out / f"steps{args.long_steps}"),
-                    *args.tstrain_args.split()]
-        log(f"longer training: tstrain {' '.join(arm_args)}")
-        run_in_chunks(long_sets, arm_args, lock, log)
-        lines += [f"## Longer training ({steps_text(args.long_steps)} instead of the recipe's "
-                  f"{steps_text(results['sweep']['steps'])}, small-data recipe otherwise, {results['sweep'].get('seeds', 1)} seeds)", ""]
-        arm_lines, arm = compare_arm("steps", long_sets, results["runs"], by, out / f"steps{args.long_steps}", models)
-        lines += arm_lines
-        report["longer_training"] = {**arm, "steps": args.long_steps, "command": "tstrain " + " ".join(arm_args)}
+        more_lines, report["longer_training"] = longer_training_study(args, long_sets, out, results, by, lock, log)
+        lines += more_lines
 
     report["benchmark_seconds"] = time.perf_counter() - started
     # finished runs are reused when the benchmark is run again, so this invocation's time can be seconds
     report["recorded_seconds"] = sum(r.get("wall_seconds", 0.0) for r in rows)
-    header = ["# Small UCR/UEA sets: PatchTST family (small-data recipe) vs MiniRocket, MultiRocket, Hydra", "",
-              f"CPU only ({args.threads} threads, fp32, {os.cpu_count()} cores); {report['command']}; "
-              f"sweep per set and model: lr {', '.join(f'{v:g}' for v in results['lrs'])} x dropout "
-              f"{', '.join(f'{v:g}' for v in results['dropouts'])} x {results['sweep'].get('seeds', 1)} seeds, "
-              f"{steps_text(results['sweep']['steps'])}. Main sweep and baselines as recorded: "
-              f"{report['recorded_seconds'] / 60:.0f} min of runs; this invocation: "
-              f"{report['benchmark_seconds'] / 60:.0f} min (finished runs are reused).", ""]
-    if any(main_run["lock_seen_after"].values()):
-        header += ["Another job's timing lock appeared while these sets ran (their wall times may be inflated): "
-                   + ", ".join(d for d, v in main_run["lock_seen_after"].items() if v), ""]
-    text = "\n".join(header + lines)
-    out.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps(report, indent=2, default=float) + "\n"
-    atomic_write_text(out / "benchmark.json", payload)
-    atomic_write_text(out / "benchmark.md", text + "\n")
-    if args.results:
-        stem = Path(args.results)
-        atomic_write_text(stem.with_suffix(".json"), payload)
-        atomic_write_text(stem.with_suffix(".md"), text + "\n")
+    text = "\n".join(header_lines(args, report, results, main_run["lock_seen_after"]) + lines)
+    write_report(out, args.results, report, text)
     print(main_run["printed"])
     print(text)
     print(json.dumps({k: report[k] for k in ("targets", "recorded_seconds", "benchmark_seconds")}, indent=2,
