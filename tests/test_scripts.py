@@ -221,3 +221,26 @@ def test_rank_benchmark_resolves_auto_trunk_width_per_set(tmp_path):
     assert sets["ArrowHead"]["best"]["patchtst_jumbo"] == 85.0 and sets["OSULeaf"]["best"]["patchtst_jumbo"] == 95.0
     assert sets["ArrowHead"]["sources"] == ["auto.json", "w32.json"]
     assert "| ArrowHead | cpu | 32 |" in out.with_suffix(".md").read_text()
+
+
+def test_small_data_benchmark_reports_a_sweep_without_an_ensemble(tmp_path):
+    """benchmarks/timeseries_small.py on one set with ``--ensemble 1``: the tables say "-" where no ensemble ran
+    (results.json then has no "ensemble"), the copies under --results are written; a bad --long-sets writes nothing."""
+    out, stem = tmp_path / "bench", tmp_path / "copy" / "small"
+    stem.parent.mkdir()
+    cmd = [sys.executable, "benchmarks/timeseries_small.py", "--datasets", "ItalyPowerDemand", "--threads", "1",
+           "--skip-pretrain", "--lock", "", "--tstrain-args", "--steps 2 --seeds 1 --ensemble 1"]
+    proc = subprocess.run(cmd + ["--out", str(out), "--results", str(stem)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (out / "benchmark.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| ItalyPowerDemand |"))
+    assert len(row.strip("|").split("|")) == 7 and " / - |" in row  # 3 transformers (best / no ensemble), 3 baselines
+    assert "ensemble not run (--ensemble 1)" in text
+    report = json.loads((out / "benchmark.json").read_text())
+    assert report["ensemble"] == 1 and report["targets"]["within_1_point_of_minirocket"]["met_ensemble"] is None
+    assert stem.with_suffix(".md").read_text() == text
+    bad = subprocess.run(cmd + ["--out", str(tmp_path / "bad"), "--results", "", "--long-sets", "OSULeaf"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "--long-sets: OSULeaf not among the benchmark's sets" in bad.stderr
+    assert not (tmp_path / "bad").exists()
