@@ -153,20 +153,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace, datasets: list[str]) -> None:
-    """SystemExit naming a study set outside the benchmark's sets or a bad --long-steps."""
+    """SystemExit naming a study set outside the benchmark's sets, or a bad --threads or --long-steps."""
     for flag, names in (("--pretrain-sets", args.pretrain_sets), ("--long-sets", args.long_sets)):
         unknown = [d for d in names.split(",") if d and d not in datasets]
         if unknown and (flag == "--long-sets" or args.datasets is None):
             raise SystemExit(f"{flag}: {', '.join(unknown)} not among the benchmark's sets ({', '.join(datasets)})")
-    if args.long_steps < 1:
-        raise SystemExit(f"--long-steps must be >= 1, got {args.long_steps}")
+    for flag, value in (("--threads", args.threads), ("--long-steps", args.long_steps)):
+        if value < 1:
+            raise SystemExit(f"{flag} must be >= 1, got {value}")
 
 
-def accuracy_lines(datasets: list[str], models: list[str], by: dict, results: dict) -> list[str]:
-    """The accuracy table: best run / ensemble per transformer, one fit per baseline, means and ranks."""
+def accuracy_lines(datasets: list[str], models: list[str], by: dict, results: dict, ensemble: int) -> list[str]:
+    """The accuracy table: best run / ensemble of the top ``ensemble`` runs per transformer, one fit per baseline,
+    means and ranks."""
     lines = ["## Accuracy (test top-1 %, the paper's split)", "",
-             f"Best run chosen on validation / ensemble of the top {results.get('ensemble', 1)} runs (mean "
-             "probabilities). "
+             f"Best run chosen on validation / ensemble of the top {ensemble} runs (mean probabilities). "
              "Baselines: one fit each; * = zero-padded to equal length.", "",
              "| dataset | " + " | ".join(models) + " | " + " | ".join(BASELINES) + " |",
              "|---|" + "---|" * (len(models) + len(BASELINES))]
@@ -224,7 +225,7 @@ def cost_lines(datasets: list[str], models: list[str], by: dict, runs_per_model:
     lines = ["## Cost (wall seconds per set, 2-core CPU, fp32)", "",
              f"Transformers: all {runs_per_model} runs of the sweep (training + evaluation); baselines: one fit + "
              "predict on the full train/test split.", "",
-             "| dataset | " + " | ".join(names) + " |", "|---|" + "---|" * (len(models) + 3)]
+             "| dataset | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for d in datasets:
         lines.append(f"| {d} | " + " | ".join(f"{by[(d, m)].get('wall_seconds', by[(d, m)]['train_seconds']):.0f}"
                                               if (d, m) in by else "-" for m in names) + " |")
@@ -291,12 +292,12 @@ def write_report(out: Path, results_stem: str, report: dict, text: str) -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    datasets = args.datasets.split(",") if args.datasets else local_datasets("UCR") + local_datasets("UEA")
+    check_args(args, datasets)
     torch.set_num_threads(args.threads)
     lock = Path(args.lock) if args.lock else None
     out = Path(args.out)
     log = lambda msg: print(msg, flush=True)  # noqa: E731
-    datasets = args.datasets.split(",") if args.datasets else local_datasets("UCR") + local_datasets("UEA")
-    check_args(args, datasets)
 
     report: dict = {"datasets": datasets, "torch": torch.__version__, "python": platform.python_version(),
                     "device": "cpu (fp32)", "threads": args.threads, "cpu_count": os.cpu_count()}
@@ -311,11 +312,11 @@ def main(argv=None) -> int:
     by = {(r["dataset"], r["model"]): r for r in rows}
     models = list(PATCHTST_MODELS)
     report.update(main=results["sweep"], lrs=results["lrs"], dropouts=results["dropouts"],
-                  ensemble=results.get("ensemble", 1),
+                  ensemble=results.get("ensemble", 1),  # results.json leaves out an ensemble of 1
                   ranks=results["ranks"], ranks_all=results["ranks_all"], summary=rows,
                   lock_seen=main_run["lock_seen_after"], tstrain_output=main_run["printed"])
 
-    lines = accuracy_lines(datasets, models, by, results)
+    lines = accuracy_lines(datasets, models, by, results, report["ensemble"])
     more_lines, report["targets"] = target_lines(datasets, models, by, results["ranks"])
     lines += more_lines + cost_lines(datasets, models, by, rows[0]["runs"])
     if not args.skip_pretrain:

@@ -243,4 +243,7 @@ def test_small_data_benchmark_reports_a_sweep_without_an_ensemble(tmp_path):
     bad = subprocess.run(cmd + ["--out", str(tmp_path / "bad"), "--results", "", "--long-sets", "OSULeaf"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "--long-sets: OSULeaf not among the benchmark's sets" in bad.stderr
+    no_threads = subprocess.run(cmd + ["--out", str(tmp_path / "bad"), "--results", "", "--threads", "0"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=300)
+    assert no_threads.returncode != 0 and no_threads.stderr.strip() == "--threads must be >= 1, got 0"
     assert not (tmp_path / "bad").exists()
