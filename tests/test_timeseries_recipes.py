@@ -64,17 +64,54 @@ def test_series_mae_loss_only_on_masked_observed_steps():
     assert mask.sum(1).tolist() == torch.round(n_obs * 0.5).long().tolist()  # the ratio among observed patches
     grad = out.pred.grad
     step_has_grad = grad != 0
+    tok = mae.encoder.patch_embed
+    hidden = mae.hidden_steps(out.mask).unfold(-1, tok.patch_len, tok.stride)  # steps no visible patch shows
+    assert hidden.any() and not (hidden & ~mask[..., None]).any()
     assert not (step_has_grad & ~mask[..., None]).any()  # visible patches never enter the loss
     assert not (step_has_grad & ~observed).any()  # nor NaN padding / missing steps
-    assert step_has_grad[mask[..., None] & observed].float().mean() > 0.99
-    # the loss is the per-patch MSE over observed steps, averaged over masked patches
-    target = mae.target(x)
-    per_step = (out.pred.detach() - target.nan_to_num()) ** 2 * observed
-    per_patch = per_step.sum(-1) / observed.sum(-1).clamp_min(1)
-    torch.testing.assert_close(out.loss.detach(), per_patch[mask].mean())
+    assert not (step_has_grad & ~hidden).any()  # nor steps a visible neighbour shows the encoder
+    assert step_has_grad[hidden & observed].float().mean() > 0.99
+    # the loss is the per-patch MSE over hidden observed steps, averaged over masked patches that have one
+    targets = hidden & observed
+    per_step = (out.pred.detach() - mae.target(x).nan_to_num()) ** 2 * targets
+    per_patch = per_step.sum(-1) / targets.sum(-1).clamp_min(1)
+    torch.testing.assert_close(out.loss.detach(), per_patch[mask & targets.any(-1)].mean())
     # the encoder sees only visible patches (never the padded ones when observed ones are left)
     vis = out.keep
     assert vis.shape[1] == int((n_obs - torch.round(n_obs * 0.5).long()).max())
+
+
+@pytest.mark.parametrize("front_end", [dict(), dict(conv_stem=8), dict(trunk="resnet", trunk_width=4, trunk_diff=True),
+                                       dict(trunk="inception", trunk_width=2, trunk_mix=True), dict(level_scale=True)])
+def test_series_mae_encoder_never_reads_a_hidden_step(front_end):
+    """Convolutions and level/scale span patch borders: what the encoder computes must not change with the
+    steps only masked patches cover (before, a trunk's visible tokens read their masked neighbours)."""
+    torch.manual_seed(0)
+    mae = MaskedAutoencoder(tiny_series_model(seq_len=64, drop_rate=0.0, **front_end), decoder_dim=16,
+                            decoder_depth=1, decoder_num_heads=2, mask_ratio=0.5)
+    x = torch.randn(4, 2, 64)
+    x[0, :, 50:] = float("nan")  # NaN padding keeps working
+    out, keep, mask, _ = mae.forward_encoder(x, generator=torch.Generator().manual_seed(1))
+    hidden = mae.hidden_steps(mask, 64).reshape(x.shape)
+    assert hidden.float().mean() > 0.05
+    changed, *_ = mae.forward_encoder(x + 5.0 * hidden, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(changed.patches, out.patches)
+    torch.testing.assert_close(changed.global_tokens, out.global_tokens)
+    shown = torch.rand(x.shape) < 0.3  # a visible step, by contrast, does reach the encoder
+    moved, *_ = mae.forward_encoder(x + 5.0 * (shown & ~hidden), generator=torch.Generator().manual_seed(1))
+    assert not torch.allclose(moved.patches, out.patches)
+
+
+def test_hidden_steps_are_those_no_visible_patch_covers():
+    mae = MaskedAutoencoder(tiny_series_model("patchtst", chans=1, seq_len=32), decoder_dim=16, decoder_depth=1,
+                            decoder_num_heads=2, mask_ratio=0.4)
+    tok = mae.encoder.patch_embed
+    assert (tok.patch_len, tok.stride) == (8, 4)  # half-overlapping patches, end padding: steps 0..35
+    mask = torch.zeros(1, 8)
+    mask[0, [2, 5, 6]] = 1  # patch 2 (steps 8-15) sits between visible patches; 5 and 6 (20-31) are neighbours
+    hidden = mae.hidden_steps(mask)
+    assert hidden.shape == (1, 36) and torch.nonzero(hidden[0]).flatten().tolist() == list(range(24, 28))
+    assert mae.hidden_steps(mask, 32).shape == (1, 32)
 
 
 def test_masked_series_loss_ignores_nan_and_visible_patches():

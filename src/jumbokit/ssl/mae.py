@@ -11,6 +11,9 @@ The loss is the per-patch mean squared error on the masked patches only.
   regressed by default. Missing / NaN-padded steps are never targets: a patch with no observed step is never
   masked (nor counted in the mask ratio), and inside a partly observed patch only observed steps enter the
   error. Each row masks ``round(ratio * observed patches)`` of its observed patches (keeping one visible).
+  Series patches overlap by half, so a masked patch shares steps with visible neighbours: only the steps no
+  visible patch covers are targets, and they enter the encoder as missing, so features that read across
+  patch borders (``conv_stem``, the trunk, ``level_scale``) cannot see them (at ratio r about r^2 of the steps).
 
 Global tokens of the encoder (CLS, registers + CLS, the J Jumbo tokens) are projected by the decoder
 embedding and enter the decoder ahead of the patch tokens without a position embedding, as MAE does with
@@ -342,6 +345,13 @@ class MaskedAutoencoder(nn.Module):
             patches = (patches - mean) / std
         return patches if observed is None else patches.masked_fill(~observed, float("nan"))
 
+    def series_target(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """:meth:`target` of series x (B, C, L) with NaN wherever the encoder saw the step: (B*C, N, P); only
+        the steps that no visible patch covers (:meth:`hidden_steps` under ``mask`` (B*C, N)) are targets."""
+        tok = self.encoder.patch_embed
+        hidden = self.hidden_steps(mask).unfold(-1, tok.patch_len, tok.stride)[:, :mask.shape[1]]
+        return self.target(x).masked_fill(~hidden, float("nan"))
+
     def _series_patches(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B*C, N, P) patch values (missing = 0) and observed steps (B*C, N, P) bool or None."""
         patches, observed = self.encoder.patch_embed.patchify(x)
@@ -374,8 +384,27 @@ class MaskedAutoencoder(nn.Module):
                 keep, mask = random_masking(patches.shape[0], grid[0], ratio, device=x.device, generator=generator)
             else:
                 keep, mask = observed_masking(observed.any(-1), ratio, generator=generator)
+            x = x.masked_fill(self.hidden_steps(mask, x.shape[-1]).reshape(x.shape), float("nan"))
         out = self.encoder.forward_features(x, keep=keep)
         return out, keep, mask.to(x.dtype), grid
+
+    def hidden_steps(self, mask: torch.Tensor, length: int | None = None) -> torch.Tensor:
+        """Series steps that only masked patches cover: (B*C, L) bool for a (B*C, N) mask (1 = masked).
+
+        Patches overlap (stride < patch length), so a masked patch shares steps with its visible neighbours;
+        the steps no visible patch covers are hidden from the encoder's input (as missing), so convolutional
+        features (``conv_stem``, the trunk) and ``level_scale`` cannot read them, and they alone are the
+        reconstruction targets. ``length``: the input's L (default: every step the patches cover, the
+        tokenizer's end padding included)."""
+        tok = self.encoder.patch_embed
+        rows, num = mask.shape
+        covered = max((num - 1) * tok.stride + tok.patch_len, length or 0)
+        step_of = (torch.arange(num, device=mask.device)[:, None] * tok.stride
+                   + torch.arange(tok.patch_len, device=mask.device)).flatten()  # (N*P,) the step of each patch step
+        masked = mask.to(torch.float32)[:, :, None].expand(-1, -1, tok.patch_len).reshape(rows, -1)
+        by_masked = masked.new_zeros(rows, covered).index_add_(1, step_of, masked)
+        by_visible = masked.new_zeros(rows, covered).index_add_(1, step_of, 1.0 - masked)
+        return ((by_masked > 0) & (by_visible == 0))[:, :length]
 
     def forward_decoder(self, out, keep: torch.Tensor, grid: tuple[int, ...]) -> torch.Tensor:
         """Decode an EncoderOutput over the visible patches into (B', N, P) predictions (P: pixels per image
@@ -406,7 +435,7 @@ class MaskedAutoencoder(nn.Module):
         if self.modality == "image":
             loss = masked_patch_loss(pred.float(), self.target(x).float(), mask.float())
         else:
-            loss = masked_series_loss(pred.float(), self.target(x).float(), mask.float())
+            loss = masked_series_loss(pred.float(), self.series_target(x, mask).float(), mask.float())
         return MAEOutput(loss=loss, pred=pred, mask=mask, keep=keep, grid=grid)
 
     @torch.no_grad()
