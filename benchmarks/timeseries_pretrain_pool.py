@@ -1,17 +1,17 @@
 """Cross-dataset pretraining (`tstrain --pretrain-on`) against no pretraining and pretraining on the target's own
-training split, patchtst_jumbo with the small-data recipe, 3 seeds.
+training split: patchtst_jumbo under one recipe, its seeds (3 under the small-data recipes), the same splits.
 
     python benchmarks/timeseries_pretrain_pool.py     # ArrowHead, GunPoint, ItalyPowerDemand, PickupGestureWiimoteZ
+    python benchmarks/timeseries_pretrain_pool.py --recipe small-data-trunk --datasets OSULeaf
 
-Each set runs
+Each set runs three arms of
 
-    tstrain --recipe small-data --model patchtst_jumbo --pretrain-epochs 100 --pretrain-on <every local set> \\
-            --threads 2 --cpu --out OUT
+    tstrain --dataset NAME --recipe RECIPE --model patchtst_jumbo --threads T --cpu --out OUT/ARM
 
-so the pool is the other local sets' training splits (the target is always left out) and pretraining takes as
-many steps as 100 passes over the target's training split. "without" and "own split" come from ``--reference``
-(the small-data benchmark's pretraining arm: the same seeds, recipe and pretraining length). Writes JSON and a
-markdown copy.
+"without" as it is, "own split" with ``--pretrain-epochs 100`` and "other sets" with ``--pretrain-epochs 100
+--pretrain-on <every local set>`` (the target is always left out of its pool, so its validation and test series
+are never read; pretraining takes as many steps as 100 passes over the target's training split). An interrupted
+benchmark resumes (finished runs are kept in OUT). Prints a table; writes JSON and a markdown copy.
 """
 
 from __future__ import annotations
@@ -27,57 +27,106 @@ from pathlib import Path
 
 from jumbokit.timeseries import cli
 from jumbokit.timeseries.data import local_datasets
+from jumbokit.timeseries.protocol import RECIPES
+from jumbokit.timeseries.results import selection_order
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
 
 SETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "PickupGestureWiimoteZ")
 MODEL = "patchtst_jumbo"
+PRETRAIN_EPOCHS = "100"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", default=",".join(SETS), help="targets, comma-separated (default: %(default)s)")
-    p.add_argument("--pool", default=None, help="pretraining sets (default: every local set)")
-    p.add_argument("--out", default="runs/bench_ts_pool", help="(default: %(default)s)")
-    p.add_argument("--reference", default="benchmarks/results/timeseries_small.json",
-                   help="the small-data benchmark's JSON with its pretraining arm (default: %(default)s)")
-    p.add_argument("--json", default="benchmarks/results/timeseries_pretrain_pool.json", help="(default: %(default)s)")
-    return p.parse_args(argv)
+    p.add_argument("--pool", default=None, help="pretraining sets, comma-separated (default: every local set)")
+    p.add_argument("--recipe", default="small-data", choices=sorted(RECIPES), help="tstrain's recipe (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of each run (default: %(default)s)")
+    p.add_argument("--out", default="runs/bench_ts_pool", help="sweep directories, one per arm (default: %(default)s)")
+    p.add_argument("--json", default="benchmarks/results/timeseries_pretrain_pool.json",
+                   help="where the results go; a .md copy beside it (default: %(default)s)")
+    p.add_argument("--collect-only", action="store_true",
+                   help="tabulate the finished runs in --out without training (default: train what is missing)")
+    args = p.parse_args(argv)
+    unknown = sorted(set(args.datasets.split(",")) - set(local_datasets()))
+    if unknown:
+        p.error(f"unknown dataset(s) {', '.join(unknown)}; available locally: {', '.join(local_datasets())}")
+    if args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    return args
+
+
+def arm_flags(pool: str) -> dict[str, list[str]]:
+    """tstrain flags of the three arms."""
+    return {"without": [], "own split": ["--pretrain-epochs", PRETRAIN_EPOCHS],
+            "other sets": ["--pretrain-epochs", PRETRAIN_EPOCHS, "--pretrain-on", pool]}
+
+
+def arm_dir(out: str, arm: str) -> Path:
+    return Path(out, arm.replace(" ", "_"))
+
+
+def arm_commands(args: argparse.Namespace, arms: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Each arm's tstrain arguments, but the dataset."""
+    return {arm: ["--recipe", args.recipe, "--model", MODEL, *flags, "--threads", str(args.threads), "--cpu",
+                  "--no-progress", "--out", str(arm_dir(args.out, arm))] for arm, flags in arms.items()}
+
+
+def run_arms(datasets: list[str], commands: dict[str, list[str]]) -> None:
+    """Train every arm on every set, one tstrain call each (finished runs are skipped)."""
+    start = time.perf_counter()
+    for name in datasets:
+        for arm, common in commands.items():
+            with contextlib.redirect_stdout(io.StringIO()):
+                if cli.main(["--dataset", name, *common]) != 0:
+                    raise SystemExit(f"tstrain failed on {name} ({arm})")
+            print(f"{name}, {arm}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+
+
+def arm_runs(out: str, arm: str, dataset: str) -> list[dict]:
+    """The arm's run records on one set, in seed order."""
+    runs = [json.loads(p.read_text()) for p in arm_dir(out, arm).joinpath("runs").rglob("lr*.json")]
+    return sorted((r for r in runs if r["dataset"] == dataset), key=lambda r: r["extra"].get("seed", 0))
+
+
+def set_row(out: str, arms: list[str], dataset: str) -> dict:
+    """One table row: best (chosen on validation) / mean of the runs (the runs) per arm, and the mean gains."""
+    row, means = {"dataset": dataset}, {}
+    for arm in arms:
+        runs = arm_runs(out, arm, dataset)
+        tests = [r["test_top1"] for r in runs]
+        means[arm] = statistics.mean(tests)
+        row[f"{arm}: best / mean (runs)"] = (f"{selection_order(runs)[0]['test_top1']:.1f} / {means[arm]:.1f} "
+                                             f"({', '.join(f'{t:.1f}' for t in tests)})")
+        row[f"{arm}: wall s per run"] = round(statistics.mean(r["wall_seconds"] for r in runs))
+    row["other sets - without (mean)"] = round(means["other sets"] - means["without"], 1)
+    row["other sets - own split (mean)"] = round(means["other sets"] - means["own split"], 1)
+    return row
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    sets = args.datasets.split(",")
     pool = args.pool or ",".join(local_datasets())
-    common = ["--recipe", "small-data", "--model", MODEL, "--pretrain-epochs", "100", "--pretrain-on", pool,
-              "--threads", "2", "--cpu", "--no-progress", "--out", args.out]
+    arms = arm_flags(pool)
     start = time.perf_counter()
-    for name in [*sets, ",".join(sets)]:
-        with contextlib.redirect_stdout(io.StringIO()):
-            if cli.main(["--dataset", name, *common]) != 0:
-                raise SystemExit(f"tstrain failed on {name}")
-        print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-    runs = [json.loads(p.read_text()) for p in Path(args.out, "runs").rglob("lr*.json")]
-    reference = json.loads(Path(args.reference).read_text())["pretraining"]["per_set"]
-    rows = []
-    for d in sets:
-        pooled = sorted((r["extra"].get("seed", 0), r["test_top1"]) for r in runs if r["dataset"] == d)
-        ref = reference[f"{d}/{MODEL}"]
-        arms = {"without": [100 * v for v in ref["without"]], "own split": [100 * v for v in ref["with"]],
-                "other sets": [acc for _, acc in pooled]}
-        mean = {arm: statistics.mean(v) for arm, v in arms.items()}
-        row = {"dataset": d}
-        row.update({f"{arm} (mean of 3 seeds)": f"{mean[arm]:.1f} ± {statistics.pstdev(v):.1f}"
-                    for arm, v in arms.items()})
-        row["other sets - without"] = round(mean["other sets"] - mean["without"], 1)
-        row["other sets - own split"] = round(mean["other sets"] - mean["own split"], 1)
-        row["per seed (other sets)"] = " / ".join(f"{a:.1f}" for a in arms["other sets"])
-        rows.append(row)
+    commands = arm_commands(args, arms)
+    datasets = args.datasets.split(",")
+    if not args.collect_only:
+        run_arms(datasets, commands)
+    missing = [f"{d} ({arm})" for d in datasets for arm in arms if not arm_runs(args.out, arm, d)]
+    if missing:
+        raise SystemExit(f"no finished runs in {args.out} for: {', '.join(missing)}")
+    rows = [set_row(args.out, list(arms), d) for d in datasets]
     table = markdown_table(rows)
-    command = "tstrain --dataset NAME " + " ".join(common)
     print(table)
-    record = {"command": command, "pool": pool, "rows": rows, "seconds": time.perf_counter() - start}
+    commands = {arm: "tstrain --dataset NAME " + " ".join(common) for arm, common in commands.items()}
+    record = {"recipe": args.recipe, "commands": commands, "pool": pool, "threads": args.threads, "rows": rows,
+              "seconds": time.perf_counter() - start}
     atomic_write_json(Path(args.json), record)
-    text = f"# Cross-dataset pretraining\n\n`{command}`; 2-core CPU, fp32, test accuracy (%).\n\n{table}\n"
+    lines = [f"`{command}` ({arm})" for arm, command in commands.items()]
+    text = (f"# Cross-dataset pretraining, `--recipe {args.recipe}`\n\n" + "\n".join(f"- {line}" for line in lines)
+            + f"\n\n2-core CPU, fp32, {args.threads} thread(s) per run; test accuracy (%), best = the run chosen on "
+            f"validation.\n\n{table}\n")
     atomic_write_text(Path(args.json).with_suffix(".md"), text)
     return 0
 
