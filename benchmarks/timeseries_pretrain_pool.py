@@ -27,6 +27,7 @@ from pathlib import Path
 
 from jumbokit.timeseries import cli
 from jumbokit.timeseries.data import local_datasets
+from jumbokit.timeseries.pretrain import PRETRAIN_DEFAULTS
 from jumbokit.timeseries.protocol import RECIPES
 from jumbokit.timeseries.results import selection_order
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
@@ -41,6 +42,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--datasets", default=",".join(SETS), help="targets, comma-separated (default: %(default)s)")
     p.add_argument("--pool", default=None, help="pretraining sets, comma-separated (default: every local set)")
     p.add_argument("--recipe", default="small-data", choices=sorted(RECIPES), help="tstrain's recipe (default: %(default)s)")
+    p.add_argument("--mask-ratio", type=float, default=PRETRAIN_DEFAULTS["mask_ratio"],
+                   help="fraction of patches masked in pretraining (--pretrain-mask-ratio); the two pretraining arms "
+                        "of another ratio get their own directories in --out, \"without\" is shared "
+                        "(default: %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="torch threads of each run (default: %(default)s)")
     p.add_argument("--out", default="runs/bench_ts_pool", help="sweep directories, one per arm (default: %(default)s)")
     p.add_argument("--json", default="benchmarks/results/timeseries_pretrain_pool.json",
@@ -51,25 +56,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = sorted(set(args.datasets.split(",")) - set(local_datasets()))
     if unknown:
         p.error(f"unknown dataset(s) {', '.join(unknown)}; available locally: {', '.join(local_datasets())}")
+    if not 0.0 < args.mask_ratio < 1.0:
+        p.error(f"--mask-ratio must be in (0, 1), got {args.mask_ratio}")
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
     return args
 
 
-def arm_flags(pool: str) -> dict[str, list[str]]:
+def arm_flags(pool: str, mask_ratio: float) -> dict[str, list[str]]:
     """tstrain flags of the three arms."""
-    return {"without": [], "own split": ["--pretrain-epochs", PRETRAIN_EPOCHS],
-            "other sets": ["--pretrain-epochs", PRETRAIN_EPOCHS, "--pretrain-on", pool]}
+    pretrain = ["--pretrain-epochs", PRETRAIN_EPOCHS, "--pretrain-mask-ratio", str(mask_ratio)]
+    return {"without": [], "own split": pretrain, "other sets": [*pretrain, "--pretrain-on", pool]}
 
 
-def arm_dir(out: str, arm: str) -> Path:
-    return Path(out, arm.replace(" ", "_"))
+def arm_dir(out: str, arm: str, mask_ratio: float) -> Path:
+    """The arm's sweep directory: ``without``, ``own_split``, ``other_sets`` (``..._mask0.6`` at another ratio)."""
+    default = arm == "without" or mask_ratio == PRETRAIN_DEFAULTS["mask_ratio"]
+    return Path(out, arm.replace(" ", "_") + ("" if default else f"_mask{mask_ratio:g}"))
 
 
 def arm_commands(args: argparse.Namespace, arms: dict[str, list[str]]) -> dict[str, list[str]]:
     """Each arm's tstrain arguments, but the dataset."""
     return {arm: ["--recipe", args.recipe, "--model", MODEL, *flags, "--threads", str(args.threads), "--cpu",
-                  "--no-progress", "--out", str(arm_dir(args.out, arm))] for arm, flags in arms.items()}
+                  "--no-progress", "--out", str(arm_dir(args.out, arm, args.mask_ratio))] for arm, flags in arms.items()}
 
 
 def run_arms(datasets: list[str], commands: dict[str, list[str]]) -> None:
@@ -83,17 +92,17 @@ def run_arms(datasets: list[str], commands: dict[str, list[str]]) -> None:
             print(f"{name}, {arm}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
-def arm_runs(out: str, arm: str, dataset: str) -> list[dict]:
-    """The arm's run records on one set, in seed order."""
-    runs = [json.loads(p.read_text()) for p in arm_dir(out, arm).joinpath("runs").rglob("lr*.json")]
+def arm_runs(folder: Path, dataset: str) -> list[dict]:
+    """The run records of an arm's sweep directory on one set, in seed order."""
+    runs = [json.loads(p.read_text()) for p in folder.joinpath("runs").rglob("lr*.json")]
     return sorted((r for r in runs if r["dataset"] == dataset), key=lambda r: r["extra"].get("seed", 0))
 
 
-def set_row(out: str, arms: list[str], dataset: str) -> dict:
+def set_row(folders: dict[str, Path], dataset: str) -> dict:
     """One table row: best (chosen on validation) / mean of the runs (the runs) per arm, and the mean gains."""
     row, means = {"dataset": dataset}, {}
-    for arm in arms:
-        runs = arm_runs(out, arm, dataset)
+    for arm, folder in folders.items():
+        runs = arm_runs(folder, dataset)
         tests = [r["test_top1"] for r in runs]
         means[arm] = statistics.mean(tests)
         row[f"{arm}: best / mean (runs)"] = (f"{selection_order(runs)[0]['test_top1']:.1f} / {means[arm]:.1f} "
@@ -107,24 +116,25 @@ def set_row(out: str, arms: list[str], dataset: str) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     pool = args.pool or ",".join(local_datasets())
-    arms = arm_flags(pool)
+    arms = arm_flags(pool, args.mask_ratio)
+    folders = {arm: arm_dir(args.out, arm, args.mask_ratio) for arm in arms}
     start = time.perf_counter()
     commands = arm_commands(args, arms)
     datasets = args.datasets.split(",")
     if not args.collect_only:
         run_arms(datasets, commands)
-    missing = [f"{d} ({arm})" for d in datasets for arm in arms if not arm_runs(args.out, arm, d)]
+    missing = [f"{d} ({arm})" for d in datasets for arm, folder in folders.items() if not arm_runs(folder, d)]
     if missing:
         raise SystemExit(f"no finished runs in {args.out} for: {', '.join(missing)}")
-    rows = [set_row(args.out, list(arms), d) for d in datasets]
+    rows = [set_row(folders, d) for d in datasets]
     table = markdown_table(rows)
     print(table)
     commands = {arm: "tstrain --dataset NAME " + " ".join(common) for arm, common in commands.items()}
-    record = {"recipe": args.recipe, "commands": commands, "pool": pool, "threads": args.threads, "rows": rows,
+    record = {"recipe": args.recipe, "mask_ratio": args.mask_ratio, "commands": commands, "pool": pool, "threads": args.threads, "rows": rows,
               "seconds": time.perf_counter() - start}
     atomic_write_json(Path(args.json), record)
     lines = [f"`{command}` ({arm})" for arm, command in commands.items()]
-    text = (f"# Cross-dataset pretraining, `--recipe {args.recipe}`\n\n" + "\n".join(f"- {line}" for line in lines)
+    text = (f"# Cross-dataset pretraining, `--recipe {args.recipe}`, mask ratio {args.mask_ratio:g}\n\n" + "\n".join(f"- {line}" for line in lines)
             + f"\n\n2-core CPU, fp32, {args.threads} thread(s) per run; test accuracy (%), best = the run chosen on "
             f"validation.\n\n{table}\n")
     atomic_write_text(Path(args.json).with_suffix(".md"), text)

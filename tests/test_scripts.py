@@ -250,13 +250,14 @@ def test_small_data_benchmark_reports_a_sweep_without_an_ensemble(tmp_path):
 
 
 def test_pretrain_pool_benchmark_tabulates_its_three_arms(tmp_path):
-    """``--collect-only`` reads the three arms' runs (one sweep directory each): the run chosen on validation, the
-    runs in seed order, the mean gains; a set an arm has not finished, or an unknown set, stops it writing nothing."""
+    """``--collect-only`` reads the three arms' runs (one sweep directory each; "without" shared between mask ratios):
+    the run chosen on validation, the runs in seed order, the mean gains; a set an arm has not finished, or an
+    unknown set, stops it writing nothing."""
     from jumbokit.timeseries.store import write_run
 
     proba = {"test": np.zeros((2, 2))}
-    arms = {"without": [(80.0, 0.5, 70.0), (90.0, 0.4, 80.0)], "own_split": [(90.0, 0.3, 75.0), (90.0, 0.2, 85.0)],
-            "other_sets": [(95.0, 0.9, 90.0), (85.0, 0.1, 100.0)]}
+    arms = {"without": [(80.0, 0.5, 70.0), (90.0, 0.4, 80.0)], "own_split_mask0.6": [(90.0, 0.3, 75.0), (90.0, 0.2, 85.0)],
+            "other_sets_mask0.6": [(95.0, 0.9, 90.0), (85.0, 0.1, 100.0)], "other_sets": [(99.0, 0.1, 10.0)]}
     for arm, runs in arms.items():
         folder = tmp_path / "pool" / arm / "runs" / "GunPoint" / "patchtst_jumbo"
         for seed, (val, loss, test) in enumerate(runs):
@@ -265,7 +266,7 @@ def test_pretrain_pool_benchmark_tabulates_its_three_arms(tmp_path):
             write_run(folder / f"lr0.001_do0.1{f'_s{seed}' if seed else ''}.json", record, proba)
     out_json = tmp_path / "pool.json"
     cmd = [sys.executable, "benchmarks/timeseries_pretrain_pool.py", "--collect-only", "--recipe", "small-data-trunk",
-           "--out", str(tmp_path / "pool")]
+           "--mask-ratio", "0.6", "--out", str(tmp_path / "pool")]
     proc = subprocess.run(cmd + ["--datasets", "GunPoint", "--json", str(out_json)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -274,8 +275,8 @@ def test_pretrain_pool_benchmark_tabulates_its_three_arms(tmp_path):
     assert row["own split: best / mean (runs)"] == "85.0 / 80.0 (75.0, 85.0)"  # a validation tie: lower loss wins
     assert row["other sets: best / mean (runs)"] == "90.0 / 95.0 (90.0, 100.0)"
     assert (row["other sets - without (mean)"], row["other sets - own split (mean)"]) == (20.0, 15.0)
-    assert "--recipe small-data-trunk --model patchtst_jumbo --pretrain-epochs 100 --pretrain-on" in \
-        out_json.with_suffix(".md").read_text()
+    assert "--recipe small-data-trunk --model patchtst_jumbo --pretrain-epochs 100 --pretrain-mask-ratio 0.6 " \
+           "--pretrain-on" in out_json.with_suffix(".md").read_text()
     for datasets, message in (("GunPoint,ArrowHead", "no finished runs in"), ("GunPiont", "unknown dataset(s) GunPiont")):
         bad = subprocess.run(cmd + ["--datasets", datasets, "--json", str(tmp_path / "bad.json")], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)

@@ -13,7 +13,7 @@ The loss is the per-patch mean squared error on the masked patches only.
   error. Each row masks ``round(ratio * observed patches)`` of its observed patches (keeping one visible).
   Series patches overlap by half, so a masked patch shares steps with visible neighbours: only the steps no
   visible patch covers are targets, and they enter the encoder as missing, so features that read across
-  patch borders (``conv_stem``, the trunk, ``level_scale``) cannot see them (at ratio r about r^2 of the steps).
+  patch borders (``conv_stem``, the trunk, ``level_scale``) cannot see them (at ratio 0.4 about 14% of the steps).
 
 Global tokens of the encoder (CLS, registers + CLS, the J Jumbo tokens) are projected by the decoder
 embedding and enter the decoder ahead of the patch tokens without a position embedding, as MAE does with
