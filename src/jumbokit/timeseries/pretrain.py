@@ -6,8 +6,9 @@ mode) through :class:`jumbokit.ssl.MaskedAutoencoder`.
     model = result.model        # the encoder with pretrained weights; fine-tune it like a fresh model
 
 Every channel is patched and masked on its own; the encoder sees the visible patches (plus its global
-tokens), a one-block decoder predicts every patch, and the loss is the MSE on masked, observed steps only
-(missing / padded steps are never targets). Pass series normalised as the fine-tuning inputs will be
+tokens), a one-block decoder predicts every patch, and the loss is the MSE on the observed steps that no visible
+patch covers (patches overlap; missing / padded steps are never targets). Those steps reach the encoder as
+missing, so a trunk or stem reading across patch borders cannot see them. Pass series normalised as the fine-tuning inputs will be
 (``tstrain`` pretrains on the training split as loaded: standardised with training-split statistics, and
 never on validation or test series).
 """
