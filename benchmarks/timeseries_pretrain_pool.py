@@ -100,14 +100,16 @@ def arm_runs(folder: Path, dataset: str) -> list[dict]:
 
 def set_row(folders: dict[str, Path], dataset: str) -> dict:
     """One table row: best (chosen on validation) / mean of the runs (the runs) per arm, and the mean gains."""
-    row, means = {"dataset": dataset}, {}
+    row, means, validation = {"dataset": dataset}, {}, []
     for arm, folder in folders.items():
         runs = arm_runs(folder, dataset)
         tests = [r["test_top1"] for r in runs]
         means[arm] = statistics.mean(tests)
+        validation.append(f"{statistics.mean(r['val_top1'] for r in runs):.1f}")
         row[f"{arm}: best / mean (runs)"] = (f"{selection_order(runs)[0]['test_top1']:.1f} / {means[arm]:.1f} "
                                              f"({', '.join(f'{t:.1f}' for t in tests)})")
         row[f"{arm}: wall s per run"] = round(statistics.mean(r["wall_seconds"] for r in runs))
+    row[f"validation mean: {' / '.join(folders)}"] = " / ".join(validation)
     row["other sets - without (mean)"] = round(means["other sets"] - means["without"], 1)
     row["other sets - own split (mean)"] = round(means["other sets"] - means["own split"], 1)
     return row

@@ -275,6 +275,7 @@ def test_pretrain_pool_benchmark_tabulates_its_three_arms(tmp_path):
     assert row["own split: best / mean (runs)"] == "85.0 / 80.0 (75.0, 85.0)"  # a validation tie: lower loss wins
     assert row["other sets: best / mean (runs)"] == "90.0 / 95.0 (90.0, 100.0)"
     assert (row["other sets - without (mean)"], row["other sets - own split (mean)"]) == (20.0, 15.0)
+    assert row["validation mean: without / own split / other sets"] == "85.0 / 90.0 / 90.0"
     assert "--recipe small-data-trunk --model patchtst_jumbo --pretrain-epochs 100 --pretrain-mask-ratio 0.6 " \
            "--pretrain-on" in out_json.with_suffix(".md").read_text()
     for datasets, message in (("GunPoint,ArrowHead", "no finished runs in"), ("GunPiont", "unknown dataset(s) GunPiont")):
