@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     print(table)
     commands = {arm: "tstrain --dataset NAME " + " ".join(common) for arm, common in commands.items()}
     record = {"recipe": args.recipe, "mask_ratio": args.mask_ratio, "commands": commands, "pool": pool, "threads": args.threads, "rows": rows,
-              "seconds": time.perf_counter() - start}
+              "seconds": None if args.collect_only else time.perf_counter() - start}
     atomic_write_json(Path(args.json), record)
     lines = [f"`{command}` ({arm})" for arm, command in commands.items()]
     text = (f"# Cross-dataset pretraining, `--recipe {args.recipe}`, mask ratio {args.mask_ratio:g}\n\n" + "\n".join(f"- {line}" for line in lines)
