@@ -53,9 +53,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--collect-only", action="store_true",
                    help="tabulate the finished runs in --out without training (default: train what is missing)")
     args = p.parse_args(argv)
-    unknown = sorted(set(args.datasets.split(",")) - set(local_datasets()))
-    if unknown:
-        p.error(f"unknown dataset(s) {', '.join(unknown)}; available locally: {', '.join(local_datasets())}")
+    for flag, names in (("--datasets", args.datasets), ("--pool", args.pool or "")):
+        unknown = sorted(set(filter(None, names.split(","))) - set(local_datasets()))
+        if unknown:
+            p.error(f"{flag}: unknown dataset(s) {', '.join(unknown)}; available locally: {', '.join(local_datasets())}")
     if not 0.0 < args.mask_ratio < 1.0:
         p.error(f"--mask-ratio must be in (0, 1), got {args.mask_ratio}")
     if args.threads < 1:
