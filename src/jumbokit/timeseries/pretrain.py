@@ -8,9 +8,9 @@ mode) through :class:`jumbokit.ssl.MaskedAutoencoder`.
 Every channel is patched and masked on its own; the encoder sees the visible patches (plus its global
 tokens), a one-block decoder predicts every patch, and the loss is the MSE on the observed steps that no visible
 patch covers (patches overlap; missing / padded steps are never targets). Those steps reach the encoder as
-missing, so a trunk or stem reading across patch borders cannot see them. Pass series normalised as the fine-tuning inputs will be
-(``tstrain`` pretrains on the training split as loaded: standardised with training-split statistics, and
-never on validation or test series).
+missing, so a trunk or stem reading across patch borders cannot see them. Pass series normalised as the
+fine-tuning inputs will be (``tstrain`` pretrains on the training split as loaded: standardised with
+training-split statistics, and never on validation or test series).
 """
 
 from __future__ import annotations
