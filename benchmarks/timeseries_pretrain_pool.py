@@ -116,6 +116,19 @@ def set_row(folders: dict[str, Path], dataset: str) -> dict:
     return row
 
 
+def write_report(args: argparse.Namespace, commands: dict[str, str], pool: str, rows: list[dict],
+                 seconds: float | None) -> None:
+    """The JSON record at --json and its markdown copy beside it."""
+    record = {"recipe": args.recipe, "mask_ratio": args.mask_ratio, "commands": commands, "pool": pool,
+              "threads": args.threads, "rows": rows, "seconds": seconds}
+    atomic_write_json(Path(args.json), record)
+    arms = "\n".join(f"- `{command}` ({arm})" for arm, command in commands.items())
+    text = (f"# Cross-dataset pretraining, `--recipe {args.recipe}`, mask ratio {args.mask_ratio:g}\n\n{arms}\n\n"
+            f"2-core CPU, fp32, {args.threads} thread(s) per run; test accuracy (%), best = the run chosen on "
+            f"validation.\n\n{markdown_table(rows)}\n")
+    atomic_write_text(Path(args.json).with_suffix(".md"), text)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     pool = args.pool or ",".join(local_datasets())
@@ -130,17 +143,10 @@ def main(argv=None) -> int:
     if missing:
         raise SystemExit(f"no finished runs in {args.out} for: {', '.join(missing)}")
     rows = [set_row(folders, d) for d in datasets]
-    table = markdown_table(rows)
-    print(table)
-    commands = {arm: "tstrain --dataset NAME " + " ".join(common) for arm, common in commands.items()}
-    record = {"recipe": args.recipe, "mask_ratio": args.mask_ratio, "commands": commands, "pool": pool, "threads": args.threads, "rows": rows,
-              "seconds": None if args.collect_only else time.perf_counter() - start}
-    atomic_write_json(Path(args.json), record)
-    lines = [f"`{command}` ({arm})" for arm, command in commands.items()]
-    text = (f"# Cross-dataset pretraining, `--recipe {args.recipe}`, mask ratio {args.mask_ratio:g}\n\n" + "\n".join(f"- {line}" for line in lines)
-            + f"\n\n2-core CPU, fp32, {args.threads} thread(s) per run; test accuracy (%), best = the run chosen on "
-            f"validation.\n\n{table}\n")
-    atomic_write_text(Path(args.json).with_suffix(".md"), text)
+    print(markdown_table(rows))
+    seconds = None if args.collect_only else time.perf_counter() - start
+    write_report(args, {arm: "tstrain --dataset NAME " + " ".join(c) for arm, c in commands.items()}, pool, rows,
+                 seconds)
     return 0
 
 

@@ -278,7 +278,8 @@ def test_pretrain_pool_benchmark_tabulates_its_three_arms(tmp_path):
     assert row["validation mean: without / own split / other sets"] == "85.0 / 90.0 / 90.0"
     assert "--recipe small-data-trunk --model patchtst_jumbo --pretrain-epochs 100 --pretrain-mask-ratio 0.6 " \
            "--pretrain-on" in out_json.with_suffix(".md").read_text()
-    for datasets, message in (("GunPoint,ArrowHead", "no finished runs in"), ("GunPiont", "--datasets: unknown dataset(s) GunPiont")):
+    for datasets, message in (("GunPoint,ArrowHead", "no finished runs in"),
+                              ("GunPiont", "--datasets: unknown dataset(s) GunPiont")):
         bad = subprocess.run(cmd + ["--datasets", datasets, "--json", str(tmp_path / "bad.json")], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
         assert bad.returncode != 0 and message in bad.stderr
