@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import statistics
 import sys
 import time
@@ -29,7 +28,8 @@ from jumbokit.timeseries import cli
 from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.pretrain import PRETRAIN_DEFAULTS
 from jumbokit.timeseries.protocol import RECIPES
-from jumbokit.timeseries.results import selection_order
+from jumbokit.timeseries.results import summarize
+from jumbokit.timeseries.store import load_runs
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
 
 SETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "PickupGestureWiimoteZ")
@@ -93,24 +93,19 @@ def run_arms(datasets: list[str], commands: dict[str, list[str]]) -> None:
             print(f"{name}, {arm}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
-def arm_runs(folder: Path, dataset: str) -> list[dict]:
-    """The run records of an arm's sweep directory on one set, in seed order."""
-    runs = [json.loads(p.read_text()) for p in folder.joinpath("runs").rglob("lr*.json")]
-    return sorted((r for r in runs if r["dataset"] == dataset), key=lambda r: r["extra"].get("seed", 0))
-
-
-def set_row(folders: dict[str, Path], dataset: str) -> dict:
-    """One table row: best (chosen on validation) / mean of the runs (the runs) per arm, and the mean gains."""
+def set_row(records: dict[str, list], dataset: str) -> dict:
+    """One table row from each arm's run records (tstrain's job order): best (chosen on validation as tstrain
+    chooses) / mean of the runs (the runs) per arm, the validation means and the mean gains."""
     row, means, validation = {"dataset": dataset}, {}, []
-    for arm, folder in folders.items():
-        runs = arm_runs(folder, dataset)
-        tests = [r["test_top1"] for r in runs]
-        means[arm] = statistics.mean(tests)
-        validation.append(f"{statistics.mean(r['val_top1'] for r in runs):.1f}")
-        row[f"{arm}: best / mean (runs)"] = (f"{selection_order(runs)[0]['test_top1']:.1f} / {means[arm]:.1f} "
-                                             f"({', '.join(f'{t:.1f}' for t in tests)})")
-        row[f"{arm}: wall s per run"] = round(statistics.mean(r["wall_seconds"] for r in runs))
-    row[f"validation mean: {' / '.join(folders)}"] = " / ".join(validation)
+    for arm, arm_records in records.items():
+        runs = [r for r in arm_records if r.dataset == dataset]
+        (summary,) = summarize(runs)
+        means[arm] = summary.avg_test_top1
+        validation.append(f"{statistics.mean(r.val_top1 for r in runs):.1f}")
+        row[f"{arm}: best / mean (runs)"] = (f"{summary.test_top1:.1f} / {means[arm]:.1f} "
+                                             f"({', '.join(f'{r.test_top1:.1f}' for r in runs)})")
+        row[f"{arm}: wall s per run"] = round(summary.wall_seconds / summary.runs)
+    row[f"validation mean: {' / '.join(records)}"] = " / ".join(validation)
     row["other sets - without (mean)"] = round(means["other sets"] - means["without"], 1)
     row["other sets - own split (mean)"] = round(means["other sets"] - means["own split"], 1)
     return row
@@ -139,10 +134,12 @@ def main(argv=None) -> int:
     datasets = args.datasets.split(",")
     if not args.collect_only:
         run_arms(datasets, commands)
-    missing = [f"{d} ({arm})" for d in datasets for arm, folder in folders.items() if not arm_runs(folder, d)]
+    records = {arm: load_runs(folder) for arm, folder in folders.items()}
+    missing = [f"{d} ({arm})" for d in datasets for arm, runs in records.items()
+               if not any(r.dataset == d for r in runs)]
     if missing:
         raise SystemExit(f"no finished runs in {args.out} for: {', '.join(missing)}")
-    rows = [set_row(folders, d) for d in datasets]
+    rows = [set_row(records, d) for d in datasets]
     print(markdown_table(rows))
     seconds = None if args.collect_only else time.perf_counter() - start
     write_report(args, {arm: "tstrain --dataset NAME " + " ".join(c) for arm, c in commands.items()}, pool, rows,

@@ -46,7 +46,7 @@ from jumbokit.timeseries import cli
 from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.models import HYBRID_MODELS
 from jumbokit.timeseries.results import SummaryRow, summarize
-from jumbokit.timeseries.store import load_run
+from jumbokit.timeseries.store import load_runs
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
 
 # Published test accuracy (%), full official test sets. ResNet: hfawaz/dl-4-tsc results/results-ucr-128.csv
@@ -111,19 +111,10 @@ def reference_rows(path: Path) -> dict[tuple[str, str], dict]:
             for r in rows}
 
 
-def _sweep_order(path: Path) -> tuple[int, str]:
-    """Sort key of a run file in tstrain's job order: seed offset first (``..._s<k>.json``; none = 0), then the
-    run's settings (``lr.._do..``)."""
-    stem, _, offset = path.stem.rpartition("_s")
-    return (int(offset), stem) if stem and offset.isdigit() else (0, path.stem)
-
-
 def finished_runs(out: Path) -> dict[tuple[str, str], tuple[SummaryRow, list[float]]]:
     """(dataset, model) -> the summary row of the finished runs in the sweep directory ``out`` (selection as
     tstrain's) and the runs' test accuracies in seed order."""
-    paths = sorted((p for p in (out / "runs").glob("*/*/*.json") if not p.name.startswith("pretrained")),
-                   key=_sweep_order)
-    records = [r for r in map(load_run, paths) if r is not None]
+    records = load_runs(out)
     tests: dict[tuple[str, str], list[float]] = {}
     for r in records:
         tests.setdefault((r.dataset, r.model), []).append(r.test_top1)

@@ -20,7 +20,7 @@ from jumbokit.training.rundir import atomic_write_text
 from .protocol import SweepConfig, SweepMismatchError
 from .run import RunResult
 
-__all__ = ["run_id", "check_out_dir", "write_sweep_file", "load_run", "write_run", "load_proba", "proba_path",
+__all__ = ["run_id", "check_out_dir", "write_sweep_file", "load_run", "load_runs", "write_run", "load_proba", "proba_path",
            "read_pretrained", "write_pretrained", "pretrain_record_path"]
 
 
@@ -62,6 +62,21 @@ def load_run(path: Path) -> RunResult | None:
         return RunResult(**{k: v for k, v in record.items() if k in names})
     except (OSError, ValueError, TypeError):
         return None
+
+
+def _job_order(path: Path) -> tuple[int, str]:
+    """Sort key of a run file in tstrain's job order: seed offset first (``..._s<k>.json``; none = 0), then the
+    run's settings (``lr.._do..``)."""
+    stem, _, offset = path.stem.rpartition("_s")
+    return (int(offset), stem) if stem and offset.isdigit() else (0, path.stem)
+
+
+def load_runs(out_dir: Path) -> list[RunResult]:
+    """The finished runs of a sweep directory (``runs/<dataset>/<model>/*.json``), in tstrain's job order (seed
+    ``_s10`` after ``_s2``); pretraining records and unreadable files are left out."""
+    paths = sorted((p for p in Path(out_dir, "runs").glob("*/*/*.json") if not p.name.startswith("pretrained")),
+                   key=_job_order)
+    return [r for r in map(load_run, paths) if r is not None]
 
 
 def proba_path(run_path: Path) -> Path:
