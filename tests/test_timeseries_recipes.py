@@ -390,6 +390,28 @@ def test_grad_clip_reaches_training_and_is_stored_only_when_set(tmp_path):
         ts_protocol.SweepConfig(grad_clip=-1)
 
 
+def test_label_smoothing_reaches_the_loss_and_is_stored_only_when_set(tmp_path):
+    from jumbokit.timeseries.run import series_loss
+
+    assert cli.main(tiny(tmp_path / "smooth", "--epochs", "1", "--label-smoothing", "0.1")) == 0
+    assert json.loads((tmp_path / "smooth" / "sweep.json").read_text())["label_smoothing"] == 0.1
+    assert "label smoothing 0.1" in (tmp_path / "smooth" / "report.md").read_text()
+    assert "label_smoothing" not in ts_protocol.SweepConfig().identity()
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(2 * 8, 3))
+    x, y = torch.randn(6, 2, 8), torch.tensor([0, 1, 2, 0, 1, 2])
+    logits = model(x)
+    for eps in (0.0, 0.2):
+        loss, _ = series_loss(ts_protocol.SweepConfig(label_smoothing=eps), 3, seed=0)(model, (x, y))
+        smoothed = (1 - eps) * torch.nn.functional.cross_entropy(logits, y) - eps * logits.log_softmax(-1).mean(-1).mean()
+        assert torch.allclose(loss, smoothed, atol=1e-6)
+    _, soft = SeriesMixup(3, alpha=0.4, generator=torch.Generator().manual_seed(0), smoothing=0.3)(x, y)
+    assert torch.allclose(soft.sum(-1), torch.ones(6)) and soft.min() >= 0.1 - 1e-6  # eps / K on every class
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\) \(0 = off\), got 1"):
+        ts_protocol.SweepConfig(label_smoothing=1)
+
+
 def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
     out = tmp_path / "bad"
     for args, message in [
@@ -401,6 +423,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
         (["--conv-stem", "-4"], "--conv-stem: expected a non-negative integer, got -4"),
         (["--recipe", "tiny"], "invalid choice: 'tiny'"),
         (["--grad-clip", "0"], "--grad-clip: expected a number > 0, e.g. 1.0, got '0'"),
+        (["--label-smoothing", "1"], "--label-smoothing: expected a number in [0, 1), e.g. 0.1, got '1'"),
     ]:
         with pytest.raises(SystemExit) as exc:
             cli.main(tiny(out, *args))

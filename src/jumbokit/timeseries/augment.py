@@ -193,19 +193,23 @@ class SeriesMixup:
 
     One ``lam ~ Beta(alpha, alpha)`` per batch; each series is mixed with the batch in reverse order. Where
     the partner series is missing / padded the series keeps its own value, so its NaN pattern is unchanged.
-    ``augment`` (optional) runs first, on every batch.
+    ``augment`` (optional) runs first, on every batch. ``smoothing`` > 0 smooths the one-hot targets before
+    they are mixed (1 - smoothing on the class, smoothing spread over all classes).
     """
 
     num_classes: int
     alpha: float = 0.2
     augment: SeriesAugment | None = None
     generator: torch.Generator | None = field(default=None, repr=False)
+    smoothing: float = 0.0
 
     def __post_init__(self) -> None:
         if self.alpha <= 0:
             raise ValueError(f"mixup alpha must be > 0, got {self.alpha}")
         if self.num_classes < 2:
             raise ValueError(f"mixup needs at least 2 classes, got {self.num_classes}")
+        if not 0 <= self.smoothing < 1:
+            raise ValueError(f"label smoothing must be in [0, 1), got {self.smoothing}")
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.augment is not None:
@@ -216,4 +220,5 @@ class SeriesMixup:
         partner = torch.where(torch.isnan(partner), x, partner)
         mixed = lam * x + (1.0 - lam) * partner
         onehot = torch.nn.functional.one_hot(y, self.num_classes).to(x.dtype)
-        return mixed, lam * onehot + (1.0 - lam) * onehot.flip(0)
+        target = onehot * (1.0 - self.smoothing) + self.smoothing / self.num_classes
+        return mixed, lam * target + (1.0 - lam) * target.flip(0)

@@ -101,6 +101,17 @@ def _mixup_alpha(text: str) -> float:
     return value
 
 
+def _smoothing(text: str) -> float:
+    """``--label-smoothing EPS``: a float in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), e.g. 0.1, got {text!r}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     """``--grad-clip NORM``: a finite float > 0."""
     try:
@@ -252,6 +263,9 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
     train.add_argument("--grad-clip", type=_positive_float, default=None, metavar="NORM",
                        help="clip each step's gradient to this global L2 norm (default: off)")
+    train.add_argument("--label-smoothing", type=_smoothing, default=0.0, metavar="EPS",
+                       help="smooth the cross-entropy targets: 1 - EPS on the true class, EPS spread over all "
+                            "classes (mixed targets too under mixup) (default: 0, off)")
     train.add_argument("--seeds", type=_positive_int, default=None,
                        help="runs per (lr, dropout), with random seeds --seed, --seed+1, ... (paper: 1; small-data: 3)")
     train.add_argument("--ensemble", type=_positive_int, default=None,

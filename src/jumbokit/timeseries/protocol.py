@@ -54,7 +54,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
                                "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
-                               "pretrain_on": None, "grad_clip": None}
+                               "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0}
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
 _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
@@ -157,6 +157,7 @@ class SweepConfig:
     seeds: int = 1  # runs per grid point, with seeds seed, seed+1, ...
     ema_decay: float = 0.0  # > 0: score the exponential moving average of the weights (TrainConfig.ema_decay)
     grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
+    label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the class, eps spread over all classes
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
@@ -190,6 +191,7 @@ class SweepConfig:
             ("seeds", self.seeds >= 1, ">= 1"),
             ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1) (0 = off)"),
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "None (off) or a norm > 0"),
+            ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1) (0 = off)"),
         ]
         for name, ok, expected in checks:
             if not ok:

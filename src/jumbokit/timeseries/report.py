@@ -175,8 +175,9 @@ def training_text(cfg: SweepConfig) -> str:
         patching += " + each channel normalised in the model, its mean/std added to its tokens (jitter relative)"
     if cfg.rel_pos_bias:
         patching += "; relative-position bias in attention"
-    clip = f", gradient norm clipped to {cfg.grad_clip:g}" if cfg.grad_clip else ""
-    text = (f"{patching}; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}{clip}; "
+    extras = f", gradient norm clipped to {cfg.grad_clip:g}" if cfg.grad_clip else ""
+    extras += f", label smoothing {cfg.label_smoothing:g}" if cfg.label_smoothing else ""
+    text = (f"{patching}; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}{extras}; "
             f"warm-up {int(100 * cfg.warmup_fraction)}% then cosine to {cfg.min_lr:g}; seed {cfg.seed}")
     if cfg.seeds > 1:
         text += f" to {cfg.seed + cfg.seeds - 1} ({cfg.seeds} seeds per grid point)"

@@ -201,9 +201,9 @@ def train_config(cfg: SweepConfig, lr: float, epochs: int, progress: bool = Fals
 
 
 def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
-    """The training loss of a run: cross-entropy, with the sweep's series augmentation and mixup drawn from a
-    CPU generator seeded with ``seed`` (a ``loss_fn`` for :func:`jumbokit.training.fit`); ``cfg`` decided for the
-    set (:meth:`SweepConfig.for_dataset`)."""
+    """The training loss of a run: cross-entropy (targets smoothed by ``cfg.label_smoothing``), with the sweep's
+    series augmentation and mixup drawn from a CPU generator seeded with ``seed`` (a ``loss_fn`` for
+    :func:`jumbokit.training.fit`); ``cfg`` decided for the set (:meth:`SweepConfig.for_dataset`)."""
     from ..training import classification_loss
     from .augment import SeriesAugment, SeriesMixup, parse_augment
 
@@ -214,10 +214,12 @@ def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
     augment = (SeriesAugment(tuple(per_series), jitter_relative=cfg.level_scale, generator=generator)
                if per_series else None)
     if "mixup" in ops:
-        return classification_loss(mixup=SeriesMixup(num_classes, cfg.mixup_alpha, augment, generator))
+        mixup = SeriesMixup(num_classes, cfg.mixup_alpha, augment, generator, smoothing=cfg.label_smoothing)
+        return classification_loss(mixup=mixup)
+    criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     if augment is not None:
-        return classification_loss(forward=lambda model, x: augmented_forward(model, augment, x))
-    return classification_loss()
+        return classification_loss(criterion, forward=lambda model, x: augmented_forward(model, augment, x))
+    return classification_loss(criterion)
 
 
 def augmented_forward(model: nn.Module, augment: Callable[[torch.Tensor], torch.Tensor],
