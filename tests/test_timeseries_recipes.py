@@ -423,7 +423,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
         (["--conv-stem", "-4"], "--conv-stem: expected a non-negative integer, got -4"),
         (["--recipe", "tiny"], "invalid choice: 'tiny'"),
         (["--grad-clip", "0"], "--grad-clip: expected a number > 0, e.g. 1.0, got '0'"),
-        (["--label-smoothing", "1"], "--label-smoothing: expected a number in [0, 1), e.g. 0.1, got '1'"),
+        (["--label-smoothing", "1"], "--label-smoothing: expected a label smoothing in [0, 1) (0 = off), e.g. 0.1, got '1'"),
     ]:
         with pytest.raises(SystemExit) as exc:
             cli.main(tiny(out, *args))

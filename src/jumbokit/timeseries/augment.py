@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from timm.data.mixup import mixup_target
 
 from ..encoders.series_scale import observed_mean_var
 
@@ -219,6 +220,5 @@ class SeriesMixup:
         partner = x.flip(0)
         partner = torch.where(torch.isnan(partner), x, partner)
         mixed = lam * x + (1.0 - lam) * partner
-        onehot = torch.nn.functional.one_hot(y, self.num_classes).to(x.dtype)
-        target = onehot * (1.0 - self.smoothing) + self.smoothing / self.num_classes
-        return mixed, lam * target + (1.0 - lam) * target.flip(0)
+        target = mixup_target(y, self.num_classes, lam, self.smoothing)  # timm's: mixed with the batch reversed
+        return mixed, target.to(x.dtype)

@@ -6,7 +6,7 @@ import argparse
 from typing import Callable
 
 from ..encoders.series_trunk import TRUNKS
-from ..training.cli import ema_decay_arg
+from ..training.cli import ema_decay_arg, fraction_arg
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
 from .models import PATCHTST_MODELS, SERIES_MODELS
@@ -98,17 +98,6 @@ def _mixup_alpha(text: str) -> float:
         value = -1.0
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"expected a mixup alpha >= 0 (0 = off), e.g. 0.2, got {text!r}")
-    return value
-
-
-def _smoothing(text: str) -> float:
-    """``--label-smoothing EPS``: a float in [0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), e.g. 0.1, got {text!r}")
     return value
 
 
@@ -263,7 +252,7 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
     train.add_argument("--grad-clip", type=_positive_float, default=None, metavar="NORM",
                        help="clip each step's gradient to this global L2 norm (default: off)")
-    train.add_argument("--label-smoothing", type=_smoothing, default=0.0, metavar="EPS",
+    train.add_argument("--label-smoothing", type=fraction_arg("label smoothing", "0.1"), default=0.0, metavar="EPS",
                        help="smooth the cross-entropy targets: 1 - EPS on the true class, EPS spread over all "
                             "classes (mixed targets too under mixup) (default: 0, off)")
     train.add_argument("--seeds", type=_positive_int, default=None,

@@ -19,15 +19,22 @@ from .threads import ThreadChoice, add_threads_arg, configure_threads
 logger = logging.getLogger(__name__)
 
 
-def ema_decay_arg(text: str) -> float:
-    """argparse type of ``--ema``: a decay in [0, 1) (0 = off)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a decay in [0, 1) (0 = off), e.g. 0.998, got {text!r}")
-    return value
+def fraction_arg(noun: str, example: str):
+    """An argparse type for a float in [0, 1) (0 = off); the error names ``noun`` and ``example``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if value is None or not 0 <= value < 1:
+            raise argparse.ArgumentTypeError(f"expected a {noun} in [0, 1) (0 = off), e.g. {example}, got {text!r}")
+        return value
+
+    return parse
+
+
+ema_decay_arg = fraction_arg("decay", "0.998")  # argparse type of ``--ema``
 
 
 def add_common_args(
