@@ -1,5 +1,6 @@
-"""The full-resolution convolutional trunk on the local UCR/UEA sets, against the small-data recipe without it,
-aeon's ROCKET classifiers (same splits) and published ResNet / InceptionTime numbers (reference columns).
+"""The full-resolution convolutional trunk (or a change to the trunk recipe) on the local UCR/UEA sets, against
+the recipe it changes, aeon's ROCKET classifiers (same splits) and published ResNet / InceptionTime numbers
+(reference columns).
 
     python benchmarks/timeseries_trunk.py                                   # every local set, patchtst_jumbo
     python benchmarks/timeseries_trunk.py --datasets OSULeaf --seeds 3 --models patchtst,patchtst_jumbo
@@ -23,9 +24,13 @@ one set at a time into the same sweep directory (finished runs are reused when t
 ``--recipe small-data-trunk`` runs that recipe instead, its front end built in (``--trunk-args`` then adds to
 it and is empty by default).
 A hybrid (``patchtst_jumbo_rocket``) is compared with the recipe's run of the transformer it extends.
-The recipe without the trunk and the three ROCKET classifiers come from ``--reference`` (the small-data
-benchmark's JSON, same seed-protocol splits); ResNet (Fawaz et al.) and InceptionTime are published numbers
-on the full official test sets, not ours and not on the same half split. Writes JSON and a markdown copy.
+The arm is compared with the runs of its recipe as it is: under small-data, the recipe without the trunk, from
+``--reference`` (the small-data benchmark's JSON); under small-data-trunk, the trunk recipe's runs, taken from
+``--recipe-runs`` (JSON files of this benchmark; a row counts when its command, decided on that set, is the
+recipe's, as ``benchmarks/timeseries_rank.py`` matches them), so an ablation such as ``--trunk-args "--dropout
+0.2"`` sits beside the recipe it changes. The three ROCKET classifiers come from ``--reference`` (same
+seed-protocol splits); ResNet (Fawaz et al.) and InceptionTime are published numbers on the full official test
+sets, not ours and not on the same half split. Writes JSON and a markdown copy.
 """
 
 from __future__ import annotations
@@ -59,6 +64,11 @@ INCEPTIONTIME = {"ACSF1": 92.0, "ArrowHead": 84.6, "GunPoint": 100.0, "ItalyPowe
                  "PLAID": 94.4, "PickupGestureWiimoteZ": 76.0, "BasicMotions": 100.0, "JapaneseVowels": 99.2}
 BASELINES = ("minirocket", "multirocket", "hydra")
 SMALL_DATA_TRUNK_ARGS = "--conv-stem 0 --trunk inception --trunk-width 16 --trunk-depth 3 --diff"  # small-data's arm
+# The runs of `tstrain --recipe small-data-trunk` as it is, 3 seeds on all 9 sets (CPU), in the files that
+# benchmarks/results/timeseries_trunk_recipe_ranks.json ranks (explicit-flag commands that decide to the recipe).
+RECIPE_TRUNK_RUNS = [f"benchmarks/results/timeseries_trunk_{name}_seeds3.json" for name in (
+    "resnet_auto_variants", "levelscale_auto_variants", "levelscale64", "resnet_variants", "resnet_variants_mv",
+    "resnet64", "resnet")]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,6 +85,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default="runs/bench_ts_trunk", help="sweep directory (default: %(default)s)")
     p.add_argument("--reference", default="benchmarks/results/timeseries_small.json",
                    help="the small-data benchmark's JSON: the recipe without the trunk and the baselines")
+    p.add_argument("--recipe-runs", nargs="+", default=RECIPE_TRUNK_RUNS, metavar="JSON",
+                   help="under --recipe small-data-trunk: JSON files of this benchmark holding the recipe's own "
+                        "runs, the comparison column (default: the files of the recipe's rank table, "
+                        "benchmarks/results/timeseries_trunk_recipe_ranks.json)")
     p.add_argument("--json", default="benchmarks/results/timeseries_trunk.json", help="(default: %(default)s)")
     p.add_argument("--gpu", type=int, default=0, metavar="K",
                    help="train on the default device (a GPU where there is one), K runs at a time (default: CPU)")
@@ -91,6 +105,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--gpu expects runs per device >= 1 (or 0 for CPU), got {args.gpu}")
     if not Path(args.reference).is_file():
         p.error(f"--reference expects the small-data benchmark's JSON, got {args.reference!r} (no such file)")
+    missing = [f for f in args.recipe_runs if not Path(f).is_file()]
+    if args.recipe == "small-data-trunk" and missing:
+        p.error(f"--recipe-runs expects JSON files of this benchmark, not found: {', '.join(missing)}")
     return args
 
 
@@ -103,12 +120,24 @@ def tstrain(args: list[str]) -> None:
 
 
 def reference_rows(path: Path) -> dict[tuple[str, str], dict]:
-    """(dataset, model) -> {"best", "avg", "ens", "seconds"} in percent from the small-data benchmark's JSON."""
+    """(dataset, model) -> {"best", "avg", "ens", "seconds", "source"} in percent from the small-data benchmark's
+    JSON."""
     rows = json.loads(path.read_text())["summary"]
     return {(r["dataset"], r["model"]): {"best": 100 * r["best_test_acc"], "avg": 100 * r["avg_test_acc"],
                                          "ens": 100 * r["ens_test_acc"],
-                                         "seconds": r["wall_seconds"] / max(1, r["runs"])}
+                                         "seconds": r["wall_seconds"] / max(1, r["runs"]), "source": path.name}
             for r in rows}
+
+
+def recipe_rows(args: argparse.Namespace) -> dict[tuple[str, str], dict]:
+    """(dataset, model) -> {"best", "avg", "seconds"} of the arm's recipe as it is (see the module docstring)."""
+    if args.recipe == "small-data":
+        return reference_rows(Path(args.reference))
+    from timeseries_rank import load_rows  # this folder's rank script: one rule for "the same runs"
+
+    _, rows = load_rows([Path(f) for f in args.recipe_runs], f"tstrain --recipe {args.recipe}")
+    return {key: {"best": r["arm_best"], "avg": r["arm_avg"], "seconds": r.get("arm_seconds"), "source": r["source"]}
+            for key, r in rows.items()}
 
 
 def finished_runs(out: Path) -> dict[tuple[str, str], tuple[SummaryRow, list[float]]]:
@@ -121,34 +150,36 @@ def finished_runs(out: Path) -> dict[tuple[str, str], tuple[SummaryRow, list[flo
     return {(row.dataset, row.model): (row, tests[(row.dataset, row.model)]) for row in summarize(records)}
 
 
-def collect(out: Path, sets: list[str], models: list[str], ref: dict) -> list[dict]:
-    """One row per set and model with finished runs: the arm's runs beside the recipe's and the references."""
+def collect(out: Path, sets: list[str], models: list[str], recipe: dict, ref: dict) -> list[dict]:
+    """One row per set and model with finished runs: the arm's runs beside the recipe's (``recipe``) and the
+    references (``ref``)."""
     summary = finished_runs(out)
     rows = []
     for d in sets:
         for m in models:
             if (d, m) not in summary:
                 continue
-            (arm, tests), base = summary[(d, m)], ref.get((d, HYBRID_MODELS.get(m, m)), {})
+            (arm, tests), base = summary[(d, m)], recipe.get((d, HYBRID_MODELS.get(m, m)), {})
             rows.append({
                 "dataset": d, "model": m, "arm_best": arm.test_top1, "arm_avg": arm.avg_test_top1,
                 "arm_runs": arm.runs, "arm_tests": tests, "arm_seconds": arm.wall_seconds / arm.runs,
                 "recipe_best": base.get("best"),
                 "recipe_avg": base.get("avg"), "recipe_seconds": base.get("seconds"),
+                "recipe_source": base.get("source"),
                 **{b: ref.get((d, b), {}).get("best") for b in BASELINES},
                 "resnet_published": RESNET.get(d), "inceptiontime_published": INCEPTIONTIME.get(d),
             })
     return rows
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], recipe: str) -> str:
     def f(v):
         return "-" if v is None else f"{v:.1f}"
 
     def runs(r):
         return " (" + ", ".join(f(t) for t in r["arm_tests"]) + ")"
 
-    header = ["dataset", "model", "arm: best / mean of runs (the runs)", "recipe: best / mean of 3", "minirocket",
+    header = ["dataset", "model", "arm: best / mean of runs (the runs)", f"{recipe}: best / mean of runs", "minirocket",
               "multirocket", "hydra", "ResNet (published)", "InceptionTime (published)",
               "wall s per run: arm / recipe"]
     body = [[r["dataset"], r["model"], f"{f(r['arm_best'])} / {f(r['arm_avg'])}{runs(r)}",
@@ -202,10 +233,10 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     if not args.collect_only:
         train(args, sets, common)
-    rows = collect(Path(args.out), sets, models, reference_rows(Path(args.reference)))
+    rows = collect(Path(args.out), sets, models, recipe_rows(args), reference_rows(Path(args.reference)))
     if not rows:
         raise SystemExit(f"no finished runs of {', '.join(models)} on {', '.join(sets)} in {args.out}")
-    text = table(rows)
+    text = table(rows, f"recipe {args.recipe}")
     command = f"tstrain --recipe {args.recipe} " + " ".join(common[2:-3])  # without --no-progress --out DIR
     device = device_label(args)
     record = {"command": command, "datasets": sets, "rows": rows, "torch": args.torch or torch.__version__,
@@ -219,7 +250,10 @@ def main(argv=None) -> int:
     present = {(r["dataset"], r["model"]) for r in rows}
     missing = [f"{d} {m}" for d in sets for m in models if (d, m) not in present]
     note = f"\n\nNot finished (no runs): {', '.join(missing)}." if missing else ""
-    atomic_write_text(Path(args.json).with_suffix(".md"), f"# {title} vs the small-data recipe\n\n"
+    sources = sorted({r["recipe_source"] for r in rows if r["recipe_source"]})
+    note += (f"\n\nThe recipe's runs: {', '.join(sources)} (their own device and threads, so wall times compare "
+             "only where those match)." if sources else "")
+    atomic_write_text(Path(args.json).with_suffix(".md"), f"# {title} vs the {args.recipe} recipe\n\n"
                       f"{device}, {args.threads} threads. `{command}`\n\n{text}{note}\n")
     return 0
 

@@ -119,7 +119,8 @@ def test_trunk_benchmark_tabulates_a_partial_sweep(tmp_path):
 
 
 def test_trunk_benchmark_records_the_trunk_recipe(tmp_path):
-    """``--recipe small-data-trunk`` runs that recipe with no trunk flags of its own, and says so in the record."""
+    """``--recipe small-data-trunk`` runs that recipe with no trunk flags of its own, says so in the record, and
+    compares the arm with the recipe's runs from ``--recipe-runs`` (a missing file is refused, nothing written)."""
     from jumbokit.timeseries.store import write_run
 
     folder = tmp_path / "sweep" / "runs" / "GunPoint" / "patchtst_jumbo"
@@ -128,13 +129,23 @@ def test_trunk_benchmark_records_the_trunk_recipe(tmp_path):
     out_json = tmp_path / "table.json"
     cmd = [sys.executable, "benchmarks/timeseries_trunk.py", "--collect-only", "--recipe", "small-data-trunk",
            "--datasets", "GunPoint", "--out", str(tmp_path / "sweep"), "--json", str(out_json), "--device", "test",
-           "--threads", "1"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+           "--threads", "1", "--recipe-runs"]
+    recipe = _trunk_json(tmp_path / "recipe.json", "tstrain --recipe small-data-trunk --seeds 3 --model patchtst_jumbo",
+                         "cpu", [("GunPoint", "patchtst_jumbo", 97.0, 96.0, 3)])
+    proc = subprocess.run(cmd + [str(recipe)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out_json.read_text())
     assert record["command"] == "tstrain --recipe small-data-trunk --seeds 1 --model patchtst_jumbo --threads 1 --cpu"
-    assert record["rows"][0]["arm_best"] == 88.0
-    assert out_json.with_suffix(".md").read_text().startswith("# patchtst_jumbo with `--recipe small-data-trunk`")
+    row = record["rows"][0]
+    assert (row["arm_best"], row["recipe_best"], row["recipe_avg"], row["recipe_source"]) == (88.0, 97.0, 96.0,
+                                                                                             "recipe.json")
+    text = out_json.with_suffix(".md").read_text()
+    assert text.startswith("# patchtst_jumbo with `--recipe small-data-trunk` vs the small-data-trunk recipe")
+    assert "The recipe's runs: recipe.json" in text
+    out_json.unlink()
+    missing = subprocess.run(cmd + [str(tmp_path / "none.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert missing.returncode != 0 and "--recipe-runs expects JSON files" in missing.stderr
+    assert not out_json.exists()
 
 
 def _trunk_json(path: Path, command: str, device: str, rows: list[tuple[str, str, float, float, int]]) -> Path:
