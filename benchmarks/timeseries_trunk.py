@@ -30,7 +30,9 @@ The arm is compared with the runs of its recipe as it is: under small-data, the 
 recipe's, as ``benchmarks/timeseries_rank.py`` matches them), so an ablation such as ``--trunk-args "--dropout
 0.2"`` sits beside the recipe it changes. The three ROCKET classifiers come from ``--reference`` (same
 seed-protocol splits); ResNet (Fawaz et al.) and InceptionTime are published numbers on the full official test
-sets, not ours and not on the same half split. Writes JSON and a markdown copy.
+sets, not ours and not on the same half split. The arm's mean validation accuracy and its ensemble (the mean
+probabilities of as many runs, best on validation, as the recipe ensembles: tstrain's score) come from the runs
+stored in ``--out``. Writes JSON and a markdown copy.
 """
 
 from __future__ import annotations
@@ -48,10 +50,11 @@ from pathlib import Path
 import torch
 
 from jumbokit.timeseries import cli
-from jumbokit.timeseries.data import local_datasets
+from jumbokit.timeseries import store
+from jumbokit.timeseries.data import load_dataset, local_datasets
 from jumbokit.timeseries.models import HYBRID_MODELS
-from jumbokit.timeseries.results import SummaryRow, summarize
-from jumbokit.timeseries.store import load_runs
+from jumbokit.timeseries.protocol import RECIPES, SweepConfig
+from jumbokit.timeseries.results import SummaryRow, ensemble_scores, summarize
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
 
 # Published test accuracy (%), full official test sets. ResNet: hfawaz/dl-4-tsc results/results-ucr-128.csv
@@ -140,29 +143,55 @@ def recipe_rows(args: argparse.Namespace) -> dict[tuple[str, str], dict]:
             for key, r in rows.items()}
 
 
-def finished_runs(out: Path) -> dict[tuple[str, str], tuple[SummaryRow, list[float]]]:
+def finished_runs(out: Path) -> dict[tuple[str, str], tuple[SummaryRow, list[float], list[float]]]:
     """(dataset, model) -> the summary row of the finished runs in the sweep directory ``out`` (selection as
-    tstrain's) and the runs' test accuracies in seed order."""
-    records = load_runs(out)
+    tstrain's), the runs' test and validation accuracies in seed order."""
+    records = store.load_runs(out)
     tests: dict[tuple[str, str], list[float]] = {}
+    vals: dict[tuple[str, str], list[float]] = {}
     for r in records:
         tests.setdefault((r.dataset, r.model), []).append(r.test_top1)
-    return {(row.dataset, row.model): (row, tests[(row.dataset, row.model)]) for row in summarize(records)}
+        vals.setdefault((r.dataset, r.model), []).append(r.val_top1)
+    return {(row.dataset, row.model): (row, tests[(row.dataset, row.model)], vals[(row.dataset, row.model)])
+            for row in summarize(records)}
 
 
-def collect(out: Path, sets: list[str], models: list[str], recipe: dict, ref: dict) -> list[dict]:
-    """One row per set and model with finished runs: the arm's runs beside the recipe's (``recipe``) and the
-    references (``ref``)."""
-    summary = finished_runs(out)
+def arm_ensembles(out: Path, k: int) -> dict[tuple[str, str], float]:
+    """(dataset, model) -> test accuracy (%) of the mean probabilities of the ``k`` runs best on validation, as
+    tstrain's ensemble, from the runs' stored probabilities in ``out``; left out where a run's probabilities are
+    missing or do not fit the set's validation and test halves."""
+    stored = json.loads((out / "sweep.json").read_text()) if (out / "sweep.json").is_file() else {}
+    protocol = stored.get("protocol", SweepConfig.protocol)
+    split_seed = stored.get("split_seed", SweepConfig.split_seed)
+    groups: dict[tuple[str, str], list] = {}
+    for path in store.run_paths(out):
+        run = store.load_run(path)
+        if run is not None:
+            groups.setdefault((run.dataset, run.model), []).append((run, store.load_proba(store.proba_path(path))))
+    scores = {}
+    for (dataset, model), items in groups.items():
+        data = load_dataset(dataset, protocol=protocol, split_seed=split_seed, download=False, normalize="none")
+        sizes = {"val": len(data.val.y), "test": len(data.test.y)}
+        if all(p is not None and all(half in p and len(p[half]) == n for half, n in sizes.items()) for _, p in items):
+            runs, probas = zip(*items)
+            scores[(dataset, model)] = ensemble_scores(runs, probas, k, data.val.y, data.test.y)["test_top1"]
+    return scores
+
+
+def collect(out: Path, sets: list[str], models: list[str], recipe_name: str, recipe: dict, ref: dict) -> list[dict]:
+    """One row per set and model with finished runs: the arm's runs (and their ensemble, as many runs as the
+    recipe ensembles) beside the recipe's (``recipe``) and the references (``ref``)."""
+    summary, ensembles = finished_runs(out), arm_ensembles(out, RECIPES[recipe_name]["ensemble"])
     rows = []
     for d in sets:
         for m in models:
             if (d, m) not in summary:
                 continue
-            (arm, tests), base = summary[(d, m)], recipe.get((d, HYBRID_MODELS.get(m, m)), {})
+            (arm, tests, vals), base = summary[(d, m)], recipe.get((d, HYBRID_MODELS.get(m, m)), {})
             rows.append({
                 "dataset": d, "model": m, "arm_best": arm.test_top1, "arm_avg": arm.avg_test_top1,
                 "arm_runs": arm.runs, "arm_tests": tests, "arm_seconds": arm.wall_seconds / arm.runs,
+                "arm_val_avg": statistics.mean(vals), "arm_ens": ensembles.get((d, m)),
                 "recipe_best": base.get("best"),
                 "recipe_avg": base.get("avg"), "recipe_seconds": base.get("seconds"),
                 "recipe_source": base.get("source"),
@@ -179,20 +208,22 @@ def table(rows: list[dict], recipe: str) -> str:
     def runs(r):
         return " (" + ", ".join(f(t) for t in r["arm_tests"]) + ")"
 
-    header = ["dataset", "model", "arm: best / mean of runs (the runs)", f"{recipe}: best / mean of runs", "minirocket",
-              "multirocket", "hydra", "ResNet (published)", "InceptionTime (published)",
-              "wall s per run: arm / recipe"]
+    header = ["dataset", "model", "arm: best / mean of runs (the runs)", "arm: validation mean / ensemble",
+              f"{recipe}: best / mean of runs", "minirocket", "multirocket", "hydra", "ResNet (published)",
+              "InceptionTime (published)", "wall s per run: arm / recipe"]
     body = [[r["dataset"], r["model"], f"{f(r['arm_best'])} / {f(r['arm_avg'])}{runs(r)}",
+             f"{f(r['arm_val_avg'])} / {f(r['arm_ens'])}",
              f"{f(r['recipe_best'])} / {f(r['recipe_avg'])}", f(r["minirocket"]), f(r["multirocket"]), f(r["hydra"]),
              f(r["resnet_published"]), f(r["inceptiontime_published"]),
              f"{r['arm_seconds']:.0f} / {'-' if r['recipe_seconds'] is None else round(r['recipe_seconds'])}"]
             for r in rows]
-    keys = ("arm_best", "arm_avg", "recipe_best", "recipe_avg", *BASELINES)
+    keys = ("arm_best", "arm_avg", "arm_val_avg", "arm_ens", "recipe_best", "recipe_avg", *BASELINES)
     for m in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == m]
         mean = {k: statistics.mean(r[k] for r in mine) if all(r[k] is not None for r in mine) else None
                 for k in keys}
         body.append(["mean", m, f"{f(mean['arm_best'])} / {f(mean['arm_avg'])}",
+                     f"{f(mean['arm_val_avg'])} / {f(mean['arm_ens'])}",
                      f"{f(mean['recipe_best'])} / {f(mean['recipe_avg'])}", *(f(mean[b]) for b in BASELINES),
                      "", "", ""])
     return markdown_table([dict(zip(header, line)) for line in body], header)
@@ -233,7 +264,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     if not args.collect_only:
         train(args, sets, common)
-    rows = collect(Path(args.out), sets, models, recipe_rows(args), reference_rows(Path(args.reference)))
+    rows = collect(Path(args.out), sets, models, args.recipe, recipe_rows(args), reference_rows(Path(args.reference)))
     if not rows:
         raise SystemExit(f"no finished runs of {', '.join(models)} on {', '.join(sets)} in {args.out}")
     text = table(rows, f"recipe {args.recipe}")

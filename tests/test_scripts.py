@@ -110,7 +110,8 @@ def test_trunk_benchmark_tabulates_a_partial_sweep(tmp_path):
     (row,) = json.loads(out_json.read_text())["rows"]
     assert (row["dataset"], row["arm_best"], row["arm_tests"], row["arm_runs"]) == ("GunPoint", 84.0,
                                                                                       [80.0, 84.0, 99.0, 50.0], 4)
-    assert row["arm_avg"] == pytest.approx(313.0 / 4)
+    assert row["arm_avg"] == pytest.approx(313.0 / 4) and row["arm_val_avg"] == pytest.approx(310.0 / 4)
+    assert row["arm_ens"] is None  # probabilities that do not fit GunPoint's halves are not scored
     assert "Not finished (no runs): ArrowHead patchtst_jumbo." in out_json.with_suffix(".md").read_text()
     empty = subprocess.run(cmd[:-6] + ["--out", str(tmp_path / "none"), "--json", str(tmp_path / "x.json")],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -119,13 +120,16 @@ def test_trunk_benchmark_tabulates_a_partial_sweep(tmp_path):
 
 
 def test_trunk_benchmark_records_the_trunk_recipe(tmp_path):
-    """``--recipe small-data-trunk`` runs that recipe with no trunk flags of its own, says so in the record, and
-    compares the arm with the recipe's runs from ``--recipe-runs`` (a missing file is refused, nothing written)."""
+    """``--recipe small-data-trunk`` runs that recipe with no trunk flags of its own, says so in the record,
+    scores the arm's ensemble from the stored probabilities, and compares the arm with the recipe's runs from
+    ``--recipe-runs`` (a missing file is refused, nothing written)."""
+    from jumbokit.timeseries.data import load_dataset
     from jumbokit.timeseries.store import write_run
 
+    data = load_dataset("GunPoint", download=False)
     folder = tmp_path / "sweep" / "runs" / "GunPoint" / "patchtst_jumbo"
     write_run(folder / "lr0.001_do0.1.json", _run_record("GunPoint", "patchtst_jumbo", 90.0, 0.5, 88.0),
-              {"test": np.zeros((2, 2))})
+              {half: np.eye(2)[split.y] for half, split in (("val", data.val), ("test", data.test))})
     out_json = tmp_path / "table.json"
     cmd = [sys.executable, "benchmarks/timeseries_trunk.py", "--collect-only", "--recipe", "small-data-trunk",
            "--datasets", "GunPoint", "--out", str(tmp_path / "sweep"), "--json", str(out_json), "--device", "test",
@@ -139,6 +143,7 @@ def test_trunk_benchmark_records_the_trunk_recipe(tmp_path):
     row = record["rows"][0]
     assert (row["arm_best"], row["recipe_best"], row["recipe_avg"], row["recipe_source"]) == (88.0, 97.0, 96.0,
                                                                                              "recipe.json")
+    assert (row["arm_val_avg"], row["arm_ens"]) == (90.0, 100.0)  # the probabilities put 1 on each true class
     text = out_json.with_suffix(".md").read_text()
     assert text.startswith("# patchtst_jumbo with `--recipe small-data-trunk` vs the small-data-trunk recipe")
     assert "The recipe's runs: recipe.json" in text

@@ -20,8 +20,8 @@ from jumbokit.training.rundir import atomic_write_text
 from .protocol import SweepConfig, SweepMismatchError
 from .run import RunResult
 
-__all__ = ["run_id", "check_out_dir", "write_sweep_file", "load_run", "load_runs", "write_run", "load_proba", "proba_path",
-           "read_pretrained", "write_pretrained", "pretrain_record_path"]
+__all__ = ["run_id", "check_out_dir", "write_sweep_file", "load_run", "run_paths", "load_runs", "write_run",
+           "load_proba", "proba_path", "read_pretrained", "write_pretrained", "pretrain_record_path"]
 
 
 def run_id(lr: float, dropout: float, seed_offset: int = 0) -> str:
@@ -71,12 +71,17 @@ def _job_order(path: Path) -> tuple[int, str]:
     return (int(offset), stem) if stem and offset.isdigit() else (0, path.stem)
 
 
+def run_paths(out_dir: Path) -> list[Path]:
+    """The run records of a sweep directory (``runs/<dataset>/<model>/*.json``), in tstrain's job order (seed
+    ``_s10`` after ``_s2``); pretraining records left out."""
+    return sorted((p for p in Path(out_dir, "runs").glob("*/*/*.json") if not p.name.startswith("pretrained")),
+                  key=_job_order)
+
+
 def load_runs(out_dir: Path) -> list[RunResult]:
-    """The finished runs of a sweep directory (``runs/<dataset>/<model>/*.json``), in tstrain's job order (seed
-    ``_s10`` after ``_s2``); pretraining records and unreadable files are left out."""
-    paths = sorted((p for p in Path(out_dir, "runs").glob("*/*/*.json") if not p.name.startswith("pretrained")),
-                   key=_job_order)
-    return [r for r in map(load_run, paths) if r is not None]
+    """The finished runs of a sweep directory in tstrain's job order (:func:`run_paths`); unreadable records are
+    left out."""
+    return [r for r in map(load_run, run_paths(out_dir)) if r is not None]
 
 
 def proba_path(run_path: Path) -> Path:
