@@ -55,6 +55,7 @@ from jumbokit.timeseries.data import load_dataset, local_datasets
 from jumbokit.timeseries.models import HYBRID_MODELS
 from jumbokit.timeseries.protocol import RECIPES, SweepConfig
 from jumbokit.timeseries.results import SummaryRow, ensemble_scores, summarize
+from jumbokit.timeseries.run import RunResult
 from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
 
 # Published test accuracy (%), full official test sets. ResNet: hfawaz/dl-4-tsc results/results-ucr-128.csv
@@ -132,10 +133,11 @@ def reference_rows(path: Path) -> dict[tuple[str, str], dict]:
             for r in rows}
 
 
-def recipe_rows(args: argparse.Namespace) -> dict[tuple[str, str], dict]:
-    """(dataset, model) -> {"best", "avg", "seconds"} of the arm's recipe as it is (see the module docstring)."""
+def recipe_rows(args: argparse.Namespace, ref: dict) -> dict[tuple[str, str], dict]:
+    """(dataset, model) -> {"best", "avg", "seconds", "source"} of the arm's recipe as it is (see the module
+    docstring); under small-data that is ``ref``, the small-data benchmark's rows."""
     if args.recipe == "small-data":
-        return reference_rows(Path(args.reference))
+        return ref
     from timeseries_rank import load_rows  # this folder's rank script: one rule for "the same runs"
 
     _, rows = load_rows([Path(f) for f in args.recipe_runs], f"tstrain --recipe {args.recipe}")
@@ -143,10 +145,9 @@ def recipe_rows(args: argparse.Namespace) -> dict[tuple[str, str], dict]:
             for key, r in rows.items()}
 
 
-def finished_runs(out: Path) -> dict[tuple[str, str], tuple[SummaryRow, list[float], list[float]]]:
-    """(dataset, model) -> the summary row of the finished runs in the sweep directory ``out`` (selection as
-    tstrain's), the runs' test and validation accuracies in seed order."""
-    records = store.load_runs(out)
+def finished_runs(records: list[RunResult]) -> dict[tuple[str, str], tuple[SummaryRow, list[float], list[float]]]:
+    """(dataset, model) -> the summary row of the finished runs (selection as tstrain's), the runs' test and
+    validation accuracies in seed order."""
     tests: dict[tuple[str, str], list[float]] = {}
     vals: dict[tuple[str, str], list[float]] = {}
     for r in records:
@@ -156,42 +157,36 @@ def finished_runs(out: Path) -> dict[tuple[str, str], tuple[SummaryRow, list[flo
             for row in summarize(records)}
 
 
-def arm_ensembles(out: Path, k: int) -> dict[tuple[str, str], float]:
-    """(dataset, model) -> test accuracy (%) of the mean probabilities of the ``k`` runs best on validation, as
-    tstrain's ensemble, from the runs' stored probabilities in ``out``; left out where a run's probabilities are
-    missing or do not fit the set's validation and test halves."""
+def arm_ensemble(out: Path, dataset: str, runs: list[tuple[Path, RunResult]], k: int) -> float | None:
+    """Test accuracy (%) of the mean probabilities of the ``k`` runs best on validation (tstrain's ensemble), from
+    the runs' stored probabilities; None where one is missing or does not fit the set's validation and test
+    halves."""
     stored = json.loads((out / "sweep.json").read_text()) if (out / "sweep.json").is_file() else {}
-    protocol = stored.get("protocol", SweepConfig.protocol)
-    split_seed = stored.get("split_seed", SweepConfig.split_seed)
-    groups: dict[tuple[str, str], list] = {}
-    for path in store.run_paths(out):
-        run = store.load_run(path)
-        if run is not None:
-            groups.setdefault((run.dataset, run.model), []).append((run, store.load_proba(store.proba_path(path))))
-    scores = {}
-    for (dataset, model), items in groups.items():
-        data = load_dataset(dataset, protocol=protocol, split_seed=split_seed, download=False, normalize="none")
-        sizes = {"val": len(data.val.y), "test": len(data.test.y)}
-        if all(p is not None and all(half in p and len(p[half]) == n for half, n in sizes.items()) for _, p in items):
-            runs, probas = zip(*items)
-            scores[(dataset, model)] = ensemble_scores(runs, probas, k, data.val.y, data.test.y)["test_top1"]
-    return scores
+    data = load_dataset(dataset, protocol=stored.get("protocol", SweepConfig.protocol),
+                        split_seed=stored.get("split_seed", SweepConfig.split_seed), download=False, normalize="none")
+    sizes = {"val": len(data.val.y), "test": len(data.test.y)}
+    probas = [store.load_proba(store.proba_path(path)) for path, _ in runs]
+    if not all(p is not None and all(half in p and len(p[half]) == n for half, n in sizes.items()) for p in probas):
+        return None
+    return ensemble_scores([r for _, r in runs], probas, k, data.val.y, data.test.y)["test_top1"]
 
 
-def collect(out: Path, sets: list[str], models: list[str], recipe_name: str, recipe: dict, ref: dict) -> list[dict]:
-    """One row per set and model with finished runs: the arm's runs (and their ensemble, as many runs as the
-    recipe ensembles) beside the recipe's (``recipe``) and the references (``ref``)."""
-    summary, ensembles = finished_runs(out), arm_ensembles(out, RECIPES[recipe_name]["ensemble"])
+def collect(out: Path, sets: list[str], models: list[str], ensemble: int, recipe: dict, ref: dict) -> list[dict]:
+    """One row per set and model with finished runs in ``out``: the arm's runs (and the ensemble of ``ensemble``
+    of them) beside the recipe's (``recipe``) and the references (``ref``)."""
+    loaded = [(path, run) for path in store.run_paths(out) if (run := store.load_run(path)) is not None]
+    summary = finished_runs([run for _, run in loaded])
     rows = []
     for d in sets:
         for m in models:
             if (d, m) not in summary:
                 continue
             (arm, tests, vals), base = summary[(d, m)], recipe.get((d, HYBRID_MODELS.get(m, m)), {})
+            mine = [(path, run) for path, run in loaded if (run.dataset, run.model) == (d, m)]
             rows.append({
                 "dataset": d, "model": m, "arm_best": arm.test_top1, "arm_avg": arm.avg_test_top1,
                 "arm_runs": arm.runs, "arm_tests": tests, "arm_seconds": arm.wall_seconds / arm.runs,
-                "arm_val_avg": statistics.mean(vals), "arm_ens": ensembles.get((d, m)),
+                "arm_val_avg": statistics.mean(vals), "arm_ens": arm_ensemble(out, d, mine, ensemble),
                 "recipe_best": base.get("best"),
                 "recipe_avg": base.get("avg"), "recipe_seconds": base.get("seconds"),
                 "recipe_source": base.get("source"),
@@ -264,7 +259,8 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     if not args.collect_only:
         train(args, sets, common)
-    rows = collect(Path(args.out), sets, models, args.recipe, recipe_rows(args), reference_rows(Path(args.reference)))
+    ref = reference_rows(Path(args.reference))
+    rows = collect(Path(args.out), sets, models, RECIPES[args.recipe]["ensemble"], recipe_rows(args, ref), ref)
     if not rows:
         raise SystemExit(f"no finished runs of {', '.join(models)} on {', '.join(sets)} in {args.out}")
     text = table(rows, f"recipe {args.recipe}")
