@@ -32,7 +32,13 @@ recipe's, as ``benchmarks/timeseries_rank.py`` matches them), so an ablation suc
 seed-protocol splits); ResNet (Fawaz et al.) and InceptionTime are published numbers on the full official test
 sets, not ours and not on the same half split. The arm's mean validation accuracy and its ensemble (the mean
 probabilities of as many runs, best on validation, as the recipe ensembles: tstrain's score) come from the runs
-stored in ``--out``. Writes JSON and a markdown copy.
+stored in ``--out``. ``--pool`` adds the runs of further sweeps of the same arm that differ only in their seeds
+(``--trunk-args "... --seed 3"``), so the row is chosen, averaged and ensembled over all of them:
+
+    python benchmarks/timeseries_trunk.py --datasets OSULeaf --seeds 3 --recipe small-data-trunk --collect-only \
+        --out runs/gpu_recipe --pool runs/gpu_recipe_s3
+
+Writes JSON and a markdown copy.
 """
 
 from __future__ import annotations
@@ -98,6 +104,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="train on the default device (a GPU where there is one), K runs at a time (default: CPU)")
     p.add_argument("--collect-only", action="store_true",
                    help="train nothing: tabulate the finished runs in --out (a partial sweep too)")
+    p.add_argument("--pool", nargs="+", default=[], metavar="DIR",
+                   help="more sweep directories of the same arm with other seeds (--trunk-args '... --seed K'): "
+                        "their finished runs are tabulated with --out's as one sweep (default: none)")
     p.add_argument("--device", default=None,
                    help="what the runs in --out ran on, for the record (default: this machine's device)")
     p.add_argument("--torch", default=None,
@@ -171,10 +180,43 @@ def arm_ensemble(out: Path, dataset: str, runs: list[tuple[Path, RunResult]], k:
     return ensemble_scores([r for _, r in runs], probas, k, data.val.y, data.test.y)["test_top1"]
 
 
-def collect(out: Path, sets: list[str], models: list[str], ensemble: int, recipe: dict, ref: dict) -> list[dict]:
-    """One row per set and model with finished runs in ``out``: the arm's runs (and the ensemble of ``ensemble``
-    of them) beside the recipe's (``recipe``) and the references (``ref``)."""
-    loaded = [(path, run) for path in store.run_paths(out) if (run := store.load_run(path)) is not None]
+def sweep_seeds(identity: dict) -> list[int]:
+    """The run seeds of a stored sweep (its ``sweep.json`` identity; keys left out hold their defaults)."""
+    first, count = identity.get("seed", SweepConfig.seed), identity.get("seeds", SweepConfig.seeds)
+    return list(range(first, first + count))
+
+
+def pooled_dirs(out: Path, pool: list[str]) -> list[Path]:
+    """``out`` and the ``--pool`` sweeps, checked to be one arm: the same settings but the seeds, and no seed run
+    twice (SystemExit naming the difference otherwise)."""
+    dirs = [out, *map(Path, pool)]
+    identities = []
+    for d in dirs:
+        if not (d / "sweep.json").is_file():
+            raise SystemExit(f"--pool expects tstrain sweep directories; {d} holds no sweep.json")
+        identities.append(json.loads((d / "sweep.json").read_text()))
+    base = {k: v for k, v in identities[0].items() if k not in ("seed", "seeds")}
+    seen: set[int] = set()
+    for d, identity in zip(dirs, identities):
+        other = {k: v for k, v in identity.items() if k not in ("seed", "seeds")}
+        if other != base:
+            diff = sorted(set(other.items()) ^ set(base.items()), key=str)
+            raise SystemExit(f"--pool expects sweeps of the arm in {out} with other seeds; {d} differs in {diff}")
+        seeds = sweep_seeds(identity)
+        if seen & set(seeds):
+            raise SystemExit(f"--pool expects sweeps with other seeds; {d} runs seeds {seeds}, already pooled: "
+                             f"{sorted(seen)}")
+        seen |= set(seeds)
+    return dirs
+
+
+def collect(dirs: list[Path], sets: list[str], models: list[str], ensemble: int, recipe: dict,
+            ref: dict) -> list[dict]:
+    """One row per set and model with finished runs in the sweeps ``dirs`` (the first is ``--out``): the arm's
+    runs (and the ensemble of ``ensemble`` of them) beside the recipe's (``recipe``) and the references
+    (``ref``)."""
+    out = dirs[0]
+    loaded = [(path, run) for d in dirs for path in store.run_paths(d) if (run := store.load_run(path)) is not None]
     summary = finished_runs([run for _, run in loaded])
     rows = []
     for d in sets:
@@ -249,6 +291,32 @@ def train(args: argparse.Namespace, sets: list[str], common: list[str]) -> None:
     tstrain(["--dataset", ",".join(sets), *common])
 
 
+def stored_seeds(sweep_dir: Path) -> list[int]:
+    """The run seeds of the sweep stored in ``sweep_dir`` (none where it holds no ``sweep.json``)."""
+    sweep_file = sweep_dir / "sweep.json"
+    return sweep_seeds(json.loads(sweep_file.read_text())) if sweep_file.is_file() else []
+
+
+def write_markdown(args: argparse.Namespace, record: dict, sets: list[str], models: list[str], text: str) -> None:
+    """The markdown copy of ``record`` beside ``--json``: title, device and command, the table, then notes on
+    missing rows, pooled sweeps and where the recipe's runs come from."""
+    front = " ".join([f"--recipe {args.recipe}"] * (args.recipe != "small-data") + args.trunk_args.split())
+    title = f"{', '.join(models)} with `{front}`" if front else ", ".join(models)
+    rows = record["rows"]
+    present = {(r["dataset"], r["model"]) for r in rows}
+    missing = [f"{d} {m}" for d in sets for m in models if (d, m) not in present]
+    note = f"\n\nNot finished (no runs): {', '.join(missing)}." if missing else ""
+    if args.pool:
+        seeds = record["run_seeds"]
+        note += (f"\n\nPooled sweeps (the same arm, run with `--seed K`): {', '.join(record['sweeps'])}; seeds "
+                 f"{seeds[0]}-{seeds[-1]} where finished (the runs column lists them in that order).")
+    sources = sorted({r["recipe_source"] for r in rows if r["recipe_source"]})
+    note += (f"\n\nThe recipe's runs: {', '.join(sources)} (their own device and threads, so wall times compare "
+             "only where those match)." if sources else "")
+    atomic_write_text(Path(args.json).with_suffix(".md"), f"# {title} vs the {args.recipe} recipe\n\n"
+                      f"{record['device']}, {args.threads} threads. `{record['command']}`\n\n{text}{note}\n")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     sets = args.datasets.split(",") if args.datasets else local_datasets()
@@ -260,28 +328,20 @@ def main(argv=None) -> int:
     if not args.collect_only:
         train(args, sets, common)
     ref = reference_rows(Path(args.reference))
-    rows = collect(Path(args.out), sets, models, RECIPES[args.recipe]["ensemble"], recipe_rows(args, ref), ref)
+    dirs = pooled_dirs(Path(args.out), args.pool) if args.pool else [Path(args.out)]
+    rows = collect(dirs, sets, models, RECIPES[args.recipe]["ensemble"], recipe_rows(args, ref), ref)
     if not rows:
         raise SystemExit(f"no finished runs of {', '.join(models)} on {', '.join(sets)} in {args.out}")
     text = table(rows, f"recipe {args.recipe}")
     command = f"tstrain --recipe {args.recipe} " + " ".join(common[2:-3])  # without --no-progress --out DIR
-    device = device_label(args)
-    record = {"command": command, "datasets": sets, "rows": rows, "torch": args.torch or torch.__version__,
-              "python": platform.python_version(), "device": device, "threads": args.threads,
+    record = {"command": command, "datasets": sets, "rows": rows, "sweeps": [str(d) for d in dirs],
+              "run_seeds": [s for d in dirs for s in stored_seeds(d)], "torch": args.torch or torch.__version__,
+              "python": platform.python_version(), "device": device_label(args), "threads": args.threads,
               "benchmark_seconds": None if args.collect_only else time.perf_counter() - start}
     print(text)
     print(json.dumps(record, indent=1))
     atomic_write_json(Path(args.json), record)
-    front = " ".join([f"--recipe {args.recipe}"] * (args.recipe != "small-data") + args.trunk_args.split())
-    title = f"{', '.join(models)} with `{front}`" if front else ", ".join(models)
-    present = {(r["dataset"], r["model"]) for r in rows}
-    missing = [f"{d} {m}" for d in sets for m in models if (d, m) not in present]
-    note = f"\n\nNot finished (no runs): {', '.join(missing)}." if missing else ""
-    sources = sorted({r["recipe_source"] for r in rows if r["recipe_source"]})
-    note += (f"\n\nThe recipe's runs: {', '.join(sources)} (their own device and threads, so wall times compare "
-             "only where those match)." if sources else "")
-    atomic_write_text(Path(args.json).with_suffix(".md"), f"# {title} vs the {args.recipe} recipe\n\n"
-                      f"{device}, {args.threads} threads. `{command}`\n\n{text}{note}\n")
+    write_markdown(args, record, sets, models, text)
     return 0
 
 

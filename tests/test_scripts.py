@@ -158,6 +158,43 @@ def test_trunk_benchmark_records_the_trunk_recipe(tmp_path):
     assert not out_json.exists()
 
 
+def test_trunk_benchmark_pools_sweeps_of_other_seeds(tmp_path):
+    """``--pool`` tabulates sweeps of one arm run with other seeds as one sweep: the run chosen on validation
+    among all of them, the mean over all, the seeds recorded; a sweep of other settings, or one repeating a seed,
+    is refused with nothing written."""
+    from jumbokit.timeseries.protocol import SweepConfig
+    from jumbokit.timeseries.store import write_run, write_sweep_file
+
+    def sweep(name: str, seed: int, runs: list[tuple[float, float]], **settings) -> str:
+        folder = tmp_path / name
+        write_sweep_file(folder, SweepConfig(seed=seed, seeds=len(runs), **settings))
+        for k, (val, test) in enumerate(runs):
+            stem = "lr0.001_do0.1" + (f"_s{k}" if k else "")
+            write_run(folder / "runs" / "GunPoint" / "patchtst_jumbo" / f"{stem}.json",
+                      _run_record("GunPoint", "patchtst_jumbo", val, 0.5, test), {"test": np.zeros((2, 2))})
+        return str(folder)
+
+    first = sweep("seeds0", 0, [(80.0, 70.0), (85.0, 75.0)])
+    later = sweep("seeds2", 2, [(90.0, 60.0)])
+    out_json = tmp_path / "table.json"
+    cmd = [sys.executable, "benchmarks/timeseries_trunk.py", "--collect-only", "--seeds", "2", "--datasets",
+           "GunPoint", "--out", first, "--json", str(out_json), "--device", "test", "--pool"]
+    proc = subprocess.run(cmd + [later], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out_json.read_text())
+    (row,) = record["rows"]
+    assert (row["arm_best"], row["arm_tests"], row["arm_runs"]) == (60.0, [70.0, 75.0, 60.0], 3)
+    assert row["arm_avg"] == pytest.approx(205.0 / 3) and record["run_seeds"] == [0, 1, 2]
+    assert "Pooled sweeps (the same arm, run with `--seed K`)" in out_json.with_suffix(".md").read_text()
+    out_json.unlink()
+    for bad, message in ((sweep("smoothed", 3, [(90.0, 60.0)], label_smoothing=0.1), "differs in"),
+                         (sweep("again", 1, [(90.0, 60.0)]), "already pooled: [0, 1]"),
+                         (str(tmp_path / "missing"), "holds no sweep.json")):
+        refused = subprocess.run(cmd + [bad], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and message in refused.stderr, refused.stderr
+        assert not out_json.exists()
+
+
 def _trunk_json(path: Path, command: str, device: str, rows: list[tuple[str, str, float, float, int]]) -> Path:
     """A JSON as benchmarks/timeseries_trunk.py writes it, with (set, model, best, mean, runs) rows."""
     path.write_text(json.dumps({"command": command, "device": device, "rows": [
