@@ -412,6 +412,37 @@ def test_label_smoothing_reaches_the_loss_and_is_stored_only_when_set(tmp_path):
         ts_protocol.SweepConfig(label_smoothing=1)
 
 
+def test_jumbo_pool_sets_the_jumbo_models_feature_and_is_stored_only_when_set(tmp_path):
+    """``--jumbo-pool jumbo+mean``: the Jumbo model classifies from the J*D vector and the mean patch token (a head
+    of (J+1)*D inputs per channel, the encoder's own pooling), the CLS model keeps its D-wide token; the sweep
+    stores the choice, and the default leaves old sweeps' identity as it was."""
+    from jumbokit.timeseries.data import load_dataset
+    from jumbokit.timeseries.run import new_run_model
+
+    data = load_dataset("GunPoint", download=False)
+    cfg = ts_protocol.SweepConfig(patches=8, jumbo_pool="jumbo+mean")
+    jumbo, cls = (new_run_model(data, name, cfg, 0.0, seed=0) for name in ("patchtst_jumbo", "patchtst"))
+    dim, j = jumbo.embed_dim, jumbo.num_global_tokens
+    assert (jumbo.head.in_features, cls.head.in_features) == ((j + 1) * dim, dim)
+    x = torch.as_tensor(data.val.x[:3], dtype=torch.float32)
+    with torch.no_grad():
+        out = jumbo.forward_features(x)
+        wide = out.global_tokens.reshape(3, j * dim)
+        expected = torch.cat([wide, out.patches.mean(dim=1)], dim=-1)
+    assert torch.allclose(out.feature, jumbo.fc_norm(expected), atol=1e-6)
+    default = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(patches=8), 0.0, seed=0)
+    assert default.head.in_features == dim
+    assert "jumbo_pool" not in ts_protocol.SweepConfig().identity()
+
+    assert cli.main(tiny(tmp_path / "pooled", "--epochs", "1", "--jumbo-pool", "jumbo+mean", "--model",
+                         "patchtst,patchtst_jumbo")) == 0
+    assert json.loads((tmp_path / "pooled" / "sweep.json").read_text())["jumbo_pool"] == "jumbo+mean"
+    assert "Jumbo models classify from the J*D Jumbo vector and the mean patch token" in (
+        tmp_path / "pooled" / "report.md").read_text()
+    with pytest.raises(ValueError, match=r"jumbo_pool must be one of jumbo, jumbo\+mean, segments, got 'avg'"):
+        ts_protocol.SweepConfig(jumbo_pool="avg")
+
+
 def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
     out = tmp_path / "bad"
     for args, message in [

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..logs import configure_logging
 from ..training.cli import setup_threads
 from .flags import PROTOCOLS, build_parser
-from .models import SERIES_MODELS
+from .models import JUMBO_MODELS, SERIES_MODELS
 
 if TYPE_CHECKING:
     from .protocol import SweepConfig
@@ -55,6 +55,9 @@ def _check_args(args: argparse.Namespace) -> None:
     unknown = [m for m in args.model if m not in SERIES_MODELS]
     if unknown:
         raise ValueError(f"unknown model(s) {unknown}; expected one or several of {', '.join(SERIES_MODELS)}")
+    if args.jumbo_pool != "segments" and not set(args.model) & set(JUMBO_MODELS):
+        raise ValueError(f"--jumbo-pool sets the feature of the Jumbo models ({', '.join(JUMBO_MODELS)}); --model "
+                         f"names none of them ({', '.join(args.model)})")
     for value in args.lr or []:
         if value <= 0:
             raise ValueError(f"--lr must be > 0, got {value:g}")
@@ -150,7 +153,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
                        steps=steps, augment=augment, mixup_alpha=args.mixup or 0.2,
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema,
-                       grad_clip=args.grad_clip, label_smoothing=args.label_smoothing)
+                       grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool)
 
 
 def _print_summary(result, ensemble: int) -> None:

@@ -11,7 +11,7 @@ from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
 from .models import PATCHTST_MODELS, SERIES_MODELS
 from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
-from .protocol import LONG_SERIES, LONG_SERIES_STEPS, RECIPES, SMALL_DATA_STEPS
+from .protocol import JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, RECIPES, SMALL_DATA_STEPS
 
 __all__ = ["build_parser", "PROTOCOLS"]
 
@@ -182,6 +182,11 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--rel-pos", action="store_true",
                        help="a learned relative-position bias in attention: one value per head and patch offset, "
                             "in every layer (eRPE-like; not with --branches)")
+    model.add_argument("--jumbo-pool", choices=JUMBO_POOLS, default="segments",
+                       help="what the Jumbo models classify from, per channel: segments = the mean of the J "
+                            "segments (width D, a head as small as PatchTST's); jumbo = the J*D vector; jumbo+mean = "
+                            "that vector and the mean patch token (the Jumbo reference code's head input); "
+                            "patchtst and patchtst_registers keep their CLS token (default: segments)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "

@@ -25,12 +25,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..encoders import DEFAULT_CONFIG, flops, register_model
+from ..encoders import DEFAULT_CONFIG, flops, model_config, register_model
 from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
-__all__ = ["PATCHTST_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER", "patch_geometry",
-           "capped_patch_geometry", "max_patches"]
+__all__ = ["PATCHTST_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER",
+           "patch_geometry", "capped_patch_geometry", "max_patches"]
 
 JUMBO_MULTIPLIER = 4
 PATCHTST_BASE: dict[str, Any] = dict(
@@ -154,3 +154,7 @@ register_model(
     global_tokens="jumbo", jumbo_multiplier=JUMBO_MULTIPLIER, jumbo_mlp_ratio=2.0, jumbo_pool="segments",
     **PATCHTST_BASE,
 )
+
+# the models whose feature ``jumbo_pool`` sets (a Jumbo token, or a hybrid of a Jumbo transformer)
+JUMBO_MODELS = tuple(m for m in SERIES_MODELS
+                     if model_config(HYBRID_MODELS.get(m, m), seq_len=8)["global_tokens"] == "jumbo")

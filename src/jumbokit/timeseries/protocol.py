@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from jumbokit.encoders.global_tokens import Jumbo
 from jumbokit.encoders.series_trunk import TRUNKS
 from jumbokit.training.optim import epochs_for_min_steps
 
@@ -33,6 +34,7 @@ __all__ = [
     "SMALL_DATA_STEPS",
     "LONG_SERIES_STEPS",
     "NARROW_TRUNK",
+    "JUMBO_POOLS",
     "WIDE_TRUNK",
     "auto_batch_size",
     "auto_trunk_width",
@@ -54,7 +56,8 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
                                "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
-                               "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0}
+                               "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
+                               "jumbo_pool": "segments"}
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
 _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
@@ -90,6 +93,7 @@ def auto_steps(seq_len: int) -> int:
     return LONG_SERIES_STEPS if int(seq_len) > LONG_SERIES else SMALL_DATA_STEPS
 
 
+JUMBO_POOLS = Jumbo.POOLS  # the Jumbo models' features: the J*D vector, it + the mean patch, the mean segment
 NARROW_TRUNK, WIDE_TRUNK = 32, 64  # trunk_width="auto": filters for series up to / longer than LONG_SERIES steps
 
 
@@ -158,6 +162,7 @@ class SweepConfig:
     ema_decay: float = 0.0  # > 0: score the exponential moving average of the weights (TrainConfig.ema_decay)
     grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
     label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the class, eps spread over all classes
+    jumbo_pool: str = "segments"  # the Jumbo models' feature: "segments" | "jumbo" | "jumbo+mean" (JUMBO_POOLS)
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
@@ -192,6 +197,7 @@ class SweepConfig:
             ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1) (0 = off)"),
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "None (off) or a norm > 0"),
             ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1) (0 = off)"),
+            ("jumbo_pool", self.jumbo_pool in JUMBO_POOLS, f"one of {', '.join(JUMBO_POOLS)}"),
         ]
         for name, ok, expected in checks:
             if not ok:

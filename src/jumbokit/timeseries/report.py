@@ -21,6 +21,7 @@ from .results import SummaryRow, SweepResult, baseline_columns, baseline_results
 
 __all__ = ["format_summary", "training_text", "write_reports"]
 
+JUMBO_POOL_TEXT = {"jumbo": "the J*D Jumbo vector", "jumbo+mean": "the J*D Jumbo vector and the mean patch token"}
 CSV_FIELDS = ["dataset", "model", "runs", "test_top1", "avg_test_top1", "std_test_top1", "val_top1",
               "max_test_top1", "best_lr", "best_dropout", "train_seconds", "step_ms", "params", "patch_len", "stride",
               "num_patches", "global_tokens", "full_test_top1"]
@@ -175,6 +176,8 @@ def training_text(cfg: SweepConfig) -> str:
         patching += " + each channel normalised in the model, its mean/std added to its tokens (jitter relative)"
     if cfg.rel_pos_bias:
         patching += "; relative-position bias in attention"
+    if cfg.jumbo_pool != "segments":
+        patching += f"; Jumbo models classify from {JUMBO_POOL_TEXT[cfg.jumbo_pool]}"
     extras = f", gradient norm clipped to {cfg.grad_clip:g}" if cfg.grad_clip else ""
     extras += f", label smoothing {cfg.label_smoothing:g}" if cfg.label_smoothing else ""
     text = (f"{patching}; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}{extras}; "

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .data import ClassificationData, SeriesSplit
-from .models import HYBRID_MODELS, PATCHTST_MODELS, SERIES_MODELS, max_patches, patch_geometry
+from .models import HYBRID_MODELS, JUMBO_MODELS, PATCHTST_MODELS, SERIES_MODELS, max_patches, patch_geometry
 from .protocol import SweepConfig
 
 __all__ = [
@@ -143,7 +143,14 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
     torch.manual_seed(seed)
     return build_series_model(model_name, data, cfg.patches, dropout, strict=strict, branches=cfg.branches,
                               max_patch_len=cfg.max_patch_len, rocket_seed=seed,
-                              **cfg.tokenizer_options(data.seq_len))
+                              **cfg.tokenizer_options(data.seq_len), **head_options(model_name, cfg))
+
+
+def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
+    """The encoder options of the sweep's head: ``jumbo_pool`` for a Jumbo model
+    (:data:`~jumbokit.timeseries.protocol.JUMBO_POOLS`); nothing for the CLS models, whose feature is their
+    CLS token."""
+    return {"jumbo_pool": cfg.jumbo_pool} if model_name in JUMBO_MODELS else {}
 
 
 def series_loader(split: SeriesSplit, batch_size: int, shuffle: bool, seed: int = 0,
