@@ -51,13 +51,14 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
 from jumbokit.timeseries import cli
 from jumbokit.timeseries import store
-from jumbokit.timeseries.data import load_dataset, local_datasets
+from jumbokit.timeseries.data import ClassificationData, load_dataset, local_datasets
 from jumbokit.timeseries.models import HYBRID_MODELS
 from jumbokit.timeseries.protocol import RECIPES, SweepConfig
 from jumbokit.timeseries.results import SummaryRow, ensemble_scores, summarize
@@ -166,13 +167,10 @@ def finished_runs(records: list[RunResult]) -> dict[tuple[str, str], tuple[Summa
             for row in summarize(records)}
 
 
-def arm_ensemble(out: Path, dataset: str, runs: list[tuple[Path, RunResult]], k: int) -> float | None:
+def arm_ensemble(data: ClassificationData, runs: list[tuple[Path, RunResult]], k: int) -> float | None:
     """Test accuracy (%) of the mean probabilities of the ``k`` runs best on validation (tstrain's ensemble), from
-    the runs' stored probabilities; None where one is missing or does not fit the set's validation and test
+    the runs' stored probabilities; None where one is missing or does not fit ``data``'s validation and test
     halves."""
-    stored = json.loads((out / "sweep.json").read_text()) if (out / "sweep.json").is_file() else {}
-    data = load_dataset(dataset, protocol=stored.get("protocol", SweepConfig.protocol),
-                        split_seed=stored.get("split_seed", SweepConfig.split_seed), download=False, normalize="none")
     sizes = {"val": len(data.val.y), "test": len(data.test.y)}
     probas = [store.load_proba(store.proba_path(path)) for path, _ in runs]
     if not all(p is not None and all(half in p and len(p[half]) == n for half, n in sizes.items()) for p in probas):
@@ -180,44 +178,38 @@ def arm_ensemble(out: Path, dataset: str, runs: list[tuple[Path, RunResult]], k:
     return ensemble_scores([r for _, r in runs], probas, k, data.val.y, data.test.y)["test_top1"]
 
 
-def sweep_seeds(identity: dict) -> list[int]:
-    """The run seeds of a stored sweep (its ``sweep.json`` identity; keys left out hold their defaults)."""
-    first, count = identity.get("seed", SweepConfig.seed), identity.get("seeds", SweepConfig.seeds)
-    return list(range(first, first + count))
-
-
-def pooled_dirs(out: Path, pool: list[str]) -> list[Path]:
-    """``out`` and the ``--pool`` sweeps, checked to be one arm: the same settings but the seeds, and no seed run
-    twice (SystemExit naming the difference otherwise)."""
-    dirs = [out, *map(Path, pool)]
-    identities = []
-    for d in dirs:
-        if not (d / "sweep.json").is_file():
-            raise SystemExit(f"--pool expects tstrain sweep directories; {d} holds no sweep.json")
-        identities.append(json.loads((d / "sweep.json").read_text()))
-    base = {k: v for k, v in identities[0].items() if k not in ("seed", "seeds")}
+def load_sweeps(out: Path, pool: list[str]) -> list[tuple[Path, SweepConfig | None]]:
+    """``out`` and the ``--pool`` sweeps with their stored settings, checked to be one arm: the same settings but
+    the seeds, and no seed run twice (SystemExit naming the difference otherwise)."""
+    sweeps = [(d, store.read_sweep_file(d)) for d in [out, *map(Path, pool)]]
+    if not pool:
+        return sweeps
     seen: set[int] = set()
-    for d, identity in zip(dirs, identities):
-        other = {k: v for k, v in identity.items() if k not in ("seed", "seeds")}
-        if other != base:
-            diff = sorted(set(other.items()) ^ set(base.items()), key=str)
-            raise SystemExit(f"--pool expects sweeps of the arm in {out} with other seeds; {d} differs in {diff}")
-        seeds = sweep_seeds(identity)
-        if seen & set(seeds):
-            raise SystemExit(f"--pool expects sweeps with other seeds; {d} runs seeds {seeds}, already pooled: "
-                             f"{sorted(seen)}")
-        seen |= set(seeds)
-    return dirs
+    for d, cfg in sweeps:
+        if cfg is None:
+            raise SystemExit(f"--pool expects tstrain sweep directories; {d} holds no sweep.json")
+        settings, base = (asdict(replace(c, seed=0, seeds=1)) for c in (cfg, sweeps[0][1]))
+        diff = sorted(k for k in settings if settings[k] != base[k])
+        if diff:
+            raise SystemExit(f"--pool expects sweeps of the arm in {out} with other seeds; {d} differs in "
+                             + ", ".join(f"{k}: {settings[k]!r} there vs {base[k]!r}" for k in diff))
+        if seen & set(cfg.run_seeds()):
+            raise SystemExit(f"--pool expects sweeps with other seeds; {d} runs seeds {cfg.run_seeds()}, already "
+                             f"pooled: {sorted(seen)}")
+        seen |= set(cfg.run_seeds())
+    return sweeps
 
 
-def collect(dirs: list[Path], sets: list[str], models: list[str], ensemble: int, recipe: dict,
-            ref: dict) -> list[dict]:
-    """One row per set and model with finished runs in the sweeps ``dirs`` (the first is ``--out``): the arm's
-    runs (and the ensemble of ``ensemble`` of them) beside the recipe's (``recipe``) and the references
-    (``ref``)."""
-    out = dirs[0]
-    loaded = [(path, run) for d in dirs for path in store.run_paths(d) if (run := store.load_run(path)) is not None]
+def collect(sweeps: list[tuple[Path, SweepConfig | None]], sets: list[str], models: list[str], ensemble: int,
+            recipe: dict, ref: dict) -> list[dict]:
+    """One row per set and model with finished runs in the sweeps (the first is ``--out``): the arm's runs (and
+    the ensemble of ``ensemble`` of them) beside the recipe's (``recipe``) and the references (``ref``)."""
+    cfg = sweeps[0][1] or SweepConfig()
+    loaded = [(path, run) for d, _ in sweeps for path in store.run_paths(d)
+              if (run := store.load_run(path)) is not None]
     summary = finished_runs([run for _, run in loaded])
+    splits = {d: load_dataset(d, protocol=cfg.protocol, split_seed=cfg.split_seed, download=False, normalize="none")
+              for d in sets if any((d, m) in summary for m in models)}
     rows = []
     for d in sets:
         for m in models:
@@ -228,7 +220,7 @@ def collect(dirs: list[Path], sets: list[str], models: list[str], ensemble: int,
             rows.append({
                 "dataset": d, "model": m, "arm_best": arm.test_top1, "arm_avg": arm.avg_test_top1,
                 "arm_runs": arm.runs, "arm_tests": tests, "arm_seconds": arm.wall_seconds / arm.runs,
-                "arm_val_avg": statistics.mean(vals), "arm_ens": arm_ensemble(out, d, mine, ensemble),
+                "arm_val_avg": statistics.mean(vals), "arm_ens": arm_ensemble(splits[d], mine, ensemble),
                 "recipe_best": base.get("best"),
                 "recipe_avg": base.get("avg"), "recipe_seconds": base.get("seconds"),
                 "recipe_source": base.get("source"),
@@ -291,12 +283,6 @@ def train(args: argparse.Namespace, sets: list[str], common: list[str]) -> None:
     tstrain(["--dataset", ",".join(sets), *common])
 
 
-def stored_seeds(sweep_dir: Path) -> list[int]:
-    """The run seeds of the sweep stored in ``sweep_dir`` (none where it holds no ``sweep.json``)."""
-    sweep_file = sweep_dir / "sweep.json"
-    return sweep_seeds(json.loads(sweep_file.read_text())) if sweep_file.is_file() else []
-
-
 def write_markdown(args: argparse.Namespace, record: dict, sets: list[str], models: list[str], text: str) -> None:
     """The markdown copy of ``record`` beside ``--json``: title, device and command, the table, then notes on
     missing rows, pooled sweeps and where the recipe's runs come from."""
@@ -328,14 +314,14 @@ def main(argv=None) -> int:
     if not args.collect_only:
         train(args, sets, common)
     ref = reference_rows(Path(args.reference))
-    dirs = pooled_dirs(Path(args.out), args.pool) if args.pool else [Path(args.out)]
-    rows = collect(dirs, sets, models, RECIPES[args.recipe]["ensemble"], recipe_rows(args, ref), ref)
+    sweeps = load_sweeps(Path(args.out), args.pool)
+    rows = collect(sweeps, sets, models, RECIPES[args.recipe]["ensemble"], recipe_rows(args, ref), ref)
     if not rows:
         raise SystemExit(f"no finished runs of {', '.join(models)} on {', '.join(sets)} in {args.out}")
     text = table(rows, f"recipe {args.recipe}")
     command = f"tstrain --recipe {args.recipe} " + " ".join(common[2:-3])  # without --no-progress --out DIR
-    record = {"command": command, "datasets": sets, "rows": rows, "sweeps": [str(d) for d in dirs],
-              "run_seeds": [s for d in dirs for s in stored_seeds(d)], "torch": args.torch or torch.__version__,
+    record = {"command": command, "datasets": sets, "rows": rows, "sweeps": [str(d) for d, _ in sweeps],
+              "run_seeds": [s for _, c in sweeps if c is not None for s in c.run_seeds()], "torch": args.torch or torch.__version__,
               "python": platform.python_version(), "device": device_label(args), "threads": args.threads,
               "benchmark_seconds": None if args.collect_only else time.perf_counter() - start}
     print(text)

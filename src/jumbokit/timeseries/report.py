@@ -176,7 +176,7 @@ def training_text(cfg: SweepConfig) -> str:
         patching += " + each channel normalised in the model, its mean/std added to its tokens (jitter relative)"
     if cfg.rel_pos_bias:
         patching += "; relative-position bias in attention"
-    if cfg.jumbo_pool != "segments":
+    if cfg.jumbo_pool != SweepConfig.jumbo_pool:
         patching += f"; Jumbo models classify from {JUMBO_POOL_TEXT[cfg.jumbo_pool]}"
     extras = f", gradient norm clipped to {cfg.grad_clip:g}" if cfg.grad_clip else ""
     extras += f", label smoothing {cfg.label_smoothing:g}" if cfg.label_smoothing else ""

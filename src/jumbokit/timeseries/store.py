@@ -20,7 +20,7 @@ from jumbokit.training.rundir import atomic_write_text
 from .protocol import SweepConfig, SweepMismatchError
 from .run import RunResult
 
-__all__ = ["run_id", "check_out_dir", "write_sweep_file", "load_run", "run_paths", "load_runs", "write_run",
+__all__ = ["run_id", "check_out_dir", "write_sweep_file", "read_sweep_file", "load_run", "run_paths", "load_runs", "write_run",
            "load_proba", "proba_path", "read_pretrained", "write_pretrained", "pretrain_record_path"]
 
 
@@ -52,6 +52,12 @@ def write_sweep_file(out_dir: Path, cfg: SweepConfig) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     if not (out_dir / "sweep.json").exists():
         atomic_write_text(out_dir / "sweep.json", json.dumps(cfg.identity(), indent=2) + "\n")
+
+
+def read_sweep_file(out_dir: Path) -> SweepConfig | None:
+    """The sweep stored in ``out_dir`` (keys left out of ``sweep.json`` hold their defaults); None without one."""
+    sweep_file = out_dir / "sweep.json"
+    return SweepConfig(**json.loads(sweep_file.read_text())) if sweep_file.is_file() else None
 
 
 def load_run(path: Path) -> RunResult | None:
