@@ -187,7 +187,8 @@ def test_trunk_benchmark_pools_sweeps_of_other_seeds(tmp_path):
     assert row["arm_avg"] == pytest.approx(205.0 / 3) and record["run_seeds"] == [0, 1, 2]
     assert "Pooled sweeps (the same arm, run with `--seed K`)" in out_json.with_suffix(".md").read_text()
     out_json.unlink()
-    for bad, message in ((sweep("smoothed", 3, [(90.0, 60.0)], label_smoothing=0.1), "differs in label_smoothing: 0.1 there vs 0.0"),
+    smoothed = sweep("smoothed", 3, [(90.0, 60.0)], label_smoothing=0.1)
+    for bad, message in ((smoothed, "differs in label_smoothing: 0.1 there vs 0.0"),
                          (sweep("again", 1, [(90.0, 60.0)]), "already pooled: [0, 1]"),
                          (str(tmp_path / "missing"), "holds no sweep.json")):
         refused = subprocess.run(cmd + [bad], cwd=ROOT, capture_output=True, text=True, timeout=120)
