@@ -3,8 +3,8 @@
     python benchmarks/timeseries_rank.py benchmarks/results/timeseries_trunk_cpu_seeds3.json \\
         benchmarks/results/timeseries_trunk_h100_seeds3.json --json benchmarks/results/timeseries_trunk_ranks.json
 
-    python benchmarks/timeseries_rank.py benchmarks/results/timeseries_trunk_resnet_auto_variants_seeds3.json \
-        benchmarks/results/timeseries_trunk_levelscale_auto_variants_seeds3.json ... \
+    python benchmarks/timeseries_rank.py benchmarks/results/timeseries_trunk_resnet_auto_variants_seeds3.json \\
+        benchmarks/results/timeseries_trunk_levelscale_auto_variants_seeds3.json ... \\
         --front-end "tstrain --recipe small-data-trunk"      # the recipe's runs, from explicit-flag files too
 
 Each input is a JSON written by ``benchmarks/timeseries_trunk.py``. A row is ranked when its file's ``tstrain``

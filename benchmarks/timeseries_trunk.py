@@ -35,7 +35,7 @@ probabilities of as many runs, best on validation, as the recipe ensembles: tstr
 stored in ``--out``. ``--pool`` adds the runs of further sweeps of the same arm that differ only in their seeds
 (``--trunk-args "... --seed 3"``), so the row is chosen, averaged and ensembled over all of them:
 
-    python benchmarks/timeseries_trunk.py --datasets OSULeaf --seeds 3 --recipe small-data-trunk --collect-only \
+    python benchmarks/timeseries_trunk.py --datasets OSULeaf --seeds 3 --recipe small-data-trunk --collect-only \\
         --out runs/gpu_recipe --pool runs/gpu_recipe_s3
 
 Writes JSON and a markdown copy.

@@ -1,6 +1,6 @@
 """Test-time adaptation benchmark: none / Tent / EATA / SAR over source models, settings and severities.
 
-    python benchmarks/tta.py --checkpoints runs/supervised_vit_tiny_reg16_digits,runs/supervised_vit_tiny_jumbo_digits \
+    python benchmarks/tta.py --checkpoints runs/supervised_vit_tiny_reg16_digits,runs/supervised_vit_tiny_jumbo_digits \\
         --settings normal,bs1,label_shift --severities 5,3 --out runs/bench_tta --jobs 4
 
 Each (checkpoint, setting) is one run of ``recipes/sar_adapt.py`` (run in parallel with ``--jobs``);

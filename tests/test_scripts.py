@@ -20,6 +20,26 @@ def test_script_help(script):
     assert len(proc.stdout.splitlines()) > 5
 
 
+def _docstring_continuations(path: Path) -> list[int]:
+    """Lines of a file's module docstring that end in one backslash: Python joins them, so --help loses the line."""
+    import ast
+
+    body = ast.parse(path.read_text()).body
+    node = body[0] if body else None
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        return []
+    source = path.read_text().splitlines()[node.lineno - 1:node.end_lineno]
+    if source[0].lstrip().lower().startswith(("r\"", "r'")):
+        return []
+    return [node.lineno + i for i, line in enumerate(source) if line.endswith("\\") and not line.endswith("\\\\")]
+
+
+def test_module_docstrings_keep_their_shell_line_continuations():
+    files = [*(ROOT / "benchmarks").glob("*.py"), *(ROOT / "recipes").glob("*.py"), *(ROOT / "src").rglob("*.py")]
+    joined = {f.relative_to(ROOT).as_posix(): lines for f in files if (lines := _docstring_continuations(f))}
+    assert joined == {}, "write a shell continuation in a docstring as \\\\ (or make the docstring raw)"
+
+
 def _recipe(name: str):
     import importlib
 

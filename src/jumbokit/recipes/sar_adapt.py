@@ -1,8 +1,8 @@
 """Test-time adaptation (none / Tent / EATA / SAR) of a source classifier on corrupted test sets.
 
-    accelerate launch recipes/sar_adapt.py --checkpoint runs/supervised_vit_tiny_jumbo_digits \
+    accelerate launch recipes/sar_adapt.py --checkpoint runs/supervised_vit_tiny_jumbo_digits \\
         --dataset digits --methods none,tent,eata,sar --setting normal --severity 5 --out runs/tta
-    jumbokit sar-adapt --imagenet-c /data/imagenet-c --checkpoint vit_base_patch16_224 \
+    jumbokit sar-adapt --imagenet-c /data/imagenet-c --checkpoint vit_base_patch16_224 \\
         --weights vit_base.safetensors --dataset folder:/data/imagenet --setting label_shift
 
 The source is a jumbokit run directory, a ``.safetensors`` file, or a timm model name plus
