@@ -45,3 +45,23 @@ def test_estimator_level_scale_auto_follows_the_scale_spread():
     kw = dict(model="patchtst", patches=4, epochs=1, batch_size=8, random_state=0, level_scale="auto")
     even, wide = PatchTSTClassifier(**kw).fit(X, y), PatchTSTClassifier(**kw).fit(spread, y)
     assert even.network_.config["level_scale"] is False and wide.network_.config["level_scale"] is True
+
+
+def test_estimator_passes_the_head_and_loss_options_to_the_sweep_config():
+    """jumbo_pool sets the Jumbo head's width per channel (D, J*D, (J+1)*D); label smoothing and clipping train;
+    a bad value is refused with what was expected."""
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(12, 2, 32)), np.array([0, 1] * 6)
+    kw = dict(model="patchtst_jumbo", patches=4, epochs=1, batch_size=8, random_state=0, label_smoothing=0.1,
+              grad_clip=1.0)
+    widths = {pool: PatchTSTClassifier(jumbo_pool=pool, **kw).fit(X, y).network_.head.in_features
+              for pool in ("segments", "jumbo", "jumbo+mean")}
+    d = widths["segments"] // 2
+    j = widths["jumbo"] // (2 * d)
+    assert j > 1 and widths["jumbo+mean"] == 2 * (j + 1) * d
+    with pytest.raises(ValueError, match="jumbo_pool must be one of .*got 'mean'"):
+        PatchTSTClassifier(jumbo_pool="mean", **kw).fit(X, y)
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
+        PatchTSTClassifier(**dict(kw, label_smoothing=1.0)).fit(X, y)

@@ -94,6 +94,13 @@ class PatchTSTClassifier(BaseClassifier):
     ema_decay : float, default=0.0
         > 0: predict with the exponential moving average of the weights (updated after every step with this
         decay, e.g. 0.998) instead of the last weights.
+    label_smoothing : float, default=0.0
+        Train on targets of 1 - eps for the class and eps spread over all classes (0 = plain cross-entropy).
+    grad_clip : float or None, default=None
+        Clip each step's gradient to this global L2 norm (None = off).
+    jumbo_pool : {"segments", "jumbo", "jumbo+mean"}, default="segments"
+        What ``patchtst_jumbo`` classifies from, per channel: the mean of the J segments of the Jumbo token
+        (width D), the J*D vector, or that vector and the mean patch token; ignored by the other models.
 
     Attributes
     ----------
@@ -144,7 +151,8 @@ class PatchTSTClassifier(BaseClassifier):
                  augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0,
                  trunk: str | None = None, trunk_width: int | str = 16, trunk_depth: int = 3, trunk_diff: bool = False,
                  token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
-                 level_scale: bool | str = False) -> None:
+                 level_scale: bool | str = False, label_smoothing: float = 0.0, grad_clip: float | None = None,
+                 jumbo_pool: str = "segments") -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -165,6 +173,9 @@ class PatchTSTClassifier(BaseClassifier):
         self.token_stats = token_stats
         self.level_scale = level_scale
         self.rel_pos_bias = rel_pos_bias
+        self.label_smoothing = label_smoothing
+        self.grad_clip = grad_clip
+        self.jumbo_pool = jumbo_pool
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -194,7 +205,9 @@ class PatchTSTClassifier(BaseClassifier):
                           trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
                           token_stats=bool(self.token_stats), normalize=self.normalize,
                           level_scale=self.level_scale if self.level_scale == "auto" else bool(self.level_scale),
-                          rel_pos_bias=bool(self.rel_pos_bias)).for_dataset(x)
+                          rel_pos_bias=bool(self.rel_pos_bias), label_smoothing=float(self.label_smoothing),
+                          grad_clip=None if self.grad_clip is None else float(self.grad_clip),
+                          jumbo_pool=self.jumbo_pool).for_dataset(x)
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
                                   protocol="official")
@@ -229,8 +242,10 @@ class PatchTSTClassifier(BaseClassifier):
     @classmethod
     def _get_test_params(cls, parameter_set: str = "default") -> dict | list[dict]:
         """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
-        with the first difference, token statistics, level and scale, all channels together and relative positions."""
+        with the first difference, token statistics, level and scale, all channels together, relative positions,
+        label smoothing, gradient clipping and the widest Jumbo head."""
         plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
         trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
-                     rel_pos_bias=True, trunk_mix=True, level_scale=True)
+                     rel_pos_bias=True, trunk_mix=True, level_scale=True, label_smoothing=0.1, grad_clip=1.0,
+                     jumbo_pool="jumbo+mean")
         return [plain, trunk]
