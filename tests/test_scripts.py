@@ -1,5 +1,6 @@
 """Every recipe and benchmark script imports cleanly and explains itself with ``--help``."""
 
+import ast
 import json
 import subprocess
 import sys
@@ -22,13 +23,12 @@ def test_script_help(script):
 
 def _docstring_continuations(path: Path) -> list[int]:
     """Lines of a file's module docstring that end in one backslash: Python joins them, so --help loses the line."""
-    import ast
-
-    body = ast.parse(path.read_text()).body
+    text = path.read_text()
+    body = ast.parse(text).body
     node = body[0] if body else None
     if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
         return []
-    source = path.read_text().splitlines()[node.lineno - 1:node.end_lineno]
+    source = text.splitlines()[node.lineno - 1:node.end_lineno]
     if source[0].lstrip().lower().startswith(("r\"", "r'")):
         return []
     return [node.lineno + i for i, line in enumerate(source) if line.endswith("\\") and not line.endswith("\\\\")]

@@ -65,3 +65,5 @@ def test_estimator_passes_the_head_and_loss_options_to_the_sweep_config():
         PatchTSTClassifier(jumbo_pool="mean", **kw).fit(X, y)
     with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
         PatchTSTClassifier(**dict(kw, label_smoothing=1.0)).fit(X, y)
+    with pytest.raises(ValueError, match="grad_clip must be None .* got 0.0"):
+        PatchTSTClassifier(**dict(kw, grad_clip=0)).fit(X, y)
