@@ -23,7 +23,8 @@ Each set runs through the command the docs show,
 one set at a time into the same sweep directory (finished runs are reused when the benchmark is run again).
 ``--recipe small-data-trunk`` runs that recipe instead, its front end built in (``--trunk-args`` then adds to
 it and is empty by default).
-A hybrid (``patchtst_jumbo_rocket``) is compared with the recipe's run of the transformer it extends.
+A hybrid (``patchtst_jumbo_rocket``) is compared with the recipe's run of the transformer it extends, the
+trunk alone (``series_cnn``) with the recipe's patchtst_jumbo.
 The arm is compared with the runs of its recipe as it is: under small-data, the recipe without the trunk, from
 ``--reference`` (the small-data benchmark's JSON); under small-data-trunk, the trunk recipe's runs, taken from
 ``--recipe-runs`` (JSON files of this benchmark; a row counts when its command, decided on that set, is the
@@ -59,7 +60,7 @@ import torch
 from jumbokit.timeseries import cli
 from jumbokit.timeseries import store
 from jumbokit.timeseries.data import ClassificationData, load_dataset, local_datasets
-from jumbokit.timeseries.models import HYBRID_MODELS
+from jumbokit.timeseries.models import HYBRID_MODELS, REFERENCE_MODELS
 from jumbokit.timeseries.protocol import RECIPES, SweepConfig
 from jumbokit.timeseries.results import SummaryRow, ensemble_scores, summarize
 from jumbokit.timeseries.run import RunResult
@@ -74,6 +75,7 @@ RESNET = {"ACSF1": 91.6, "ArrowHead": 83.8, "GunPoint": 99.1, "ItalyPowerDemand"
 INCEPTIONTIME = {"ACSF1": 92.0, "ArrowHead": 84.6, "GunPoint": 100.0, "ItalyPowerDemand": 96.5, "OSULeaf": 94.2,
                  "PLAID": 94.4, "PickupGestureWiimoteZ": 76.0, "BasicMotions": 100.0, "JapaneseVowels": 99.2}
 BASELINES = ("minirocket", "multirocket", "hydra")
+COMPARED_WITH = {**HYBRID_MODELS, **{m: "patchtst_jumbo" for m in REFERENCE_MODELS}}  # model -> the recipe's model
 SMALL_DATA_TRUNK_ARGS = "--conv-stem 0 --trunk inception --trunk-width 16 --trunk-depth 3 --diff"  # small-data's arm
 # The runs of `tstrain --recipe small-data-trunk` as it is, 3 seeds on all 9 sets (CPU), in the files that
 # benchmarks/results/timeseries_trunk_recipe_ranks.json ranks (explicit-flag commands that decide to the recipe).
@@ -215,7 +217,7 @@ def collect(sweeps: list[tuple[Path, SweepConfig | None]], sets: list[str], mode
         for m in models:
             if (d, m) not in summary:
                 continue
-            (arm, tests, vals), base = summary[(d, m)], recipe.get((d, HYBRID_MODELS.get(m, m)), {})
+            (arm, tests, vals), base = summary[(d, m)], recipe.get((d, COMPARED_WITH.get(m, m)), {})
             mine = [(path, run) for path, run in loaded if (run.dataset, run.model) == (d, m)]
             rows.append({
                 "dataset": d, "model": m, "arm_best": arm.test_top1, "arm_avg": arm.avg_test_top1,

@@ -72,3 +72,12 @@ def test_prop1_is_half_of_counted_layer_flops():
     assert jumbo.num_patches == patches
     embed = 2 * patches * dim * 6
     assert counted_flops(jumbo, torch.randn(1, 1, 30)) - embed == 2 * prop1_layer_macs(dim, patches, jumbo_multiplier=j)
+
+
+def test_series_cnn_flops_match_counter():
+    """The trunk alone (no transformer layer, the mean token into the head)."""
+    from jumbokit import create_model
+
+    model = create_model("series_cnn", num_classes=0, in_chans=2, seq_len=30, patches=6, trunk_width=8,
+                         trunk_diff=True).eval()
+    assert encoder_flops(model) == counted_flops(model, torch.randn(1, 2, 30))

@@ -188,3 +188,35 @@ def test_channel_mixing_trunk_reads_every_channel_and_feeds_every_channel():
     assert torch.isfinite(mixing(x).tokens).all()
     with pytest.raises(ValueError, match="built for 3 channel"):
         mixing.trunk(torch.randn(1, 2, 48))
+
+
+def test_series_cnn_is_the_trunk_whose_mean_token_feeds_the_head():
+    """The transformer-off reference: no layer and no global token; its feature is the LayerNorm of each
+    channel's mean observed token, and every parameter learns (so distributed training has none unused)."""
+    torch.manual_seed(0)
+    model = jumbokit.create_model("series_cnn", num_classes=3, in_chans=2, seq_len=40, patches=8, trunk_width=4,
+                                  trunk_diff=True)
+    assert len(model.blocks) == 0 and model.num_global_tokens == 0
+    assert model.config["trunk"] == "resnet"
+    x = torch.randn(4, 2, 40)
+    x[0, :, 25:] = float("nan")
+    model.eval()
+    out = model.forward_features(x)
+    tok = model.tokenize(x)
+    kept = (~tok.pad_mask).unsqueeze(-1).float()  # (B*C, N, 1)
+    mean_token = (tok.tokens * kept).sum(1) / kept.sum(1)
+    torch.testing.assert_close(out.feature, model.fc_norm(mean_token))
+    model.train()
+    model(x).logsumexp(-1).mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_series_cnn_refuses_a_missing_trunk_and_branches():
+    with pytest.raises(ValueError, match="needs a trunk.*got trunk=None"):
+        jumbokit.create_model("series_cnn", num_classes=3, in_chans=1, seq_len=40, trunk=None)
+    from jumbokit.timeseries.data import load_dataset
+    from jumbokit.timeseries.run import build_series_model
+
+    data = load_dataset("GunPoint", download=False)
+    with pytest.raises(ValueError, match="no transformer layers to train as progressive-join branches"):
+        build_series_model("series_cnn", data, patches=8, branches=2, trunk="resnet", trunk_width=4)

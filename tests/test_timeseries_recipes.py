@@ -605,3 +605,24 @@ def test_sweep_settings_resolve_a_command_line_as_tstrain_does(tmp_path):
     assert (settings.lrs, settings.dropouts, settings.ensemble) == ((1e-3,), (0.1,), 1)
     with pytest.raises(ValueError, match="--lr must be > 0"):
         cli.sweep_settings(["--lr", "-1"])
+
+
+def test_layer_scale_starts_every_block_at_its_value_and_is_stored_only_when_set(tmp_path):
+    """``--layer-scale V``: every block's attention and FFN outputs and the Jumbo FFN's are scaled by learned
+    factors starting at V; the default builds the blocks without them and leaves old sweeps' identity as it was."""
+    from jumbokit.timeseries.data import load_dataset
+    from jumbokit.timeseries.run import new_run_model
+
+    data = load_dataset("GunPoint", download=False)
+    scaled = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(patches=8, layer_scale=1e-4), 0.0, 0)
+    gammas = [p for n, p in scaled.named_parameters() if "gamma" in n]
+    assert len(gammas) >= 2 * len(scaled.blocks) and all(torch.all(g == 1e-4) for g in gammas)
+    plain = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(patches=8), 0.0, 0)
+    assert not any("gamma" in n for n, _ in plain.named_parameters())
+    assert "layer_scale" not in ts_protocol.SweepConfig().identity()
+
+    assert cli.main(tiny(tmp_path / "scaled", "--epochs", "1", "--layer-scale", "1e-4")) == 0
+    assert json.loads((tmp_path / "scaled" / "sweep.json").read_text())["layer_scale"] == 1e-4
+    assert "LayerScale on every block, starting at 0.0001" in (tmp_path / "scaled" / "report.md").read_text()
+    with pytest.raises(ValueError, match=r"layer_scale must be >= 0 \(0 = off\), got -1"):
+        ts_protocol.SweepConfig(layer_scale=-1)

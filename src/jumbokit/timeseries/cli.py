@@ -153,7 +153,8 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
                        steps=steps, augment=augment, mixup_alpha=args.mixup or 0.2,
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema,
-                       grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool)
+                       grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
+                       layer_scale=args.layer_scale)
 
 
 def _print_summary(result, ensemble: int) -> None:

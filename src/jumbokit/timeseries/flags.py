@@ -112,6 +112,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _layer_scale(text: str) -> float:
+    """``--layer-scale V``: a finite float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a LayerScale start >= 0 (0 = off), e.g. 1e-4, got {text!r}")
+    return value
+
+
 def _add_data_args(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     data.add_argument("--archive", type=str.upper, choices=("UCR", "UEA"), default=None,
@@ -187,6 +198,10 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                             "segments (width D, a head as small as PatchTST's); jumbo = the J*D vector; jumbo+mean = "
                             "that vector and the mean patch token (the Jumbo reference code's head input); "
                             "patchtst and patchtst_registers keep their CLS token (default: segments)")
+    model.add_argument("--layer-scale", type=_layer_scale, default=0.0, metavar="V",
+                       help="LayerScale (CaiT): each transformer block's attention and FFN outputs, and the Jumbo "
+                            "FFN's, are scaled per feature by learned factors that start at V, e.g. 1e-4, so every "
+                            "block starts near the identity; 0 = off (default: 0)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "

@@ -11,6 +11,11 @@ GELU): every channel is patched and encoded separately by the same transformer, 
 - ``patchtst_jumbo``: a Jumbo token (J=4, its own FFN of hidden 2*J*D shared by all layers) instead
   of CLS; the J segments are averaged to width D per channel, so the head is as small as PatchTST's.
 
+``series_cnn`` is the transformer-off reference: the same tokens from a convolutional trunk (``trunk=``
+"resnet" by default, or "inception") and no transformer layer; each channel's mean token (LayerNorm) goes to
+the head, as a ResNet/InceptionTime classifier's global average pooling does. Beside a transformer run on the
+same trunk it says what the transformer adds.
+
 Patching (seed, App. A.3.2): N equally sized patches (8 or 42) of the largest possible length, stride
 half the patch length, end padding. ``create_model("patchtst_jumbo", num_classes=5, in_chans=3,
 seq_len=140, patches=8)`` derives ``patch_len``/``stride`` (and R) from ``seq_len`` and ``patches``.
@@ -29,7 +34,7 @@ from ..encoders import DEFAULT_CONFIG, flops, model_config, register_model
 from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
-__all__ = ["PATCHTST_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER",
+__all__ = ["PATCHTST_MODELS", "REFERENCE_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER",
            "patch_geometry", "capped_patch_geometry", "max_patches"]
 
 JUMBO_MULTIPLIER = 4
@@ -38,9 +43,10 @@ PATCHTST_BASE: dict[str, Any] = dict(
     mlp_hidden=256, pos_embed="learn",
 )
 PATCHTST_MODELS = ("patchtst", "patchtst_registers", "patchtst_jumbo")
+REFERENCE_MODELS = ("series_cnn",)  # the trunk alone, no transformer layer
 # hybrids (``jumbokit.timeseries.rocket_tokens``): name -> the transformer they extend
 HYBRID_MODELS = {"patchtst_jumbo_rocket": "patchtst_jumbo"}
-SERIES_MODELS = PATCHTST_MODELS + tuple(HYBRID_MODELS)  # what tstrain and the sweep accept
+SERIES_MODELS = PATCHTST_MODELS + REFERENCE_MODELS + tuple(HYBRID_MODELS)  # what tstrain and the sweep accept
 
 
 def max_patches(seq_len: int) -> int:
@@ -128,6 +134,10 @@ def _builder(kind: str):
             raise ValueError(f"pass both patch_len and stride, or neither (and patches=N), got only {explicit[0]}")
         if not explicit:
             cfg["patch_len"], cfg["stride"] = capped_patch_geometry(cfg["seq_len"], patches, max_patch_len, strict)
+        if kind in REFERENCE_MODELS and cfg.get("trunk") is None:
+            raise ValueError(f"{kind} is a convolutional trunk without transformer layers, so it needs a trunk: "
+                             "trunk='resnet' or 'inception' (tstrain: --recipe small-data-trunk or --trunk resnet), "
+                             "got trunk=None")
         num_patches = series_patch_count(cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg.get("pad_end", True))
         if kind == "patchtst_registers" and overrides.get("num_registers") is None:
             mult = cfg.pop("_match_jumbo_multiplier", JUMBO_MULTIPLIER)
@@ -153,6 +163,13 @@ register_model(
     description="PatchTST + Jumbo (J=4, shared Jumbo FFN of hidden 2*J*D), segments averaged per channel",
     global_tokens="jumbo", jumbo_multiplier=JUMBO_MULTIPLIER, jumbo_mlp_ratio=2.0, jumbo_pool="segments",
     **PATCHTST_BASE,
+)
+register_model(
+    "series_cnn", builder=_builder("series_cnn"),
+    description="The convolutional trunk alone (ResNet blocks by default): no transformer layer, the mean token "
+                "per channel into the head (the transformer-off reference)",
+    global_tokens="none", depth=0, global_pool="avg", trunk="resnet", conv_stem=0,
+    **{k: v for k, v in PATCHTST_BASE.items() if k != "depth"},
 )
 
 # the models whose feature ``jumbo_pool`` sets (a Jumbo token, or a hybrid of a Jumbo transformer)

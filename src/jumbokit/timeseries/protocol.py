@@ -57,7 +57,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
                                "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
-                               "jumbo_pool": "segments"}
+                               "jumbo_pool": "segments", "layer_scale": 0.0}
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
 _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
@@ -163,6 +163,7 @@ class SweepConfig:
     grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
     label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the class, eps spread over all classes
     jumbo_pool: str = "segments"  # the Jumbo models' feature: "segments" | "jumbo" | "jumbo+mean" (JUMBO_POOLS)
+    layer_scale: float = 0.0  # > 0: LayerScale on every block's residual branches, starting at this value (0 = off)
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
@@ -198,6 +199,7 @@ class SweepConfig:
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "None (off) or a norm > 0"),
             ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1) (0 = off)"),
             ("jumbo_pool", self.jumbo_pool in JUMBO_POOLS, f"one of {', '.join(JUMBO_POOLS)}"),
+            ("layer_scale", 0 <= self.layer_scale, ">= 0 (0 = off)"),
         ]
         for name, ok, expected in checks:
             if not ok:

@@ -178,6 +178,8 @@ def training_text(cfg: SweepConfig) -> str:
         patching += "; relative-position bias in attention"
     if cfg.jumbo_pool != SweepConfig.jumbo_pool:
         patching += f"; Jumbo models classify from {JUMBO_POOL_TEXT[cfg.jumbo_pool]}"
+    if cfg.layer_scale:
+        patching += f"; LayerScale on every block, starting at {cfg.layer_scale:g}"
     extras = f", gradient norm clipped to {cfg.grad_clip:g}" if cfg.grad_clip else ""
     extras += f", label smoothing {cfg.label_smoothing:g}" if cfg.label_smoothing else ""
     text = (f"{patching}; {length}; {batch}; AdamW, weight decay {cfg.weight_decay}{extras}; "

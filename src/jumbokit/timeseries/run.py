@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from .data import ClassificationData, SeriesSplit
-from .models import HYBRID_MODELS, JUMBO_MODELS, PATCHTST_MODELS, SERIES_MODELS, max_patches, patch_geometry
+from .models import (HYBRID_MODELS, JUMBO_MODELS, PATCHTST_MODELS, REFERENCE_MODELS, SERIES_MODELS, max_patches,
+                     patch_geometry)
 from .protocol import SweepConfig
 
 __all__ = [
@@ -117,8 +118,10 @@ def build_series_model(name: str, data: ClassificationData, patches: int, dropou
         encoder = build_series_model(HYBRID_MODELS[name], data, patches, dropout, strict, 1, max_patch_len,
                                      **tokenizer)
         return build_rocket_hybrid(encoder, data.train.x, seed=rocket_seed)
-    if name not in PATCHTST_MODELS:
+    if name not in PATCHTST_MODELS + REFERENCE_MODELS:
         raise ValueError(f"expected a model among {', '.join(SERIES_MODELS)}, got {name!r}")
+    if name in REFERENCE_MODELS and branches > 1:
+        raise ValueError(f"{name} has no transformer layers to train as progressive-join branches; use branches=1")
     if branches < 1:
         raise ValueError(f"branches must be >= 1, got {branches}")
     extra: dict[str, Any] = {}
@@ -143,7 +146,8 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
     torch.manual_seed(seed)
     return build_series_model(model_name, data, cfg.patches, dropout, strict=strict, branches=cfg.branches,
                               max_patch_len=cfg.max_patch_len, rocket_seed=seed,
-                              **cfg.tokenizer_options(data.seq_len), **head_options(model_name, cfg))
+                              **cfg.tokenizer_options(data.seq_len), **head_options(model_name, cfg),
+                              **layer_options(cfg))
 
 
 def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
@@ -151,6 +155,12 @@ def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
     (:data:`~jumbokit.timeseries.protocol.JUMBO_POOLS`); nothing for the CLS models, whose feature is their
     CLS token."""
     return {"jumbo_pool": cfg.jumbo_pool} if model_name in JUMBO_MODELS else {}
+
+
+def layer_options(cfg: SweepConfig) -> dict[str, Any]:
+    """The encoder options of the sweep's transformer layers: ``init_values`` (LayerScale) when
+    ``cfg.layer_scale`` is on."""
+    return {"init_values": float(cfg.layer_scale)} if cfg.layer_scale else {}
 
 
 def series_loader(split: SeriesSplit, batch_size: int, shuffle: bool, seed: int = 0,
