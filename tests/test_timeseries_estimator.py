@@ -67,3 +67,22 @@ def test_estimator_passes_the_head_and_loss_options_to_the_sweep_config():
         PatchTSTClassifier(**dict(kw, label_smoothing=1.0)).fit(X, y)
     with pytest.raises(ValueError, match="grad_clip must be None .* got 0.0"):
         PatchTSTClassifier(**dict(kw, grad_clip=0)).fit(X, y)
+
+
+def test_estimator_trains_the_trunk_alone_and_layer_scale():
+    """model="series_cnn" trains the trunk without transformer layers (and refuses to run without a trunk);
+    layer_scale adds LayerScale to every block (its factors start at the value; one step moves them by about lr)."""
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(12, 2, 32)), np.array([0, 1] * 6)
+    kw = dict(patches=4, epochs=1, batch_size=8, random_state=0)
+    cnn = PatchTSTClassifier(model="series_cnn", trunk="resnet", trunk_width=4, trunk_depth=1, **kw).fit(X, y)
+    assert len(cnn.network_.blocks) == 0 and cnn.predict_proba(X).shape == (12, 2)
+    with pytest.raises(ValueError, match="series_cnn .* needs a trunk"):
+        PatchTSTClassifier(model="series_cnn", **kw).fit(X, y)
+    scaled = PatchTSTClassifier(model="patchtst_jumbo", layer_scale=1e-3, **kw).fit(X, y)
+    gammas = [p for n, p in scaled.network_.named_parameters() if "gamma" in n]
+    assert len(gammas) >= 2 * len(scaled.network_.blocks) and all(float(g.detach().abs().max()) < 0.01 for g in gammas)
+    with pytest.raises(ValueError, match=r"layer_scale must be >= 0 \(0 = off\), got -1.0"):
+        PatchTSTClassifier(layer_scale=-1, **kw).fit(X, y)

@@ -20,7 +20,7 @@ from aeon.classification.base import BaseClassifier
 
 from .data import pad_series
 from .normalize import check_series, fit_normalizer
-from .models import PATCHTST_MODELS
+from .models import PATCHTST_MODELS, REFERENCE_MODELS
 
 __all__ = ["PatchTSTClassifier"]
 
@@ -36,7 +36,8 @@ class PatchTSTClassifier(BaseClassifier):
     Parameters
     ----------
     model : str, default="patchtst_jumbo"
-        One of ``"patchtst"``, ``"patchtst_registers"``, ``"patchtst_jumbo"``.
+        One of ``"patchtst"``, ``"patchtst_registers"``, ``"patchtst_jumbo"``, or ``"series_cnn"``, the
+        transformer-off reference (the ``trunk`` alone, its mean token into the head; it needs a ``trunk``).
     patches : int, default=8
         Patches per series (of the longest training series); shorter series are padded and masked.
         Series too short for this many patches use patch length 1 (with a warning).
@@ -101,6 +102,9 @@ class PatchTSTClassifier(BaseClassifier):
     jumbo_pool : {"segments", "jumbo", "jumbo+mean"}, default="segments"
         What ``patchtst_jumbo`` classifies from, per channel: the mean of the J segments of the Jumbo token
         (width D), the J*D vector, or that vector and the mean patch token; ignored by the other models.
+    layer_scale : float, default=0.0
+        > 0: LayerScale on every transformer block (and the Jumbo FFN), its learned factors starting at this value
+        (e.g. 1e-4), so each block starts near the identity; 0 = off.
 
     Attributes
     ----------
@@ -152,7 +156,7 @@ class PatchTSTClassifier(BaseClassifier):
                  trunk: str | None = None, trunk_width: int | str = 16, trunk_depth: int = 3, trunk_diff: bool = False,
                  token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
                  level_scale: bool | str = False, label_smoothing: float = 0.0, grad_clip: float | None = None,
-                 jumbo_pool: str = "segments") -> None:
+                 jumbo_pool: str = "segments", layer_scale: float = 0.0) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -176,6 +180,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.label_smoothing = label_smoothing
         self.grad_clip = grad_clip
         self.jumbo_pool = jumbo_pool
+        self.layer_scale = layer_scale
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -187,8 +192,8 @@ class PatchTSTClassifier(BaseClassifier):
         from .protocol import SweepConfig
         from .run import fit_series_model, new_run_model, pretrain_model, quiet_training
 
-        if self.model not in PATCHTST_MODELS:
-            raise ValueError(f"expected model to be one of {PATCHTST_MODELS}, got {self.model!r}")
+        if self.model not in PATCHTST_MODELS + REFERENCE_MODELS:
+            raise ValueError(f"expected model to be one of {PATCHTST_MODELS + REFERENCE_MODELS}, got {self.model!r}")
         x = pad_series(X)
         check_series(x, "X")
         self.normalizer_ = fit_normalizer(x, self.normalize)
@@ -207,7 +212,7 @@ class PatchTSTClassifier(BaseClassifier):
                           level_scale=self.level_scale if self.level_scale == "auto" else bool(self.level_scale),
                           rel_pos_bias=bool(self.rel_pos_bias), label_smoothing=float(self.label_smoothing),
                           grad_clip=None if self.grad_clip is None else float(self.grad_clip),
-                          jumbo_pool=self.jumbo_pool).for_dataset(x)
+                          jumbo_pool=self.jumbo_pool, layer_scale=float(self.layer_scale)).for_dataset(x)
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
                                   protocol="official")
@@ -243,9 +248,9 @@ class PatchTSTClassifier(BaseClassifier):
     def _get_test_params(cls, parameter_set: str = "default") -> dict | list[dict]:
         """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
         with the first difference, token statistics, level and scale, all channels together, relative positions,
-        label smoothing, gradient clipping and the widest Jumbo head."""
+        label smoothing, gradient clipping, LayerScale and the widest Jumbo head."""
         plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
         trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
                      rel_pos_bias=True, trunk_mix=True, level_scale=True, label_smoothing=0.1, grad_clip=1.0,
-                     jumbo_pool="jumbo+mean")
+                     jumbo_pool="jumbo+mean", layer_scale=1e-4)
         return [plain, trunk]
