@@ -626,3 +626,27 @@ def test_layer_scale_starts_every_block_at_its_value_and_is_stored_only_when_set
     assert "LayerScale on every block, starting at 0.0001" in (tmp_path / "scaled" / "report.md").read_text()
     with pytest.raises(ValueError, match=r"layer_scale must be >= 0 \(0 = off\), got -1"):
         ts_protocol.SweepConfig(layer_scale=-1)
+
+
+def test_pos_embed_none_reads_the_tokens_as_a_set_and_is_stored_only_when_set(tmp_path):
+    """``--pos-embed none``: no absolute position table, so shuffling a series' window tokens (here: swapping
+    two equal-length halves of a series whose windows do not straddle the cut) only permutes its tokens and
+    leaves the Jumbo feature unchanged; the default keeps PatchTST's learned table."""
+    from jumbokit.timeseries.run import encoder_options
+
+    cfg = ts_protocol.SweepConfig(patches=8, pos_embed="none")
+    assert encoder_options(cfg) == {"pos_embed": "none"} and encoder_options(ts_protocol.SweepConfig()) == {}
+    model = jumbokit.create_model("patchtst_jumbo", num_classes=2, in_chans=1, seq_len=32, patch_len=8, stride=8,
+                                  pad_end=False, **encoder_options(cfg)).eval()
+    assert model.pos_embed is None
+    x = torch.randn(1, 1, 32)
+    swapped = torch.cat([x[..., 16:], x[..., :16]], dim=-1)
+    with torch.no_grad():
+        torch.testing.assert_close(model.forward_features(x).feature, model.forward_features(swapped).feature)
+    assert "pos_embed" not in ts_protocol.SweepConfig().identity()
+
+    assert cli.main(tiny(tmp_path / "set", "--epochs", "1", "--pos-embed", "none")) == 0
+    assert json.loads((tmp_path / "set" / "sweep.json").read_text())["pos_embed"] == "none"
+    assert "no absolute position embedding" in (tmp_path / "set" / "report.md").read_text()
+    with pytest.raises(ValueError, match="pos_embed must be one of learn, sincos, none, got 'rope'"):
+        ts_protocol.SweepConfig(pos_embed="rope")

@@ -11,7 +11,7 @@ from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
 from .models import PATCHTST_MODELS, SERIES_MODELS
 from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
-from .protocol import JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, RECIPES, SMALL_DATA_STEPS
+from .protocol import JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS
 
 __all__ = ["build_parser", "PROTOCOLS"]
 
@@ -202,6 +202,10 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                        help="LayerScale (CaiT): each transformer block's attention and FFN outputs, and the Jumbo "
                             "FFN's, are scaled per feature by learned factors that start at V, e.g. 1e-4, so every "
                             "block starts near the identity; 0 = off (default: 0)")
+    model.add_argument("--pos-embed", choices=POS_EMBEDS, default="learn",
+                       help="the tokens' absolute position embedding: learn = a learned table (PatchTST's), sincos "
+                            "= fixed sine-cosine, none = no absolute position, so the transformer reads its tokens as "
+                            "a set and position comes only from what the trunk or patches see (default: learn)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "

@@ -57,7 +57,8 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
                                "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
-                               "jumbo_pool": "segments", "layer_scale": 0.0}
+                               "jumbo_pool": "segments", "layer_scale": 0.0,
+                               "pos_embed": "learn"}
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
 _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
@@ -94,6 +95,7 @@ def auto_steps(seq_len: int) -> int:
 
 
 JUMBO_POOLS = Jumbo.POOLS  # the Jumbo models' features: the J*D vector, it + the mean patch, the mean segment
+POS_EMBEDS = ("learn", "sincos", "none")  # the encoder's absolute position embeddings of the tokens
 NARROW_TRUNK, WIDE_TRUNK = 32, 64  # trunk_width="auto": filters for series up to / longer than LONG_SERIES steps
 
 
@@ -164,6 +166,7 @@ class SweepConfig:
     label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the class, eps spread over all classes
     jumbo_pool: str = "segments"  # the Jumbo models' feature: "segments" | "jumbo" | "jumbo+mean" (JUMBO_POOLS)
     layer_scale: float = 0.0  # > 0: LayerScale on every block's residual branches, starting at this value (0 = off)
+    pos_embed: str = "learn"  # the tokens' absolute position embedding: "learn" | "sincos" | "none" (POS_EMBEDS)
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
@@ -200,6 +203,7 @@ class SweepConfig:
             ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1) (0 = off)"),
             ("jumbo_pool", self.jumbo_pool in JUMBO_POOLS, f"one of {', '.join(JUMBO_POOLS)}"),
             ("layer_scale", 0 <= self.layer_scale, ">= 0 (0 = off)"),
+            ("pos_embed", self.pos_embed in POS_EMBEDS, f"one of {', '.join(POS_EMBEDS)}"),
         ]
         for name, ok, expected in checks:
             if not ok:

@@ -147,7 +147,7 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
     return build_series_model(model_name, data, cfg.patches, dropout, strict=strict, branches=cfg.branches,
                               max_patch_len=cfg.max_patch_len, rocket_seed=seed,
                               **cfg.tokenizer_options(data.seq_len), **head_options(model_name, cfg),
-                              **layer_options(cfg))
+                              **encoder_options(cfg))
 
 
 def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
@@ -157,10 +157,13 @@ def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
     return {"jumbo_pool": cfg.jumbo_pool} if model_name in JUMBO_MODELS else {}
 
 
-def layer_options(cfg: SweepConfig) -> dict[str, Any]:
-    """The encoder options of the sweep's transformer layers: ``init_values`` (LayerScale) when
-    ``cfg.layer_scale`` is on."""
-    return {"init_values": float(cfg.layer_scale)} if cfg.layer_scale else {}
+def encoder_options(cfg: SweepConfig) -> dict[str, Any]:
+    """The sweep's encoder options beyond the tokenizer and head, where they differ from the models' defaults:
+    ``init_values`` (LayerScale) when ``cfg.layer_scale`` is on, ``pos_embed`` when not "learn"."""
+    options: dict[str, Any] = {"init_values": float(cfg.layer_scale)} if cfg.layer_scale else {}
+    if cfg.pos_embed != "learn":
+        options["pos_embed"] = cfg.pos_embed
+    return options
 
 
 def series_loader(split: SeriesSplit, batch_size: int, shuffle: bool, seed: int = 0,
