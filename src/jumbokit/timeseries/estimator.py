@@ -105,6 +105,9 @@ class PatchTSTClassifier(BaseClassifier):
     layer_scale : float, default=0.0
         > 0: LayerScale on every transformer block (and the Jumbo FFN), its learned factors starting at this value
         (e.g. 1e-4), so each block starts near the identity; 0 = off.
+    pos_embed : {"learn", "sincos", "none"}, default="learn"
+        The tokens' absolute position embedding: a learned table (PatchTST's), fixed sine-cosine, or none (the
+        transformer reads the tokens as a set).
 
     Attributes
     ----------
@@ -156,7 +159,7 @@ class PatchTSTClassifier(BaseClassifier):
                  trunk: str | None = None, trunk_width: int | str = 16, trunk_depth: int = 3, trunk_diff: bool = False,
                  token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
                  level_scale: bool | str = False, label_smoothing: float = 0.0, grad_clip: float | None = None,
-                 jumbo_pool: str = "segments", layer_scale: float = 0.0) -> None:
+                 jumbo_pool: str = "segments", layer_scale: float = 0.0, pos_embed: str = "learn") -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -181,6 +184,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.grad_clip = grad_clip
         self.jumbo_pool = jumbo_pool
         self.layer_scale = layer_scale
+        self.pos_embed = pos_embed
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -212,7 +216,8 @@ class PatchTSTClassifier(BaseClassifier):
                           level_scale=self.level_scale if self.level_scale == "auto" else bool(self.level_scale),
                           rel_pos_bias=bool(self.rel_pos_bias), label_smoothing=float(self.label_smoothing),
                           grad_clip=None if self.grad_clip is None else float(self.grad_clip),
-                          jumbo_pool=self.jumbo_pool, layer_scale=float(self.layer_scale)).for_dataset(x)
+                          jumbo_pool=self.jumbo_pool, layer_scale=float(self.layer_scale),
+                          pos_embed=self.pos_embed).for_dataset(x)
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
                                   protocol="official")
@@ -248,9 +253,9 @@ class PatchTSTClassifier(BaseClassifier):
     def _get_test_params(cls, parameter_set: str = "default") -> dict | list[dict]:
         """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
         with the first difference, token statistics, level and scale, all channels together, relative positions,
-        label smoothing, gradient clipping, LayerScale and the widest Jumbo head."""
+        label smoothing, gradient clipping, LayerScale, no absolute positions and the widest Jumbo head."""
         plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
         trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
                      rel_pos_bias=True, trunk_mix=True, level_scale=True, label_smoothing=0.1, grad_clip=1.0,
-                     jumbo_pool="jumbo+mean", layer_scale=1e-4)
+                     jumbo_pool="jumbo+mean", layer_scale=1e-4, pos_embed="none")
         return [plain, trunk]
