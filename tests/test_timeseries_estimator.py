@@ -72,7 +72,7 @@ def test_estimator_passes_the_head_and_loss_options_to_the_sweep_config():
 def test_estimator_trains_the_trunk_alone_layer_scale_and_no_positions():
     """model="series_cnn" trains the trunk without transformer layers (and refuses to run without a trunk);
     layer_scale adds LayerScale to every block (its factors start at the value; one step moves them by about lr);
-    pos_embed="none" builds no position table."""
+    pos_embed="none" builds no position table, layers=1 one layer."""
     from jumbokit.timeseries.estimator import PatchTSTClassifier
 
     rng = np.random.default_rng(0)
@@ -87,6 +87,7 @@ def test_estimator_trains_the_trunk_alone_layer_scale_and_no_positions():
     assert len(gammas) >= 2 * len(scaled.network_.blocks) and all(float(g.detach().abs().max()) < 0.01 for g in gammas)
     with pytest.raises(ValueError, match=r"layer_scale must be >= 0 \(0 = off\), got -1.0"):
         PatchTSTClassifier(layer_scale=-1, **kw).fit(X, y)
-    assert PatchTSTClassifier(pos_embed="none", **kw).fit(X, y).network_.pos_embed is None
+    plain = PatchTSTClassifier(pos_embed="none", layers=1, **kw).fit(X, y).network_
+    assert plain.pos_embed is None and len(plain.blocks) == 1
     with pytest.raises(ValueError, match="pos_embed must be one of learn, sincos, none, got 'rope'"):
         PatchTSTClassifier(pos_embed="rope", **kw).fit(X, y)

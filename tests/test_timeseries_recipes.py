@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -650,3 +651,26 @@ def test_pos_embed_none_reads_the_tokens_as_a_set_and_is_stored_only_when_set(tm
     assert "no absolute position embedding" in (tmp_path / "set" / "report.md").read_text()
     with pytest.raises(ValueError, match="pos_embed must be one of learn, sincos, none, got 'rope'"):
         ts_protocol.SweepConfig(pos_embed="rope")
+
+
+def test_layers_sets_the_transformer_depth_and_series_cnn_refusals_write_nothing(tmp_path, capsys):
+    """``--layers N`` builds N transformer layers (branches: N times the branch count); the trunk-alone reference
+    refuses a missing trunk and transformer settings before anything is written."""
+    from jumbokit.timeseries.data import load_dataset
+    from jumbokit.timeseries.run import new_run_model
+
+    data = load_dataset("GunPoint", download=False)
+    one = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(patches=8, layers=1), 0.0, 0)
+    assert len(one.blocks) == 1
+    branched = new_run_model(data, "patchtst", ts_protocol.SweepConfig(patches=8, layers=2, branches=2), 0.0, 0)
+    branched.set_join(1.0)
+    assert len(branched.blocks) == 2 and branched.reparameterize().config["depth"] == 2
+    assert "layers" not in ts_protocol.SweepConfig().identity()
+    with pytest.raises(ValueError, match="layers must be None or an integer >= 1, got 0"):
+        ts_protocol.SweepConfig(layers=0)
+    for extra, message in [(["--model", "series_cnn"], "series_cnn is a convolutional trunk .* needs a trunk"),
+                           (["--model", "series_cnn", "--trunk", "resnet", "--layers", "1"],
+                            "series_cnn has no transformer layers to set")]:
+        out = tmp_path / "refused"
+        assert cli.main(tiny(out, "--epochs", "1", *extra)) == 2
+        assert re.search(message, capsys.readouterr().err) and not out.exists()

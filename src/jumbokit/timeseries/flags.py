@@ -206,6 +206,9 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                        help="the tokens' absolute position embedding: learn = a learned table (PatchTST's), sincos "
                             "= fixed sine-cosine, none = no absolute position, so the transformer reads its tokens as "
                             "a set and position comes only from what the trunk or patches see (default: learn)")
+    model.add_argument("--layers", type=_positive_int, default=None, metavar="N",
+                       help="transformer layers of the PatchTST models (not series_cnn, which has none) "
+                            "(default: 3, PatchTST's)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "

@@ -58,7 +58,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
                                "jumbo_pool": "segments", "layer_scale": 0.0,
-                               "pos_embed": "learn"}
+                               "pos_embed": "learn", "layers": None}
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
 _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
@@ -167,6 +167,7 @@ class SweepConfig:
     jumbo_pool: str = "segments"  # the Jumbo models' feature: "segments" | "jumbo" | "jumbo+mean" (JUMBO_POOLS)
     layer_scale: float = 0.0  # > 0: LayerScale on every block's residual branches, starting at this value (0 = off)
     pos_embed: str = "learn"  # the tokens' absolute position embedding: "learn" | "sincos" | "none" (POS_EMBEDS)
+    layers: int | None = None  # transformer layers (None = the model's own: 3)
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
@@ -204,6 +205,8 @@ class SweepConfig:
             ("jumbo_pool", self.jumbo_pool in JUMBO_POOLS, f"one of {', '.join(JUMBO_POOLS)}"),
             ("layer_scale", 0 <= self.layer_scale, ">= 0 (0 = off)"),
             ("pos_embed", self.pos_embed in POS_EMBEDS, f"one of {', '.join(POS_EMBEDS)}"),
+            ("layers", self.layers is None or (not isinstance(self.layers, bool) and int(self.layers) == self.layers
+                                               and self.layers >= 1), "None or an integer >= 1"),
         ]
         for name, ok, expected in checks:
             if not ok:

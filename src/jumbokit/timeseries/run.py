@@ -104,6 +104,7 @@ def build_series_model(name: str, data: ClassificationData, patches: int, dropou
     ``max_patch_len``: longer series get more patches of this length (see ``capped_patch_geometry``).
     ``tokenizer``: series tokenizer options of the encoder (``conv_stem=W``, ``trunk="inception"``,
     ``trunk_width``, ``trunk_depth``, ``trunk_diff``, ``token_stats``; see ``SweepConfig.tokenizer_options``).
+    ``depth`` among them: transformer layers instead of the model's own 3 (not for ``series_cnn``, which has none).
     ``branches=n > 1``: the progressive-join training form with n times the layers in blocks of n parallel
     branches, which collapses exactly into the plain model's depth (``model.reparameterize()``).
     A hybrid name (``patchtst_jumbo_rocket``) wraps its transformer with MiniRocket features fitted on
@@ -120,13 +121,15 @@ def build_series_model(name: str, data: ClassificationData, patches: int, dropou
         return build_rocket_hybrid(encoder, data.train.x, seed=rocket_seed)
     if name not in PATCHTST_MODELS + REFERENCE_MODELS:
         raise ValueError(f"expected a model among {', '.join(SERIES_MODELS)}, got {name!r}")
-    if name in REFERENCE_MODELS and branches > 1:
-        raise ValueError(f"{name} has no transformer layers to train as progressive-join branches; use branches=1")
+    if name in REFERENCE_MODELS and (branches > 1 or "depth" in tokenizer):
+        raise ValueError(f"{name} has no transformer layers (to set or to train as progressive-join branches); "
+                         "use branches=1 and the model's own depth")
     if branches < 1:
         raise ValueError(f"branches must be >= 1, got {branches}")
     extra: dict[str, Any] = {}
     if branches > 1:
-        extra = dict(branches=branches, depth=int(model_config(name, seq_len=data.seq_len)["depth"]) * branches)
+        depth = tokenizer.pop("depth", None) or int(model_config(name, seq_len=data.seq_len)["depth"])
+        extra = dict(branches=branches, depth=int(depth) * branches)
     return create_model(name, num_classes=data.num_classes, in_chans=data.channels, seq_len=data.seq_len,
                         patches=patches, max_patch_len=max_patch_len, strict_patches=strict,
                         drop_rate=float(dropout), **tokenizer, **extra)
@@ -159,10 +162,13 @@ def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
 
 def encoder_options(cfg: SweepConfig) -> dict[str, Any]:
     """The sweep's encoder options beyond the tokenizer and head, where they differ from the models' defaults:
-    ``init_values`` (LayerScale) when ``cfg.layer_scale`` is on, ``pos_embed`` when not "learn"."""
+    ``init_values`` (LayerScale) when ``cfg.layer_scale`` is on, ``pos_embed`` when not "learn", ``depth`` when
+    ``cfg.layers`` is set."""
     options: dict[str, Any] = {"init_values": float(cfg.layer_scale)} if cfg.layer_scale else {}
     if cfg.pos_embed != "learn":
         options["pos_embed"] = cfg.pos_embed
+    if cfg.layers is not None:
+        options["depth"] = int(cfg.layers)
     return options
 
 

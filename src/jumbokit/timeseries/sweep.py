@@ -20,7 +20,7 @@ from . import store
 from .baselines import parse_baselines
 from .data import ClassificationData, load_dataset
 from .jobs import Job, job_cost, job_done, pending_jobs, sweep_jobs
-from .models import HYBRID_MODELS, SERIES_MODELS
+from .models import HYBRID_MODELS, REFERENCE_MODELS, SERIES_MODELS
 from .protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
 from .queue import JobQueue, job_order, launch_store, new_queue_key
 from .report import write_reports
@@ -147,6 +147,17 @@ def _check_hybrids(models: Sequence[str], cfg: SweepConfig) -> None:
                          f"pretrain_epochs={cfg.pretrain_epochs}, branches={cfg.branches}); run it without them")
 
 
+def _check_references(models: Sequence[str], cfg: SweepConfig) -> None:
+    """ValueError for the trunk-alone reference without a trunk, or with transformer layers asked of it."""
+    for m in (m for m in models if m in REFERENCE_MODELS):
+        if cfg.trunk is None:
+            raise ValueError(f"{m} is a convolutional trunk without transformer layers, so it needs a trunk: "
+                             "--recipe small-data-trunk or --trunk resnet|inception")
+        if cfg.layers is not None or cfg.branches > 1:
+            raise ValueError(f"{m} has no transformer layers to set or train as branches (asked: layers="
+                             f"{cfg.layers}, branches={cfg.branches}); run it without --layers and --branches")
+
+
 def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, out_dir: str | Path,
                lrs: Sequence[float] = SWEEP_LRS, dropouts: Sequence[float] = SWEEP_DROPOUTS,
                baseline: str | Sequence[str] | None = None, data_dir: str | Path | None = None,
@@ -159,6 +170,7 @@ def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig,
     on validation) per dataset and model; 1 = off."""
     models, baselines = _check_request(models, baseline, ensemble, datasets)
     _check_hybrids(models, cfg)
+    _check_references(models, cfg)
     out_dir = Path(out_dir)
     store.check_out_dir(out_dir, cfg.identity())
     loaded = _load_all(datasets, cfg, data_dir, skip_short)
