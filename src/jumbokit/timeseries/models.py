@@ -34,8 +34,8 @@ from ..encoders import DEFAULT_CONFIG, flops, model_config, register_model
 from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
-__all__ = ["PATCHTST_MODELS", "REFERENCE_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER",
-           "patch_geometry", "capped_patch_geometry", "max_patches"]
+__all__ = ["PATCHTST_MODELS", "REFERENCE_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS", "PATCHTST_BASE",
+           "JUMBO_MULTIPLIER", "patch_geometry", "capped_patch_geometry", "max_patches"]
 
 JUMBO_MULTIPLIER = 4
 PATCHTST_BASE: dict[str, Any] = dict(
