@@ -18,7 +18,7 @@ TINY_IMAGE = dict(img_size=16, patch_size=4, depth=2, num_classes=3)
 
 def tiny(name: str, **overrides) -> Encoder:
     """A zoo model shrunk for CPU tests (same plug-in and width family)."""
-    if name.startswith("patchtst"):  # series models need the series length
+    if name.startswith(("patchtst", "series_")):  # series models need the series length
         return create_model(name, **{"num_classes": 3, "seq_len": 64, **overrides})
     cfg = jumbokit.encoders.model_config(name)
     if cfg.get("encoder") == "multistage":  # keep stages and per-block head counts, shrink widths
