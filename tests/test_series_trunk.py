@@ -218,5 +218,5 @@ def test_series_cnn_refuses_a_missing_trunk_and_branches():
     from jumbokit.timeseries.run import build_series_model
 
     data = load_dataset("GunPoint", download=False)
-    with pytest.raises(ValueError, match=r"no transformer layers \(to set or to train as progressive-join branches\)"):
+    with pytest.raises(ValueError, match=r"no transformer layers to set or train as branches \(asked: layers=None, branches=2\)"):
         build_series_model("series_cnn", data, patches=8, branches=2, trunk="resnet", trunk_width=4)

@@ -35,7 +35,7 @@ from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
 __all__ = ["PATCHTST_MODELS", "REFERENCE_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS", "PATCHTST_BASE",
-           "JUMBO_MULTIPLIER", "patch_geometry", "capped_patch_geometry", "max_patches"]
+           "JUMBO_MULTIPLIER", "check_reference_model", "patch_geometry", "capped_patch_geometry", "max_patches"]
 
 JUMBO_MULTIPLIER = 4
 PATCHTST_BASE: dict[str, Any] = dict(
@@ -114,6 +114,19 @@ def capped_patch_geometry(seq_len: int, patches: int, max_patch_len: int | None 
     return int(max_patch_len), int(max_patch_len) // 2
 
 
+def check_reference_model(name: str, trunk: str | None = "resnet", layers: int | None = None,
+                          branches: int = 1) -> None:
+    """ValueError for a transformer-off reference (``REFERENCE_MODELS``) without a trunk, or asked for transformer
+    layers or progressive-join branches, which it does not have."""
+    if trunk is None:
+        raise ValueError(f"{name} is a convolutional trunk without transformer layers, so it needs a trunk: "
+                         "trunk='resnet' or 'inception' (tstrain: --recipe small-data-trunk or --trunk resnet), "
+                         "got trunk=None")
+    if layers is not None or branches > 1:
+        raise ValueError(f"{name} has no transformer layers to set or train as branches (asked: layers={layers}, "
+                         f"branches={branches}); run it without --layers and --branches")
+
+
 def _builder(kind: str):
     def build(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         overrides = dict(overrides)
@@ -134,10 +147,8 @@ def _builder(kind: str):
             raise ValueError(f"pass both patch_len and stride, or neither (and patches=N), got only {explicit[0]}")
         if not explicit:
             cfg["patch_len"], cfg["stride"] = capped_patch_geometry(cfg["seq_len"], patches, max_patch_len, strict)
-        if kind in REFERENCE_MODELS and cfg.get("trunk") is None:
-            raise ValueError(f"{kind} is a convolutional trunk without transformer layers, so it needs a trunk: "
-                             "trunk='resnet' or 'inception' (tstrain: --recipe small-data-trunk or --trunk resnet), "
-                             "got trunk=None")
+        if kind in REFERENCE_MODELS:
+            check_reference_model(kind, trunk=cfg.get("trunk"))
         num_patches = series_patch_count(cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg.get("pad_end", True))
         if kind == "patchtst_registers" and overrides.get("num_registers") is None:
             mult = cfg.pop("_match_jumbo_multiplier", JUMBO_MULTIPLIER)

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from .data import ClassificationData, SeriesSplit
-from .models import (HYBRID_MODELS, JUMBO_MODELS, PATCHTST_MODELS, REFERENCE_MODELS, SERIES_MODELS, max_patches,
-                     patch_geometry)
+from .models import (HYBRID_MODELS, JUMBO_MODELS, PATCHTST_MODELS, REFERENCE_MODELS, SERIES_MODELS,
+                     check_reference_model, max_patches, patch_geometry)
 from .protocol import SweepConfig
 
 __all__ = [
@@ -121,9 +121,8 @@ def build_series_model(name: str, data: ClassificationData, patches: int, dropou
         return build_rocket_hybrid(encoder, data.train.x, seed=rocket_seed)
     if name not in PATCHTST_MODELS + REFERENCE_MODELS:
         raise ValueError(f"expected a model among {', '.join(SERIES_MODELS)}, got {name!r}")
-    if name in REFERENCE_MODELS and (branches > 1 or "depth" in tokenizer):
-        raise ValueError(f"{name} has no transformer layers (to set or to train as progressive-join branches); "
-                         "use branches=1 and the model's own depth")
+    if name in REFERENCE_MODELS:
+        check_reference_model(name, layers=tokenizer.get("depth"), branches=branches)
     if branches < 1:
         raise ValueError(f"branches must be >= 1, got {branches}")
     extra: dict[str, Any] = {}

@@ -20,7 +20,7 @@ from . import store
 from .baselines import parse_baselines
 from .data import ClassificationData, load_dataset
 from .jobs import Job, job_cost, job_done, pending_jobs, sweep_jobs
-from .models import HYBRID_MODELS, REFERENCE_MODELS, SERIES_MODELS
+from .models import HYBRID_MODELS, REFERENCE_MODELS, SERIES_MODELS, check_reference_model
 from .protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
 from .queue import JobQueue, job_order, launch_store, new_queue_key
 from .report import write_reports
@@ -148,14 +148,10 @@ def _check_hybrids(models: Sequence[str], cfg: SweepConfig) -> None:
 
 
 def _check_references(models: Sequence[str], cfg: SweepConfig) -> None:
-    """ValueError for the trunk-alone reference without a trunk, or with transformer layers asked of it."""
+    """ValueError, before anything is written, for the trunk-alone reference without a trunk, or with transformer
+    layers asked of it (the checks its builder runs later)."""
     for m in (m for m in models if m in REFERENCE_MODELS):
-        if cfg.trunk is None:
-            raise ValueError(f"{m} is a convolutional trunk without transformer layers, so it needs a trunk: "
-                             "--recipe small-data-trunk or --trunk resnet|inception")
-        if cfg.layers is not None or cfg.branches > 1:
-            raise ValueError(f"{m} has no transformer layers to set or train as branches (asked: layers="
-                             f"{cfg.layers}, branches={cfg.branches}); run it without --layers and --branches")
+        check_reference_model(m, trunk=cfg.trunk, layers=cfg.layers, branches=cfg.branches)
 
 
 def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, out_dir: str | Path,
