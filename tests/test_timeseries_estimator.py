@@ -69,10 +69,10 @@ def test_estimator_passes_the_head_and_loss_options_to_the_sweep_config():
         PatchTSTClassifier(**dict(kw, grad_clip=0)).fit(X, y)
 
 
-def test_estimator_trains_the_trunk_alone_layer_scale_and_no_positions():
+def test_estimator_trains_the_trunk_alone_layer_scale_no_positions_and_stochastic_depth():
     """model="series_cnn" trains the trunk without transformer layers (and refuses to run without a trunk);
     layer_scale adds LayerScale to every block (its factors start at the value; one step moves them by about lr);
-    pos_embed="none" builds no position table, layers=1 one layer."""
+    pos_embed="none" builds no position table, layers=1 one layer, drop_path=R stochastic depth rising to R."""
     from jumbokit.timeseries.estimator import PatchTSTClassifier
 
     rng = np.random.default_rng(0)
@@ -91,3 +91,7 @@ def test_estimator_trains_the_trunk_alone_layer_scale_and_no_positions():
     assert plain.pos_embed is None and len(plain.blocks) == 1
     with pytest.raises(ValueError, match="pos_embed must be one of learn, sincos, none, got 'rope'"):
         PatchTSTClassifier(pos_embed="rope", **kw).fit(X, y)
+    dropped = PatchTSTClassifier(drop_path=0.2, **kw).fit(X, y).network_
+    assert [getattr(b.drop_path1, "p", 0.0) for b in dropped.blocks] == pytest.approx([0.0, 0.1, 0.2])
+    with pytest.raises(ValueError, match=r"drop_path must be in \[0, 1\) \(0 = off\), got 1.5"):
+        PatchTSTClassifier(drop_path=1.5, **kw).fit(X, y)

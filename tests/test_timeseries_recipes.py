@@ -653,6 +653,36 @@ def test_pos_embed_none_reads_the_tokens_as_a_set_and_is_stored_only_when_set(tm
         ts_protocol.SweepConfig(pos_embed="rope")
 
 
+def test_drop_path_rises_to_its_rate_at_the_last_block_and_is_stored_only_when_set(tmp_path, capsys):
+    """``--drop-path R``: stochastic depth on every block, 0 at the first and R at the last, active in training
+    only (two training passes differ, evaluation is deterministic); off by default and in old sweeps' identity."""
+    from jumbokit.timeseries.data import load_dataset
+    from jumbokit.timeseries.run import encoder_options, new_run_model
+
+    data = load_dataset("GunPoint", download=False)
+    cfg = ts_protocol.SweepConfig(patches=8, drop_path=0.2)
+    assert encoder_options(cfg) == {"drop_path_rate": 0.2}
+    model = new_run_model(data, "patchtst_jumbo", cfg, 0.0, 0)
+    assert [getattr(b.drop_path1, "p", 0.0) for b in model.blocks] == pytest.approx([0.0, 0.1, 0.2])
+    x = torch.from_numpy(data.train.x[:16])
+    torch.manual_seed(0)
+    assert not torch.allclose(model.train()(x), model(x))
+    torch.testing.assert_close(model.eval()(x), model(x))
+    plain = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(patches=8), 0.0, 0)
+    assert not any(isinstance(m, jumbokit.encoders.DropPath) for m in plain.modules())
+    assert "drop_path" not in ts_protocol.SweepConfig().identity()
+
+    assert cli.main(tiny(tmp_path / "dropped", "--epochs", "1", "--drop-path", "0.2")) == 0
+    assert json.loads((tmp_path / "dropped" / "sweep.json").read_text())["drop_path"] == 0.2
+    assert "stochastic depth up to 0.2" in (tmp_path / "dropped" / "report.md").read_text()
+    with pytest.raises(ValueError, match=r"drop_path must be in \[0, 1\) \(0 = off\), got 1"):
+        ts_protocol.SweepConfig(drop_path=1)
+    with pytest.raises(SystemExit):
+        cli.main(tiny(tmp_path / "refused", "--drop-path", "1"))
+    assert "expected a drop rate in [0, 1) (0 = off), e.g. 0.1, got '1'" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+
+
 def test_layers_sets_the_transformer_depth_and_series_cnn_refusals_write_nothing(tmp_path, capsys):
     """``--layers N`` builds N transformer layers (branches: N times the branch count); the trunk-alone reference
     refuses a missing trunk and transformer settings before anything is written."""

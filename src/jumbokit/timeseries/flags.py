@@ -209,6 +209,11 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--layers", type=_positive_int, default=None, metavar="N",
                        help="transformer layers of the PatchTST models (not series_cnn, which has none) "
                             "(default: 3, PatchTST's)")
+    model.add_argument("--drop-path", type=fraction_arg("drop rate", "0.1"), default=0.0, metavar="R",
+                       help="stochastic depth: in training, each transformer block's attention and FFN outputs "
+                            "(and the Jumbo FFN's) are dropped for each channel of each series with a rate rising "
+                            "linearly from 0 at the "
+                            "first block to R at the last; 0 = off (default: 0)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "

@@ -58,7 +58,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
                                "jumbo_pool": "segments", "layer_scale": 0.0,
-                               "pos_embed": "learn", "layers": None}
+                               "pos_embed": "learn", "layers": None, "drop_path": 0.0}
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
 _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
@@ -168,6 +168,7 @@ class SweepConfig:
     layer_scale: float = 0.0  # > 0: LayerScale on every block's residual branches, starting at this value (0 = off)
     pos_embed: str = "learn"  # the tokens' absolute position embedding: "learn" | "sincos" | "none" (POS_EMBEDS)
     layers: int | None = None  # transformer layers (None = the model's own: 3)
+    drop_path: float = 0.0  # stochastic depth: the last block's drop rate, rising linearly from 0 (0 = off)
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
@@ -207,6 +208,7 @@ class SweepConfig:
             ("pos_embed", self.pos_embed in POS_EMBEDS, f"one of {', '.join(POS_EMBEDS)}"),
             ("layers", self.layers is None or (not isinstance(self.layers, bool) and int(self.layers) == self.layers
                                                and self.layers >= 1), "None or an integer >= 1"),
+            ("drop_path", 0 <= self.drop_path < 1, "in [0, 1) (0 = off)"),
         ]
         for name, ok, expected in checks:
             if not ok:

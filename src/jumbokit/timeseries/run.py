@@ -162,12 +162,14 @@ def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
 def encoder_options(cfg: SweepConfig) -> dict[str, Any]:
     """The sweep's encoder options beyond the tokenizer and head, where they differ from the models' defaults:
     ``init_values`` (LayerScale) when ``cfg.layer_scale`` is on, ``pos_embed`` when not "learn", ``depth`` when
-    ``cfg.layers`` is set."""
+    ``cfg.layers`` is set, ``drop_path_rate`` (stochastic depth) when ``cfg.drop_path`` is on."""
     options: dict[str, Any] = {"init_values": float(cfg.layer_scale)} if cfg.layer_scale else {}
     if cfg.pos_embed != "learn":
         options["pos_embed"] = cfg.pos_embed
     if cfg.layers is not None:
         options["depth"] = int(cfg.layers)
+    if cfg.drop_path:
+        options["drop_path_rate"] = float(cfg.drop_path)
     return options
 
 
