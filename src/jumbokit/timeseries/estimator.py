@@ -111,8 +111,8 @@ class PatchTSTClassifier(BaseClassifier):
     layers : int or None, default=None
         Transformer layers (None = the model's own 3; not for ``series_cnn``, which has none).
     drop_path : float, default=0.0
-        Stochastic depth: in training, each block's residual branches are dropped for each channel of each series with a rate rising
-        linearly from 0 at the first block to this value at the last (0 = off).
+        Stochastic depth: in training, each block's residual branches are dropped for each channel of each
+        series with a rate rising linearly from 0 at the first block to this value at the last (0 = off).
 
     Attributes
     ----------
