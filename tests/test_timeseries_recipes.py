@@ -683,6 +683,25 @@ def test_drop_path_rises_to_its_rate_at_the_last_block_and_is_stored_only_when_s
     assert not (tmp_path / "refused").exists()
 
 
+def test_weight_decay_flag_reaches_the_optimizer_and_the_default_keeps_old_sweeps(tmp_path, capsys):
+    """``--weight-decay WD`` sets AdamW's decay of the run (and the report's line); without it the sweep is
+    defined exactly as before (0.02, the protocol's value); a negative value is refused before anything is written."""
+    from jumbokit.timeseries.run import train_config
+
+    assert cli.sweep_settings(["--recipe", "small-data-trunk"]).config.weight_decay == 0.02
+    cfg = cli.sweep_settings(["--weight-decay", "0.1"]).config
+    assert train_config(cfg, lr=1e-3, epochs=1).weight_decay == 0.1
+    assert cli.main(tiny(tmp_path / "decayed", "--epochs", "1", "--weight-decay", "0.1")) == 0
+    assert json.loads((tmp_path / "decayed" / "sweep.json").read_text())["weight_decay"] == 0.1
+    assert "AdamW, weight decay 0.1;" in (tmp_path / "decayed" / "report.md").read_text()
+    with pytest.raises(SystemExit):
+        cli.main(tiny(tmp_path / "refused", "--weight-decay", "-1"))
+    assert "expected a weight decay >= 0, e.g. 0.05, got '-1'" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+    with pytest.raises(ValueError, match="weight_decay must be >= 0, got -1"):
+        ts_protocol.SweepConfig(weight_decay=-1)
+
+
 def test_layers_sets_the_transformer_depth_and_series_cnn_refusals_write_nothing(tmp_path, capsys):
     """``--layers N`` builds N transformer layers (branches: N times the branch count); the trunk-alone reference
     refuses a missing trunk and transformer settings before anything is written."""

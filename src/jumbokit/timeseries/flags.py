@@ -112,15 +112,19 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _layer_scale(text: str) -> float:
-    """``--layer-scale V``: a finite float >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a LayerScale start >= 0 (0 = off), e.g. 1e-4, got {text!r}")
-    return value
+def _non_negative_float(noun: str, example: str) -> Callable[[str], float]:
+    """An argparse type for a finite float >= 0; the error names ``noun`` and ``example``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected {noun} >= 0, e.g. {example}, got {text!r}")
+        return value
+
+    return parse
 
 
 def _add_data_args(parser: argparse.ArgumentParser) -> None:
@@ -198,7 +202,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                             "segments (width D, a head as small as PatchTST's); jumbo = the J*D vector; jumbo+mean = "
                             "that vector and the mean patch token (the Jumbo reference code's head input); "
                             "patchtst and patchtst_registers keep their CLS token (default: segments)")
-    model.add_argument("--layer-scale", type=_layer_scale, default=0.0, metavar="V",
+    model.add_argument("--layer-scale", type=_non_negative_float("a LayerScale start", "1e-4 (0 = off)"), default=0.0, metavar="V",
                        help="LayerScale (CaiT): each transformer block's attention and FFN outputs, and the Jumbo "
                             "FFN's, are scaled per feature by learned factors that start at V, e.g. 1e-4, so every "
                             "block starts near the identity; 0 = off (default: 0)")
@@ -282,6 +286,9 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
     train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                        help="score the exponential moving average of the weights, updated after every step with this "
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
+    train.add_argument("--weight-decay", type=_non_negative_float("a weight decay", "0.05"), default=0.02,
+                       metavar="WD", help="AdamW's decoupled weight decay of the weight matrices (not of norms, "
+                                          "biases, tokens and position embeddings) (default: 0.02)")
     train.add_argument("--grad-clip", type=_positive_float, default=None, metavar="NORM",
                        help="clip each step's gradient to this global L2 norm (default: off)")
     train.add_argument("--label-smoothing", type=fraction_arg("label smoothing", "0.1"), default=0.0, metavar="EPS",

@@ -209,6 +209,7 @@ class SweepConfig:
             ("layers", self.layers is None or (not isinstance(self.layers, bool) and int(self.layers) == self.layers
                                                and self.layers >= 1), "None or an integer >= 1"),
             ("drop_path", 0 <= self.drop_path < 1, "in [0, 1) (0 = off)"),
+            ("weight_decay", 0 <= self.weight_decay < float("inf"), ">= 0"),
         ]
         for name, ok, expected in checks:
             if not ok:
