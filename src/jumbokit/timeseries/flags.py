@@ -202,7 +202,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                             "segments (width D, a head as small as PatchTST's); jumbo = the J*D vector; jumbo+mean = "
                             "that vector and the mean patch token (the Jumbo reference code's head input); "
                             "patchtst and patchtst_registers keep their CLS token (default: segments)")
-    model.add_argument("--layer-scale", type=_non_negative_float("a LayerScale start", "1e-4 (0 = off)"), default=0.0, metavar="V",
+    model.add_argument("--layer-scale", type=_non_negative_float("a LayerScale start", "1e-4 (0 = off)"), default=0.0,
+                       metavar="V",
                        help="LayerScale (CaiT): each transformer block's attention and FFN outputs, and the Jumbo "
                             "FFN's, are scaled per feature by learned factors that start at V, e.g. 1e-4, so every "
                             "block starts near the identity; 0 = off (default: 0)")
@@ -216,8 +217,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--drop-path", type=fraction_arg("drop rate", "0.1"), default=0.0, metavar="R",
                        help="stochastic depth: in training, each transformer block's attention and FFN outputs "
                             "(and the Jumbo FFN's) are dropped for each channel of each series with a rate rising "
-                            "linearly from 0 at the "
-                            "first block to R at the last; 0 = off (default: 0)")
+                            "linearly from 0 at the first block to R at the last; 0 = off (default: 0)")
     model.add_argument("--branches", type=_positive_int, default=1,
                        help="train n times the layers as blocks of n parallel branches, joined progressively over "
                             "the first half of the steps, then collapse exactly to the plain depth before scoring "
