@@ -90,41 +90,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _mixup_alpha(text: str) -> float:
-    """``--mixup ALPHA``: a float >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a mixup alpha >= 0 (0 = off), e.g. 0.2, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    """``--grad-clip NORM``: a finite float > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, e.g. 1.0, got {text!r}")
-    return value
-
-
-def _non_negative_float(noun: str, example: str) -> Callable[[str], float]:
-    """An argparse type for a finite float >= 0; the error names ``noun`` and ``example``."""
+def _finite_float(noun: str, example: str, inclusive: bool = True, off: bool = False) -> Callable[[str], float]:
+    """An argparse type for a finite float >= 0 (``inclusive``) or > 0; the error names ``noun``, ``example`` and,
+    where 0 switches the option off (``off``), says so."""
+    bound = f"{'>=' if inclusive else '>'} 0{' (0 = off)' if off else ''}"
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = -1.0
-        if not 0 <= value < float("inf"):
-            raise argparse.ArgumentTypeError(f"expected {noun} >= 0, e.g. {example}, got {text!r}")
+        if not (0 <= value if inclusive else 0 < value) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected {noun} {bound}, e.g. {example}, got {text!r}")
         return value
 
     return parse
+
+
+_mixup_alpha = _finite_float("a mixup alpha", "0.2", off=True)  # --mixup ALPHA
+_positive_float = _finite_float("a number", "1.0", inclusive=False)  # --grad-clip NORM
 
 
 def _add_data_args(parser: argparse.ArgumentParser) -> None:
@@ -202,7 +186,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                             "segments (width D, a head as small as PatchTST's); jumbo = the J*D vector; jumbo+mean = "
                             "that vector and the mean patch token (the Jumbo reference code's head input); "
                             "patchtst and patchtst_registers keep their CLS token (default: segments)")
-    model.add_argument("--layer-scale", type=_non_negative_float("a LayerScale start", "1e-4 (0 = off)"), default=0.0,
+    model.add_argument("--layer-scale", type=_finite_float("a LayerScale start", "1e-4", off=True), default=0.0,
                        metavar="V",
                        help="LayerScale (CaiT): each transformer block's attention and FFN outputs, and the Jumbo "
                             "FFN's, are scaled per feature by learned factors that start at V, e.g. 1e-4, so every "
@@ -286,7 +270,7 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
     train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                        help="score the exponential moving average of the weights, updated after every step with this "
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
-    train.add_argument("--weight-decay", type=_non_negative_float("a weight decay", "0.05"), default=0.02,
+    train.add_argument("--weight-decay", type=_finite_float("a weight decay", "0.05"), default=0.02,
                        metavar="WD", help="AdamW's decoupled weight decay of the weight matrices (not of norms, "
                                           "biases, tokens and position embeddings) (default: 0.02)")
     train.add_argument("--grad-clip", type=_positive_float, default=None, metavar="NORM",
