@@ -182,11 +182,13 @@ def arm_ensemble(data: ClassificationData, runs: list[tuple[Path, RunResult]], k
 
 def load_sweeps(out: Path, pool: list[str]) -> list[tuple[Path, SweepConfig | None]]:
     """``out`` and the ``--pool`` sweeps with their stored settings, checked to be one arm: the same settings but
-    the seeds, and no seed run twice (SystemExit naming the difference otherwise)."""
+    the seeds, and no run (set, model, lr, dropout, seed) stored twice (SystemExit naming the difference
+    otherwise). Seeds a sweep declared but never finished do not count, so a stopped sweep's seeds may be run
+    again into another directory."""
     sweeps = [(d, store.read_sweep_file(d)) for d in [out, *map(Path, pool)]]
     if not pool:
         return sweeps
-    seen: set[int] = set()
+    seen: dict[tuple, Path] = {}
     for d, cfg in sweeps:
         if cfg is None:
             raise SystemExit(f"--pool expects tstrain sweep directories; {d} holds no sweep.json")
@@ -195,11 +197,27 @@ def load_sweeps(out: Path, pool: list[str]) -> list[tuple[Path, SweepConfig | No
         if diff:
             raise SystemExit(f"--pool expects sweeps of the arm in {out} with other seeds; {d} differs in "
                              + ", ".join(f"{k}: {settings[k]!r} there vs {base[k]!r}" for k in diff))
-        if seen & set(cfg.run_seeds()):
-            raise SystemExit(f"--pool expects sweeps with other seeds; {d} runs seeds {cfg.run_seeds()}, already "
-                             f"pooled: {sorted(seen)}")
-        seen |= set(cfg.run_seeds())
+        for key in finished_run_keys(d, cfg):
+            if key in seen:
+                raise SystemExit(f"--pool expects sweeps with other seeds; {d} and {seen[key]} both hold "
+                                 "{} {} {} seed {}".format(*key))
+            seen[key] = d
     return sweeps
+
+
+def finished_run_keys(folder: Path, cfg: SweepConfig) -> list[tuple[str, str, str, int]]:
+    """(set, model, settings stem, seed) of each run stored in a sweep directory; the seed is the sweep's
+    ``--seed`` plus the file's ``_s<k>`` offset."""
+    keys = []
+    for path in store.run_paths(folder):
+        k, stem = store.job_order(path)
+        keys.append((path.parent.parent.name, path.parent.name, stem, cfg.seed + k))
+    return keys
+
+
+def pooled_seeds(sweeps: list[tuple[Path, SweepConfig | None]]) -> list[int]:
+    """The seeds of the runs stored in the sweeps, sorted."""
+    return sorted({key[-1] for d, cfg in sweeps if cfg is not None for key in finished_run_keys(d, cfg)})
 
 
 def collect(sweeps: list[tuple[Path, SweepConfig | None]], sets: list[str], models: list[str], ensemble: int,
@@ -323,7 +341,7 @@ def main(argv=None) -> int:
     text = table(rows, f"recipe {args.recipe}")
     command = f"tstrain --recipe {args.recipe} " + " ".join(common[2:-3])  # without --no-progress --out DIR
     record = {"command": command, "datasets": sets, "rows": rows, "sweeps": [str(d) for d, _ in sweeps],
-              "run_seeds": [s for _, c in sweeps if c is not None for s in c.run_seeds()], "torch": args.torch or torch.__version__,
+              "run_seeds": pooled_seeds(sweeps), "torch": args.torch or torch.__version__,
               "python": platform.python_version(), "device": device_label(args), "threads": args.threads,
               "benchmark_seconds": None if args.collect_only else time.perf_counter() - start}
     print(text)

@@ -180,14 +180,14 @@ def test_trunk_benchmark_records_the_trunk_recipe(tmp_path):
 
 def test_trunk_benchmark_pools_sweeps_of_other_seeds(tmp_path):
     """``--pool`` tabulates sweeps of one arm run with other seeds as one sweep: the run chosen on validation
-    among all of them, the mean over all, the seeds recorded; a sweep of other settings, or one repeating a seed,
-    is refused with nothing written."""
+    among all of them, the mean over all, the seeds recorded; a sweep of other settings, or one storing a run of a
+    seed already pooled, is refused with nothing written; seeds declared but never finished do not count."""
     from jumbokit.timeseries.protocol import SweepConfig
     from jumbokit.timeseries.store import write_run, write_sweep_file
 
-    def sweep(name: str, seed: int, runs: list[tuple[float, float]], **settings) -> str:
+    def sweep(name: str, seed: int, runs: list[tuple[float, float]], seeds: int = 0, **settings) -> str:
         folder = tmp_path / name
-        write_sweep_file(folder, SweepConfig(seed=seed, seeds=len(runs), **settings))
+        write_sweep_file(folder, SweepConfig(seed=seed, seeds=seeds or len(runs), **settings))
         for k, (val, test) in enumerate(runs):
             stem = "lr0.001_do0.1" + (f"_s{k}" if k else "")
             write_run(folder / "runs" / "GunPoint" / "patchtst_jumbo" / f"{stem}.json",
@@ -207,9 +207,17 @@ def test_trunk_benchmark_pools_sweeps_of_other_seeds(tmp_path):
     assert row["arm_avg"] == pytest.approx(205.0 / 3) and record["run_seeds"] == [0, 1, 2]
     assert "Pooled sweeps (the same arm, run with `--seed K`)" in out_json.with_suffix(".md").read_text()
     out_json.unlink()
+    stopped = sweep("stopped", 2, [(95.0, 65.0)], seeds=3)  # declared seeds 2-4, only seed 2 finished
+    resumed = sweep("resumed", 3, [(50.0, 90.0), (50.0, 80.0)])  # seeds 3-4 run again elsewhere
+    cmd_stopped = [stopped if part == first else part for part in cmd]
+    proc = subprocess.run(cmd_stopped + [resumed], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out_json.read_text())
+    assert record["run_seeds"] == [2, 3, 4] and record["rows"][0]["arm_tests"] == [65.0, 90.0, 80.0]
+    out_json.unlink()
     smoothed = sweep("smoothed", 3, [(90.0, 60.0)], label_smoothing=0.1)
     for bad, message in ((smoothed, "differs in label_smoothing: 0.1 there vs 0.0"),
-                         (sweep("again", 1, [(90.0, 60.0)]), "already pooled: [0, 1]"),
+                         (sweep("again", 1, [(90.0, 60.0)]), "both hold GunPoint patchtst_jumbo lr0.001_do0.1 seed 1"),
                          (str(tmp_path / "missing"), "holds no sweep.json")):
         refused = subprocess.run(cmd + [bad], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert refused.returncode != 0 and message in refused.stderr, refused.stderr

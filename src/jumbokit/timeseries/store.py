@@ -70,7 +70,7 @@ def load_run(path: Path) -> RunResult | None:
         return None
 
 
-def _job_order(path: Path) -> tuple[int, str]:
+def job_order(path: Path) -> tuple[int, str]:
     """Sort key of a run file in tstrain's job order: seed offset first (``..._s<k>.json``; none = 0), then the
     run's settings (``lr.._do..``)."""
     stem, _, offset = path.stem.rpartition("_s")
@@ -81,7 +81,7 @@ def run_paths(out_dir: Path) -> list[Path]:
     """The run records of a sweep directory (``runs/<dataset>/<model>/*.json``), in tstrain's job order (seed
     ``_s10`` after ``_s2``); pretraining records left out."""
     return sorted((p for p in Path(out_dir, "runs").glob("*/*/*.json") if not p.name.startswith("pretrained")),
-                  key=_job_order)
+                  key=job_order)
 
 
 def load_runs(out_dir: Path) -> list[RunResult]:
