@@ -72,7 +72,8 @@ def test_estimator_passes_the_head_and_loss_options_to_the_sweep_config():
 def test_estimator_trains_the_trunk_alone_layer_scale_no_positions_and_stochastic_depth():
     """model="series_cnn" trains the trunk without transformer layers (and refuses to run without a trunk);
     layer_scale adds LayerScale to every block (its factors start at the value; one step moves them by about lr);
-    pos_embed="none" builds no position table, layers=1 one layer, drop_path=R stochastic depth rising to R."""
+    pos_embed="none" builds no position table, layers=1 one layer, drop_path=R stochastic depth rising to R, dim=16
+    a width of 16 with 2 heads and an FFN of 32."""
     from jumbokit.timeseries.estimator import PatchTSTClassifier
 
     rng = np.random.default_rng(0)
@@ -95,3 +96,7 @@ def test_estimator_trains_the_trunk_alone_layer_scale_no_positions_and_stochasti
     assert [getattr(b.drop_path1, "p", 0.0) for b in dropped.blocks] == pytest.approx([0.0, 0.1, 0.2])
     with pytest.raises(ValueError, match=r"drop_path must be in \[0, 1\) \(0 = off\), got 1.5"):
         PatchTSTClassifier(drop_path=1.5, **kw).fit(X, y)
+    narrow = PatchTSTClassifier(dim=16, **kw).fit(X, y).network_
+    assert (narrow.config["dim"], narrow.config["num_heads"], narrow.config["mlp_hidden"]) == (16, 2, 32)
+    with pytest.raises(ValueError, match="dim must be None or a multiple of 8, got 12"):
+        PatchTSTClassifier(dim=12, **kw).fit(X, y)

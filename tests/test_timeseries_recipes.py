@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -700,6 +701,38 @@ def test_weight_decay_flag_reaches_the_optimizer_and_the_default_keeps_old_sweep
     assert not (tmp_path / "refused").exists()
     with pytest.raises(ValueError, match="weight_decay must be >= 0, got -1"):
         ts_protocol.SweepConfig(weight_decay=-1)
+
+
+def test_dim_sets_the_token_width_with_its_heads_ffn_and_matching_registers(tmp_path, capsys):
+    """``--dim D``: every model's token width, with heads of 8 features and an FFN of 2D, the Jumbo token J*D
+    wide and the registers model FLOP-matched to it again (Proposition 1); off by default and in old sweeps'
+    identity; a width that is not a multiple of 8 is refused before anything is written."""
+    from jumbokit.encoders.flops import matching_registers
+    from jumbokit.timeseries.data import load_dataset
+    from jumbokit.timeseries.run import encoder_options, new_run_model
+
+    data = load_dataset("GunPoint", download=False)
+    cfg = ts_protocol.SweepConfig(patches=8, dim=64)
+    assert encoder_options(cfg) == {"dim": 64, "num_heads": 8, "mlp_hidden": 128}
+    jumbo = new_run_model(data, "patchtst_jumbo", cfg, 0.0, 0)
+    assert (jumbo.blocks[0].attn.num_heads, jumbo.blocks[0].mlp.fc1.out_features) == (8, 128)
+    assert tuple(jumbo.global_tokens.jumbo_token.shape) == (1, 4, 64)
+    registers = new_run_model(data, "patchtst_registers", cfg, 0.0, 0)
+    assert registers.config["num_registers"] == round(matching_registers(64, registers.num_patches, 4))
+    assert new_run_model(data, "series_cnn", dataclasses.replace(cfg, trunk="resnet"), 0.0, 0).head.in_features == 64
+    assert "dim" not in ts_protocol.SweepConfig().identity()
+    with pytest.raises(ValueError, match="dim must be None or a multiple of 8, got 12"):
+        ts_protocol.SweepConfig(dim=12)
+
+    assert cli.main(tiny(tmp_path / "narrow", "--epochs", "1", "--dim", "16")) == 0
+    assert json.loads((tmp_path / "narrow" / "sweep.json").read_text())["dim"] == 16
+    assert "token width 16" in (tmp_path / "narrow" / "report.md").read_text()
+    for bad, message in (("12", "expected a multiple of 8 (heads of 8 features), e.g. 64, got 12"),
+                         ("0", "expected a positive integer, got 0")):
+        with pytest.raises(SystemExit):
+            cli.main(tiny(tmp_path / "refused", "--dim", bad))
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "refused").exists()
 
 
 def test_layers_sets_the_transformer_depth_and_series_cnn_refusals_write_nothing(tmp_path, capsys):

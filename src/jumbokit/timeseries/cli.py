@@ -155,7 +155,8 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
                        layer_scale=args.layer_scale, pos_embed=args.pos_embed,
-                       layers=args.layers, drop_path=args.drop_path, weight_decay=args.weight_decay)
+                       layers=args.layers, drop_path=args.drop_path, weight_decay=args.weight_decay,
+                       dim=args.dim)
 
 
 def _print_summary(result, ensemble: int) -> None:

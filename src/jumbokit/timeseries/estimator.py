@@ -113,6 +113,8 @@ class PatchTSTClassifier(BaseClassifier):
     drop_path : float, default=0.0
         Stochastic depth: in training, each block's residual branches are dropped for each channel of each
         series with a rate rising linearly from 0 at the first block to this value at the last (0 = off).
+    dim : int or None, default=None
+        Token width D, a multiple of 8 (None = the model's 128): the transformer keeps D/8 heads and an FFN of 2D.
 
     Attributes
     ----------
@@ -165,7 +167,7 @@ class PatchTSTClassifier(BaseClassifier):
                  token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
                  level_scale: bool | str = False, label_smoothing: float = 0.0, grad_clip: float | None = None,
                  jumbo_pool: str = "segments", layer_scale: float = 0.0, pos_embed: str = "learn",
-                 layers: int | None = None, drop_path: float = 0.0) -> None:
+                 layers: int | None = None, drop_path: float = 0.0, dim: int | None = None) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -193,6 +195,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.pos_embed = pos_embed
         self.layers = layers
         self.drop_path = drop_path
+        self.dim = dim
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -226,7 +229,7 @@ class PatchTSTClassifier(BaseClassifier):
                           grad_clip=None if self.grad_clip is None else float(self.grad_clip),
                           jumbo_pool=self.jumbo_pool, layer_scale=float(self.layer_scale),
                           pos_embed=self.pos_embed, layers=self.layers,
-                          drop_path=float(self.drop_path)).for_dataset(x)
+                          drop_path=float(self.drop_path), dim=self.dim).for_dataset(x)
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
                                   protocol="official")
@@ -262,11 +265,11 @@ class PatchTSTClassifier(BaseClassifier):
     def _get_test_params(cls, parameter_set: str = "default") -> dict | list[dict]:
         """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
         with the first difference, token statistics, level and scale, all channels together, relative positions,
-        label smoothing, gradient clipping, LayerScale, no absolute positions, two layers with stochastic depth and
-        the widest Jumbo head."""
+        label smoothing, gradient clipping, LayerScale, no absolute positions, two layers of width 16 with stochastic
+        depth and the widest Jumbo head."""
         plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
         trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
                      rel_pos_bias=True, trunk_mix=True, level_scale=True, label_smoothing=0.1, grad_clip=1.0,
                      jumbo_pool="jumbo+mean", layer_scale=1e-4, pos_embed="none",
-                     layers=2, drop_path=0.1)
+                     layers=2, drop_path=0.1, dim=16)
         return [plain, trunk]

@@ -66,6 +66,14 @@ _positive_int = _int_at_least(1, "positive")
 _non_negative_int = _int_at_least(0, "non-negative")
 
 
+def _width(text: str) -> int:
+    """A token width: a positive multiple of 8 (heads of 8 features)."""
+    value = _positive_int(text)
+    if value % 8:
+        raise argparse.ArgumentTypeError(f"expected a multiple of 8 (heads of 8 features), e.g. 64, got {value}")
+    return value
+
+
 def _int_or_auto(text: str) -> int | str:
     if text.strip().lower() == "auto":
         return "auto"
@@ -198,6 +206,10 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--layers", type=_positive_int, default=None, metavar="N",
                        help="transformer layers of the PatchTST models (not series_cnn, which has none) "
                             "(default: 3, PatchTST's)")
+    model.add_argument("--dim", type=_width, default=None, metavar="D",
+                       help="token width D of every model, a multiple of 8: the transformer keeps heads of 8 "
+                            "features (D/8 of them) and an FFN of 2D, the Jumbo token J*D, series_cnn's head reads "
+                            "D features (default: 128, PatchTST's)")
     model.add_argument("--drop-path", type=fraction_arg("drop rate", "0.1"), default=0.0, metavar="R",
                        help="stochastic depth: in training, each transformer block's attention and FFN outputs "
                             "(and the Jumbo FFN's) are dropped for each channel of each series with a rate rising "

@@ -58,7 +58,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
                                "jumbo_pool": "segments", "layer_scale": 0.0,
-                               "pos_embed": "learn", "layers": None, "drop_path": 0.0}
+                               "pos_embed": "learn", "layers": None, "drop_path": 0.0, "dim": None}
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
 _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
@@ -169,6 +169,7 @@ class SweepConfig:
     pos_embed: str = "learn"  # the tokens' absolute position embedding: "learn" | "sincos" | "none" (POS_EMBEDS)
     layers: int | None = None  # transformer layers (None = the model's own: 3)
     drop_path: float = 0.0  # stochastic depth: the last block's drop rate, rising linearly from 0 (0 = off)
+    dim: int | None = None  # token width D (None = the models' 128); D/8 heads and an FFN of 2D keep their ratios
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
@@ -209,6 +210,8 @@ class SweepConfig:
             ("layers", self.layers is None or (not isinstance(self.layers, bool) and int(self.layers) == self.layers
                                                and self.layers >= 1), "None or an integer >= 1"),
             ("drop_path", 0 <= self.drop_path < 1, "in [0, 1) (0 = off)"),
+            ("dim", self.dim is None or (not isinstance(self.dim, bool) and int(self.dim) == self.dim
+                                         and self.dim >= 8 and self.dim % 8 == 0), "None or a multiple of 8"),
             ("weight_decay", 0 <= self.weight_decay < float("inf"), ">= 0"),
         ]
         for name, ok, expected in checks:

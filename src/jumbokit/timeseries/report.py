@@ -184,6 +184,8 @@ def training_text(cfg: SweepConfig) -> str:
         patching += f"; {cfg.layers} transformer layer{'s' if cfg.layers > 1 else ''}"
     if cfg.drop_path:
         patching += f"; stochastic depth up to {cfg.drop_path:g}"
+    if cfg.dim is not None:
+        patching += f"; token width {cfg.dim}"
     if cfg.pos_embed != SweepConfig.pos_embed:
         patching += "; no absolute position embedding" if cfg.pos_embed == "none" else "; sine-cosine positions"
     extras = f", gradient norm clipped to {cfg.grad_clip:g}" if cfg.grad_clip else ""

@@ -162,7 +162,9 @@ def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
 def encoder_options(cfg: SweepConfig) -> dict[str, Any]:
     """The sweep's encoder options beyond the tokenizer and head, where they differ from the models' defaults:
     ``init_values`` (LayerScale) when ``cfg.layer_scale`` is on, ``pos_embed`` when not "learn", ``depth`` when
-    ``cfg.layers`` is set, ``drop_path_rate`` (stochastic depth) when ``cfg.drop_path`` is on."""
+    ``cfg.layers`` is set, ``drop_path_rate`` (stochastic depth) when ``cfg.drop_path`` is on, and the token width
+    ``dim`` with ``dim // 8`` heads and an FFN hidden of ``2 * dim`` (the models' 128 / 16 / 256) when ``cfg.dim``
+    is set."""
     options: dict[str, Any] = {"init_values": float(cfg.layer_scale)} if cfg.layer_scale else {}
     if cfg.pos_embed != "learn":
         options["pos_embed"] = cfg.pos_embed
@@ -170,6 +172,8 @@ def encoder_options(cfg: SweepConfig) -> dict[str, Any]:
         options["depth"] = int(cfg.layers)
     if cfg.drop_path:
         options["drop_path_rate"] = float(cfg.drop_path)
+    if cfg.dim is not None:
+        options.update(dim=int(cfg.dim), num_heads=int(cfg.dim) // 8, mlp_hidden=2 * int(cfg.dim))
     return options
 
 
