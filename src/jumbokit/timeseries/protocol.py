@@ -60,6 +60,12 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "jumbo_pool": "segments", "layer_scale": 0.0,
                                "pos_embed": "learn", "layers": None, "drop_path": 0.0, "dim": None}
 
+
+def _is_int(value: Any) -> bool:
+    """An integer (Python's or numpy's), not a bool, a float or a string."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
 _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
 
@@ -207,11 +213,10 @@ class SweepConfig:
             ("jumbo_pool", self.jumbo_pool in JUMBO_POOLS, f"one of {', '.join(JUMBO_POOLS)}"),
             ("layer_scale", 0 <= self.layer_scale, ">= 0 (0 = off)"),
             ("pos_embed", self.pos_embed in POS_EMBEDS, f"one of {', '.join(POS_EMBEDS)}"),
-            ("layers", self.layers is None or (not isinstance(self.layers, bool) and int(self.layers) == self.layers
-                                               and self.layers >= 1), "None or an integer >= 1"),
+            ("layers", self.layers is None or (_is_int(self.layers) and self.layers >= 1), "None or an integer >= 1"),
             ("drop_path", 0 <= self.drop_path < 1, "in [0, 1) (0 = off)"),
-            ("dim", self.dim is None or (not isinstance(self.dim, bool) and int(self.dim) == self.dim
-                                         and self.dim >= 8 and self.dim % 8 == 0), "None or a multiple of 8"),
+            ("dim", self.dim is None or (_is_int(self.dim) and self.dim >= 8 and self.dim % 8 == 0),
+             "None or a multiple of 8"),
             ("weight_decay", 0 <= self.weight_decay < float("inf"), ">= 0"),
         ]
         for name, ok, expected in checks:
