@@ -9,7 +9,7 @@ from ..encoders.series_trunk import TRUNKS
 from ..training.cli import ema_decay_arg, fraction_arg
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
-from .models import PATCHTST_MODELS, SERIES_MODELS
+from .models import HEAD_FEATURES, PATCHTST_MODELS, SERIES_MODELS
 from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
 from .protocol import JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS
 
@@ -67,10 +67,11 @@ _non_negative_int = _int_at_least(0, "non-negative")
 
 
 def _width(text: str) -> int:
-    """A token width: a positive multiple of 8 (heads of 8 features)."""
+    """A token width: a positive multiple of HEAD_FEATURES (the heads' width)."""
     value = _positive_int(text)
-    if value % 8:
-        raise argparse.ArgumentTypeError(f"expected a multiple of 8 (heads of 8 features), e.g. 64, got {value}")
+    if value % HEAD_FEATURES:
+        raise argparse.ArgumentTypeError(f"expected a multiple of {HEAD_FEATURES} (heads of {HEAD_FEATURES} "
+                                         f"features), e.g. 64, got {value}")
     return value
 
 

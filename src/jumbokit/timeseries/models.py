@@ -35,13 +35,14 @@ from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
 __all__ = ["PATCHTST_MODELS", "REFERENCE_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS", "PATCHTST_BASE",
-           "JUMBO_MULTIPLIER", "check_reference_model", "patch_geometry", "capped_patch_geometry", "max_patches"]
+           "JUMBO_MULTIPLIER", "HEAD_FEATURES", "check_reference_model", "width_options", "patch_geometry", "capped_patch_geometry", "max_patches"]
 
 JUMBO_MULTIPLIER = 4
 PATCHTST_BASE: dict[str, Any] = dict(
     tokenizer="series", seq_len=None, pad_end=True, in_chans=1, dim=128, depth=3, num_heads=16,
     mlp_hidden=256, pos_embed="learn",
 )
+HEAD_FEATURES = PATCHTST_BASE["dim"] // PATCHTST_BASE["num_heads"]  # 8: what a narrower or wider model keeps
 PATCHTST_MODELS = ("patchtst", "patchtst_registers", "patchtst_jumbo")
 REFERENCE_MODELS = ("series_cnn",)  # the trunk alone, no transformer layer
 # hybrids (``jumbokit.timeseries.rocket_tokens``): name -> the transformer they extend
@@ -112,6 +113,13 @@ def capped_patch_geometry(seq_len: int, patches: int, max_patch_len: int | None 
     if max_patch_len is None or patch_len <= max_patch_len:
         return patch_len, stride
     return int(max_patch_len), int(max_patch_len) // 2
+
+
+def width_options(dim: int) -> dict[str, int]:
+    """Encoder options of token width ``dim`` (a multiple of :data:`HEAD_FEATURES`) at PatchTST's proportions:
+    heads of ``HEAD_FEATURES`` features and an FFN hidden of ``mlp_hidden / dim`` times the width (2D)."""
+    ratio = PATCHTST_BASE["mlp_hidden"] // PATCHTST_BASE["dim"]
+    return {"dim": int(dim), "num_heads": int(dim) // HEAD_FEATURES, "mlp_hidden": ratio * int(dim)}
 
 
 def check_reference_model(name: str, trunk: str | None = "resnet", layers: int | None = None,

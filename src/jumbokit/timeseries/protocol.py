@@ -22,6 +22,7 @@ from jumbokit.encoders.global_tokens import Jumbo
 from jumbokit.encoders.series_trunk import TRUNKS
 from jumbokit.training.optim import epochs_for_min_steps
 
+from .models import HEAD_FEATURES
 from .normalize import AUTO_SCALE_SPREAD, scale_spread
 
 __all__ = [
@@ -215,8 +216,8 @@ class SweepConfig:
             ("pos_embed", self.pos_embed in POS_EMBEDS, f"one of {', '.join(POS_EMBEDS)}"),
             ("layers", self.layers is None or (_is_int(self.layers) and self.layers >= 1), "None or an integer >= 1"),
             ("drop_path", 0 <= self.drop_path < 1, "in [0, 1) (0 = off)"),
-            ("dim", self.dim is None or (_is_int(self.dim) and self.dim >= 8 and self.dim % 8 == 0),
-             "None or a multiple of 8"),
+            ("dim", self.dim is None or (_is_int(self.dim) and self.dim >= HEAD_FEATURES
+                                         and self.dim % HEAD_FEATURES == 0), f"None or a multiple of {HEAD_FEATURES}"),
             ("weight_decay", 0 <= self.weight_decay < float("inf"), ">= 0"),
         ]
         for name, ok, expected in checks:

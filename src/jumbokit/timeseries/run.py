@@ -21,7 +21,7 @@ from torch import nn
 
 from .data import ClassificationData, SeriesSplit
 from .models import (HYBRID_MODELS, JUMBO_MODELS, PATCHTST_MODELS, REFERENCE_MODELS, SERIES_MODELS,
-                     check_reference_model, max_patches, patch_geometry)
+                     check_reference_model, max_patches, patch_geometry, width_options)
 from .protocol import SweepConfig
 
 __all__ = [
@@ -173,7 +173,7 @@ def encoder_options(cfg: SweepConfig) -> dict[str, Any]:
     if cfg.drop_path:
         options["drop_path_rate"] = float(cfg.drop_path)
     if cfg.dim is not None:
-        options.update(dim=int(cfg.dim), num_heads=int(cfg.dim) // 8, mlp_hidden=2 * int(cfg.dim))
+        options.update(width_options(cfg.dim))
     return options
 
 
