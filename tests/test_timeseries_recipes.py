@@ -723,6 +723,9 @@ def test_dim_sets_the_token_width_with_its_heads_ffn_and_matching_registers(tmp_
     assert "dim" not in ts_protocol.SweepConfig().identity()
     with pytest.raises(ValueError, match="dim must be None or a multiple of 8, got 12"):
         ts_protocol.SweepConfig(dim=12)
+    for field in ("dim", "layers"):  # a string gets the usual line, not int()'s bare error
+        with pytest.raises(ValueError, match=f"{field} must be None or .*, got 'abc'"):
+            ts_protocol.SweepConfig(**{field: "abc"})
 
     assert cli.main(tiny(tmp_path / "narrow", "--epochs", "1", "--dim", "16")) == 0
     assert json.loads((tmp_path / "narrow" / "sweep.json").read_text())["dim"] == 16
