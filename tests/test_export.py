@@ -54,7 +54,8 @@ def build(kind: str) -> torch.nn.Module:
     if kind.startswith("patchtst"):
         stem = {"patchtst_jumbo": {"conv_stem": 8},  # the conv patch features' masked pooling
                 "patchtst_registers": {"trunk": "inception", "trunk_width": 2, "trunk_depth": 3, "trunk_diff": True,
-                                       "token_stats": True, "rel_pos_bias": True, "level_scale": True}}.get(kind, {})
+                                       "token_stats": True, "rel_pos_bias": True, "level_scale": True,
+                                       "trunk_head": True}}.get(kind, {})
         return perturbed(jumbokit.create_model(kind, **SERIES, **stem))
     raise KeyError(kind)
 

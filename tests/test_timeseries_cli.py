@@ -282,19 +282,23 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
     """--trunk/--diff/--token-stats reach the runs' models, sweep.json and the report; --diff alone is refused."""
     out = tmp_path / "trunk"
     front = ["--model", "patchtst_jumbo", "--trunk", "inception", "--trunk-width", "2", "--trunk-depth", "1",
-             "--diff", "--token-stats", "--trunk-mix", "--level-scale"]
+             "--diff", "--token-stats", "--trunk-mix", "--level-scale", "--trunk-head"]
     assert cli.main(tiny(out, *front)) == 0
     sweep = json.loads((out / "sweep.json").read_text())
     assert sweep["trunk"] == "inception" and sweep["trunk_width"] == 2 and sweep["trunk_diff"] is True
     assert sweep["trunk_mix"] is True and sweep["level_scale"] is True and sweep["normalize"] == "train"
-    assert ("inception trunk (1 x width 2, with the first difference, all channels together)"
-            in (out / "report.md").read_text())
+    assert sweep["trunk_head"] is True
+    report = (out / "report.md").read_text()
+    assert "inception trunk (1 x width 2, with the first difference, all channels together)" in report
+    assert "with a second head on its mean token" in report
     capsys.readouterr()
     assert cli.main(tiny(tmp_path / "bad", "--diff")) == 2
     err = capsys.readouterr().err
     assert "--diff feeds the first difference" in err and not (tmp_path / "bad").exists()
     assert cli.main(tiny(tmp_path / "bad", "--trunk-mix")) == 2
     assert "--trunk-mix sets how the channels are read by a convolutional trunk" in capsys.readouterr().err
+    assert cli.main(tiny(tmp_path / "bad", "--trunk-head")) == 2
+    assert "--trunk-head adds a second head on a convolutional trunk" in capsys.readouterr().err
     assert cli.main(tiny(tmp_path / "bad", "--trunk-width", "auto")) == 2
     assert "--trunk-width sets the filters of a convolutional trunk; add --trunk" in capsys.readouterr().err
     assert cli.main(tiny(tmp_path / "bad", "--level-scale", "--normalize", "instance")) == 2

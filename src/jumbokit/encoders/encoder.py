@@ -18,6 +18,7 @@ from .blocks import Block
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
 from .rel_pos import RelativePositionBias
 from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens, exporting
+from .trunk_head import TrunkHead, mean_probability_logits
 
 __all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "gather_tokens", "random_keep", "unknown_options"]
 
@@ -39,6 +40,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "trunk_depth": 3,  # inception modules / residual blocks
     "trunk_diff": False,  # the first difference of each channel as a second trunk input
     "trunk_mix": False,  # one trunk over all channels of a series (added to every channel's tokens)
+    "trunk_head": False,  # a second head on the trunk's mean token, trained beside the main one (trunk_head.py)
     "token_stats": False,  # each window's observed mean and std, projected and added to its token
     "level_scale": False,  # normalise each channel inside the model; its mean and std join every token
     "rel_pos_bias": False,  # a learned per-head bias by patch offset in every layer's attention (eRPE-like)
@@ -89,6 +91,7 @@ class EncoderOutput:
     pad_mask: (B', K) bool, True = padded / missing token, or None.
     channels: C for channel-independent series (B' = B * C), 1 for images.
     grid: the patch grid of the input ((Hp, Wp) for images, (N,) for series).
+    token_mean: (B', D) each sequence's mean tokenizer token, before any block (only with ``trunk_head``).
     """
 
     feature: torch.Tensor
@@ -98,6 +101,7 @@ class EncoderOutput:
     pad_mask: torch.Tensor | None = None
     channels: int = 1
     grid: tuple[int, ...] = ()
+    token_mean: torch.Tensor | None = None
 
 
 def unknown_options(unknown: Any, known: Any) -> str:
@@ -137,8 +141,8 @@ def random_keep(
 def build_tokenizer(cfg: dict[str, Any]) -> ImagePatchTokenizer | SeriesPatchTokenizer:
     """The tokenizer of a full encoder config: image patches, or series patches with their optional features."""
     if cfg["tokenizer"] == "image":
-        series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "trunk_mix", "token_stats", "level_scale",
-                                    "rel_pos_bias")
+        series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "trunk_mix", "trunk_head", "token_stats",
+                                    "level_scale", "rel_pos_bias")
                        if cfg[k]]
         if series_only:
             verb = "applies" if len(series_only) == 1 else "apply"
@@ -225,6 +229,11 @@ class Encoder(nn.Module):
         self.head_in_features = self.num_features * (cfg["in_chans"] if cfg["tokenizer"] == "series" else 1)
         self.num_classes = int(cfg["num_classes"])
         self.head = nn.Linear(self.head_in_features, self.num_classes) if self.num_classes > 0 else nn.Identity()
+        if cfg["trunk_head"] and not cfg["trunk"]:
+            raise ValueError(f"trunk_head needs a convolutional trunk (trunk='resnet' or 'inception'), got "
+                             f"trunk={cfg['trunk']!r}")
+        self.trunk_head = self._make_trunk_head()
+        self._aux_logits: torch.Tensor | None = None  # the trunk head's logits of the last training forward
 
         self.apply(_init_linear)
         self._plugin_keys = set(self.global_tokens.state_dict().keys())
@@ -250,6 +259,16 @@ class Encoder(nn.Module):
         self.head = nn.Linear(self.head_in_features, num_classes).to(device) if num_classes > 0 else nn.Identity()
         if num_classes > 0:
             _init_linear(self.head)
+        self.trunk_head = self._make_trunk_head()
+        if self.trunk_head is not None:
+            self.trunk_head.to(device)
+
+    def _make_trunk_head(self) -> TrunkHead | None:
+        """The second head of ``trunk_head=True`` (None without it, or without classes)."""
+        cfg = self.config
+        if not cfg["trunk_head"] or self.num_classes <= 0:
+            return None
+        return TrunkHead(int(cfg["dim"]), int(cfg["in_chans"]), self.num_classes, cfg["head_drop_rate"])
 
     def tokenize(self, x: torch.Tensor) -> Tokens:
         """Patch tokens with position embeddings added: Tokens.tokens is (B', N, D)."""
@@ -271,6 +290,7 @@ class Encoder(nn.Module):
         tok = self.tokenize(x)
         tokens, mask = tok.tokens, tok.pad_mask
         num_tokens = tokens.shape[1]
+        token_mean = masked_mean(tokens, mask) if self.trunk_head is not None else None
         if pad_mask is not None:
             if pad_mask.shape != tokens.shape[:2]:
                 raise ValueError(f"pad_mask must have shape {tuple(tokens.shape[:2])}, got {tuple(pad_mask.shape)}")
@@ -292,7 +312,7 @@ class Encoder(nn.Module):
         else:
             feature = self.global_tokens.pool(g, p, mask)
         feature = self.fc_norm(feature)
-        return EncoderOutput(feature, p, g, keep, mask, tok.channels, tuple(tok.grid))
+        return EncoderOutput(feature, p, g, keep, mask, tok.channels, tuple(tok.grid), token_mean)
 
     def _attention_mask(self, mask: torch.Tensor | None, num_tokens: int, keep: torch.Tensor | None,
                         dtype: torch.dtype) -> torch.Tensor | None:
@@ -318,8 +338,24 @@ class Encoder(nn.Module):
         feature = self.head_drop(feature)
         return feature if pre_logits else self.head(feature)
 
+    def classify(self, out: EncoderOutput) -> torch.Tensor:
+        """Logits (B, num_classes) of :meth:`forward_head`. With a trunk head, a training forward keeps the trunk
+        head's logits for :meth:`take_aux_logits` (the loss) and an evaluation returns the logits of the two heads'
+        mean probabilities."""
+        logits = self.forward_head(out)
+        if self.trunk_head is None or out.token_mean is None:
+            return logits
+        aux = self.trunk_head(out.token_mean, out.channels)
+        self._aux_logits = aux if self.training else None
+        return logits if self.training else mean_probability_logits(logits, aux)
+
+    def take_aux_logits(self) -> torch.Tensor | None:
+        """The trunk head's logits (B, num_classes) of the last training forward, once (then None)."""
+        aux, self._aux_logits = self._aux_logits, None
+        return aux
+
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x, keep=keep))
+        return self.classify(self.forward_features(x, keep=keep))
 
     def extra_repr(self) -> str:
         cfg = self.config

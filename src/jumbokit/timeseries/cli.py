@@ -120,6 +120,7 @@ def _trunk_fields(args: argparse.Namespace, recipe: dict) -> dict:
     if trunk in (None, "none"):
         needs_trunk = {"--diff": (args.diff, "feeds the first difference to"),
                        "--trunk-mix": (args.trunk_mix, "sets how the channels are read by"),
+                       "--trunk-head": (args.trunk_head, "adds a second head on"),
                        "--trunk-width": (args.trunk_width is not None, "sets the filters of"),
                        "--trunk-depth": (args.trunk_depth is not None, "sets the blocks of")}
         for flag, (given, what) in needs_trunk.items():
@@ -144,7 +145,8 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
     trunk_fields = _trunk_fields(args, recipe)
     level_scale = pick("level_scale")
     return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
-                       **trunk_fields, trunk_mix=args.trunk_mix, token_stats=args.token_stats,
+                       **trunk_fields, trunk_mix=args.trunk_mix, trunk_head=args.trunk_head,
+                       token_stats=args.token_stats,
                        level_scale=level_scale, rel_pos_bias=args.rel_pos,
                        epochs=args.epochs, min_steps=args.min_steps, normalize=_normalize_arg(args, recipe, level_scale),
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,

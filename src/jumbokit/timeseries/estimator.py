@@ -84,6 +84,9 @@ class PatchTSTClassifier(BaseClassifier):
     trunk_mix : bool, default=False
         One trunk over all channels of a series together, its features added to every channel's tokens
         (default: a trunk pass per channel).
+    trunk_head : bool, default=False
+        A second classifier on the trunk's mean token per channel, trained with its own cross-entropy beside
+        the main head; predictions are the two heads' mean probabilities (needs a trunk).
     token_stats : bool, default=False
         Add each patch window's mean and standard deviation, projected, to its token.
     level_scale : bool or "auto", default=False
@@ -165,6 +168,7 @@ class PatchTSTClassifier(BaseClassifier):
                  augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0,
                  trunk: str | None = None, trunk_width: int | str = 16, trunk_depth: int = 3, trunk_diff: bool = False,
                  token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
+                 trunk_head: bool = False,
                  level_scale: bool | str = False, label_smoothing: float = 0.0, grad_clip: float | None = None,
                  jumbo_pool: str = "segments", layer_scale: float = 0.0, pos_embed: str = "learn",
                  layers: int | None = None, drop_path: float = 0.0, dim: int | None = None) -> None:
@@ -185,6 +189,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.trunk_depth = trunk_depth
         self.trunk_diff = trunk_diff
         self.trunk_mix = trunk_mix
+        self.trunk_head = trunk_head
         self.token_stats = token_stats
         self.level_scale = level_scale
         self.rel_pos_bias = rel_pos_bias
@@ -223,7 +228,7 @@ class PatchTSTClassifier(BaseClassifier):
                           pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay),
                           trunk=self.trunk, trunk_width=self.trunk_width, trunk_depth=int(self.trunk_depth),
                           trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
-                          token_stats=bool(self.token_stats), normalize=self.normalize,
+                          trunk_head=bool(self.trunk_head), token_stats=bool(self.token_stats), normalize=self.normalize,
                           level_scale=self.level_scale if self.level_scale == "auto" else bool(self.level_scale),
                           rel_pos_bias=bool(self.rel_pos_bias), label_smoothing=float(self.label_smoothing),
                           grad_clip=None if self.grad_clip is None else float(self.grad_clip),
@@ -264,12 +269,12 @@ class PatchTSTClassifier(BaseClassifier):
     @classmethod
     def _get_test_params(cls, parameter_set: str = "default") -> dict | list[dict]:
         """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
-        with the first difference, token statistics, level and scale, all channels together, relative positions,
-        label smoothing, gradient clipping, LayerScale, no absolute positions, two layers of width 16 with stochastic
-        depth and the widest Jumbo head."""
+        with the first difference, token statistics, level and scale, all channels together, a trunk head, relative
+        positions, label smoothing, gradient clipping, LayerScale, no absolute positions, two layers of width 16 with
+        stochastic depth and the widest Jumbo head."""
         plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
         trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
-                     rel_pos_bias=True, trunk_mix=True, level_scale=True, label_smoothing=0.1, grad_clip=1.0,
-                     jumbo_pool="jumbo+mean", layer_scale=1e-4, pos_embed="none",
+                     rel_pos_bias=True, trunk_mix=True, trunk_head=True, level_scale=True, label_smoothing=0.1,
+                     grad_clip=1.0, jumbo_pool="jumbo+mean", layer_scale=1e-4, pos_embed="none",
                      layers=2, drop_path=0.1, dim=16)
         return [plain, trunk]

@@ -56,7 +56,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
-                               "trunk_mix": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
+                               "trunk_mix": False, "trunk_head": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
                                "jumbo_pool": "segments", "layer_scale": 0.0,
                                "pos_embed": "learn", "layers": None, "drop_path": 0.0, "dim": None}
@@ -143,6 +143,7 @@ class SweepConfig:
     trunk_depth: int = 3  # inception modules or residual blocks
     trunk_diff: bool = False  # each channel's first difference as a second trunk input
     trunk_mix: bool = False  # one trunk over all channels of a series, added to every channel's tokens
+    trunk_head: bool = False  # a second head on the trunk's mean token, its loss added; scored: mean probabilities
     token_stats: bool = False  # each patch window's mean and std added to its token
     level_scale: bool | str = False  # each channel normalised inside the model, its mean and std added to its
     # tokens; "auto": on where the training series' scales differ more than AUTO_SCALE_SPREAD-fold (for_dataset)
@@ -197,6 +198,7 @@ class SweepConfig:
             ("trunk_depth", int(self.trunk_depth) >= 1, ">= 1"),
             ("trunk_diff", not self.trunk_diff or self.trunk is not None, "False without a trunk"),
             ("trunk_mix", not self.trunk_mix or self.trunk is not None, "False without a trunk"),
+            ("trunk_head", not self.trunk_head or self.trunk is not None, "False without a trunk"),
             ("level_scale", self.level_scale in (False, True, "auto"), "False, True or 'auto'"),
             ("level_scale", not self.level_scale or self.normalize in ("train", "none"),
              f"False with normalize={self.normalize!r} (per-series normalisation would remove the level and scale "

@@ -142,7 +142,11 @@ class RocketHybrid(nn.Module):
 
     def forward(self, x: torch.Tensor, rocket_input: torch.Tensor | None = None) -> torch.Tensor:
         out = self.encoder.forward_features(x, global_offset=self.global_offset(x, rocket_input))
-        return self.encoder.forward_head(out)
+        return self.encoder.classify(out)
+
+    def take_aux_logits(self) -> torch.Tensor | None:
+        """The encoder's trunk-head logits of the last training forward (``trunk_head``), once, for the loss."""
+        return self.encoder.take_aux_logits()
 
 
 def feature_statistics(features: MiniRocketFeatures, x: torch.Tensor, batch_size: int = 64,

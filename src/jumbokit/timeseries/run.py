@@ -153,10 +153,13 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
 
 
 def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
-    """The encoder options of the sweep's head: ``jumbo_pool`` for a Jumbo model
-    (:data:`~jumbokit.timeseries.protocol.JUMBO_POOLS`); nothing for the CLS models, whose feature is their
-    CLS token."""
-    return {"jumbo_pool": cfg.jumbo_pool} if model_name in JUMBO_MODELS else {}
+    """The encoder options of the sweep's heads: ``jumbo_pool`` for a Jumbo model
+    (:data:`~jumbokit.timeseries.protocol.JUMBO_POOLS`; the CLS models' feature is their CLS token), and
+    ``trunk_head`` when ``cfg.trunk_head`` is on (a second head on the trunk's mean token)."""
+    options: dict[str, Any] = {"jumbo_pool": cfg.jumbo_pool} if model_name in JUMBO_MODELS else {}
+    if cfg.trunk_head:
+        options["trunk_head"] = True
+    return options
 
 
 def encoder_options(cfg: SweepConfig) -> dict[str, Any]:

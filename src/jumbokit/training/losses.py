@@ -18,8 +18,9 @@ def classification_loss(
     forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
 ) -> LossFn:
     """A ``loss_fn`` for ``fit`` on ``(images, labels)`` batches: optional mixup/cutmix, ``criterion`` (default
-    cross-entropy; soft-target CE with mixup), plus the model's ``aux_loss`` when it exposes one; logs ``top1``
-    (the batch's accuracy in percent, on hard labels, not under mixup) and ``aux_loss``.
+    cross-entropy; soft-target CE with mixup), plus the model's ``aux_loss`` when it exposes one, plus ``criterion``
+    on the logits of a second head when the model has ``take_aux_logits()`` (e.g. an encoder with ``trunk_head``);
+    logs ``top1`` (the batch's accuracy in percent, on hard labels, not under mixup), ``aux_loss`` and ``aux_ce``.
 
     ``forward(model, x) -> logits`` (B, num_classes) replaces ``model(x)`` (e.g. token dropping through ``keep``).
     """
@@ -40,12 +41,20 @@ def classification_loss(
         logits = forward(model, x) if forward is not None else model(x)
         loss = criterion(logits, target)
         logs: dict[str, torch.Tensor] = {}
-        aux = getattr(extract_model_from_parallel(model), "aux_loss", None)
+        unwrapped = extract_model_from_parallel(model)
+        aux = getattr(unwrapped, "aux_loss", None)
         if isinstance(aux, torch.Tensor):
             loss = loss + aux
             logs["aux_loss"] = aux.detach()
+        take_aux_logits = getattr(unwrapped, "take_aux_logits", None)
+        aux_logits = take_aux_logits() if take_aux_logits is not None else None
+        if aux_logits is not None:
+            aux_ce = criterion(aux_logits, target)
+            loss = loss + aux_ce
+            logs["aux_ce"] = aux_ce.detach()
         if mixup is None:
             logs["top1"] = (logits.detach().argmax(-1) == y).float().mean() * 100.0
         return loss, logs
 
     return loss_fn
+
