@@ -13,6 +13,7 @@ import math
 import torch
 from torch import nn
 
+from ..checks import whole_number
 from .blocks import LayerScale, Mlp
 
 __all__ = [
@@ -206,7 +207,7 @@ class Jumbo(GlobalTokens):
         init_values: float | None = None,
     ) -> None:
         super().__init__(dim)
-        if isinstance(multiplier, bool) or int(multiplier) != multiplier or multiplier < 1:
+        if not whole_number(multiplier, 1):
             raise ValueError(f"jumbo_multiplier must be an integer >= 1 (the Jumbo token is J*D wide, J tokens of "
                              f"width D), got jumbo_multiplier={multiplier!r}")
         multiplier = int(multiplier)

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checks import whole_number
+
 __all__ = ["TRUNKS", "TrunkPatchFeatures", "TokenStats", "window_max_mean", "trunk_flops", "token_stats_flops"]
 
 TRUNKS = ("inception", "resnet")
@@ -136,7 +138,7 @@ def check_trunk(kind: str, width: int, depth: int) -> None:
     if kind not in TRUNKS:
         raise ValueError(f"unknown trunk {kind!r}; expected one of {', '.join(TRUNKS)} (or None for no trunk)")
     for name, value in (("trunk_width", width), ("trunk_depth", depth)):
-        if isinstance(value, bool) or int(value) != value or value < 1:
+        if not whole_number(value, 1):
             raise ValueError(f"expected {name} to be a positive integer, got {value!r}")
 
 
@@ -159,7 +161,7 @@ class TrunkPatchFeatures(nn.Module):
                  diff: bool = False, mix_chans: int | None = None) -> None:
         super().__init__()
         check_trunk(kind, width, depth)
-        if mix_chans is not None and (isinstance(mix_chans, bool) or int(mix_chans) < 1):
+        if mix_chans is not None and not whole_number(mix_chans, 1):
             raise ValueError(f"expected mix_chans to be None or a channel count >= 1, got {mix_chans!r}")
         self.kind, self.patch_len, self.stride, self.diff = kind, patch_len, stride, bool(diff)
         self.mix_chans = None if mix_chans is None else int(mix_chans)

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checks import whole_number
 from .series_scale import LevelScale
 from .series_trunk import TokenStats, TrunkPatchFeatures, window_max_mean
 
@@ -264,7 +265,7 @@ class SeriesPatchTokenizer(nn.Module):
                              "use a shorter patch_len or pad_end=True")
         self.grid_size = (self.num_patches,)
         self.proj = nn.Linear(patch_len, dim)
-        if isinstance(conv_stem, bool) or int(conv_stem) != conv_stem or conv_stem < 0 or conv_stem == 1:
+        if not whole_number(conv_stem, 0) or conv_stem == 1:
             raise ValueError(f"expected conv_stem to be 0 (none) or an integer width >= 2, got {conv_stem!r}")
         self.conv = ConvPatchFeatures(int(conv_stem), dim, patch_len, stride) if conv_stem else None
         for name, value in (("trunk_diff", trunk_diff), ("trunk_mix", trunk_mix)):

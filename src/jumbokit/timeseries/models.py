@@ -30,6 +30,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ..checks import whole_number
 from ..encoders import DEFAULT_CONFIG, flops, model_config, register_model
 from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
@@ -65,9 +66,9 @@ def patch_geometry(seq_len: int, patches: int, strict: bool = False) -> tuple[in
     ``patches <= seq_len + 1``. Longer asks: ``strict`` raises ValueError, otherwise the finest patching
     (patch 1, stride 1: ``seq_len + 1`` patches) is returned with a warning.
     """
-    if isinstance(seq_len, bool) or int(seq_len) != seq_len or seq_len < 1:
+    if not whole_number(seq_len, 1):
         raise ValueError(f"expected seq_len to be a positive integer, got {seq_len!r}")
-    if isinstance(patches, bool) or int(patches) != patches or patches < 1:
+    if not whole_number(patches, 1):
         raise ValueError(f"expected patches to be a positive integer, got {patches!r}")
     seq_len, patches = int(seq_len), int(patches)
     most = max_patches(seq_len)
@@ -106,8 +107,7 @@ def capped_patch_geometry(seq_len: int, patches: int, max_patch_len: int | None 
     """:func:`patch_geometry`, except that patches never exceed ``max_patch_len`` steps: a longer series then
     gets patches of ``max_patch_len`` steps every ``max_patch_len // 2`` (PatchTST's own patching), so more
     than ``patches`` of them. ``None`` = no cap."""
-    if max_patch_len is not None and (isinstance(max_patch_len, bool) or int(max_patch_len) != max_patch_len
-                                      or max_patch_len < 2):
+    if max_patch_len is not None and not whole_number(max_patch_len, 2):
         raise ValueError(f"expected max_patch_len to be an integer >= 2 (or None), got {max_patch_len!r}")
     patch_len, stride = patch_geometry(seq_len, patches, strict=strict)
     if max_patch_len is None or patch_len <= max_patch_len:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from jumbokit.checks import is_integer
 from jumbokit.encoders.global_tokens import Jumbo
 from jumbokit.encoders.series_trunk import TRUNKS
 from jumbokit.training.optim import epochs_for_min_steps
@@ -60,11 +61,6 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
                                "jumbo_pool": "segments", "layer_scale": 0.0,
                                "pos_embed": "learn", "layers": None, "drop_path": 0.0, "dim": None}
-
-
-def _is_int(value: Any) -> bool:
-    """An integer (Python's or numpy's), not a bool, a float or a string."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
@@ -216,9 +212,9 @@ class SweepConfig:
             ("jumbo_pool", self.jumbo_pool in JUMBO_POOLS, f"one of {', '.join(JUMBO_POOLS)}"),
             ("layer_scale", 0 <= self.layer_scale, ">= 0 (0 = off)"),
             ("pos_embed", self.pos_embed in POS_EMBEDS, f"one of {', '.join(POS_EMBEDS)}"),
-            ("layers", self.layers is None or (_is_int(self.layers) and self.layers >= 1), "None or an integer >= 1"),
+            ("layers", self.layers is None or (is_integer(self.layers) and self.layers >= 1), "None or an integer >= 1"),
             ("drop_path", 0 <= self.drop_path < 1, "in [0, 1) (0 = off)"),
-            ("dim", self.dim is None or (_is_int(self.dim) and self.dim >= HEAD_FEATURES
+            ("dim", self.dim is None or (is_integer(self.dim) and self.dim >= HEAD_FEATURES
                                          and self.dim % HEAD_FEATURES == 0), f"None or a multiple of {HEAD_FEATURES}"),
             ("weight_decay", 0 <= self.weight_decay < float("inf"), ">= 0"),
         ]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..checks import whole_number
 from . import store
 from .baselines import parse_baselines
 from .data import ClassificationData, load_dataset
@@ -113,7 +114,7 @@ def _check_request(models: Sequence[str], baseline: str | Sequence[str] | None, 
         if m not in SERIES_MODELS:
             raise ValueError(f"unknown model {m!r}; expected one or more of {', '.join(SERIES_MODELS)}")
     baselines = parse_baselines(baseline)
-    if isinstance(ensemble, bool) or int(ensemble) != ensemble or ensemble < 1:
+    if not whole_number(ensemble, 1):
         raise ValueError(f"ensemble must be a positive integer (1 = single runs), got {ensemble!r}")
     if not datasets:
         raise ValueError("no datasets to run")
@@ -246,7 +247,7 @@ def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False, run
 
     from ..training import launch_state
 
-    if isinstance(runs_per_device, bool) or int(runs_per_device) != runs_per_device or runs_per_device < 1:
+    if not whole_number(runs_per_device, 1):
         raise ValueError(f"runs per device must be a positive integer, got {runs_per_device!r}")
     state = launch_state(cpu)
     state.wait_for_everyone()  # every process has checked --out (plan_sweep) before anything is written there
