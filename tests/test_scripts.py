@@ -371,3 +371,40 @@ def test_pretrain_pool_benchmark_tabulates_its_three_arms(tmp_path):
                              capture_output=True, text=True, timeout=120)
         assert bad.returncode != 0 and message in bad.stderr
     assert not (tmp_path / "bad.json").exists()
+
+
+def test_fusion_benchmark_scores_every_pair_of_runs(tmp_path):
+    """benchmarks/timeseries_fusion.py: each side's runs and the mean probabilities of every (first, second) pair,
+    on the sets both sides ran; a directory without a sweep is refused in one line."""
+    from jumbokit.timeseries.data import load_dataset
+    from jumbokit.timeseries.protocol import SweepConfig
+    from jumbokit.timeseries.store import write_run, write_sweep_file
+
+    data = load_dataset("GunPoint", download=False)
+    halves = (("val", data.val), ("test", data.test))
+
+    def sweep(name: str, model: str, probas: list) -> str:
+        write_sweep_file(tmp_path / name, SweepConfig())
+        for k, proba in enumerate(probas):
+            stem = "lr0.001_do0.1" + (f"_s{k}" if k else "")
+            write_run(tmp_path / name / "runs" / "GunPoint" / model / f"{stem}.json",
+                      _run_record("GunPoint", model, 50.0, 0.5, 50.0),
+                      {half: proba(np.eye(2)[split.y]) for half, split in halves})
+        return f"{tmp_path / name}:{model}"
+
+    # right but unsure (0.6 on the class), wrong and sure (0.9 on the other), right and sure (0.9): a pair of the
+    # unsure right run with the sure wrong one is wrong everywhere, the sure right one outweighs the wrong one
+    first = sweep("cnn", "series_cnn", [lambda onehot: 0.4 + 0.2 * onehot])
+    second = sweep("jumbo", "patchtst_jumbo", [lambda onehot: 0.9 - 0.8 * onehot, lambda onehot: 0.1 + 0.8 * onehot])
+    out_json = tmp_path / "fusion.json"
+    cmd = [sys.executable, "benchmarks/timeseries_fusion.py", "--first", first, "--second", second,
+           "--json", str(out_json)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(out_json.read_text())["rows"]
+    assert (row["dataset"], row["first"], row["second"], row["pairs"]) == ("GunPoint", [100.0], [0.0, 100.0],
+                                                                           [0.0, 100.0])
+    assert "| GunPoint | 100.0 (1) | 50.0 (2) | 50.0 (2) |" in out_json.with_suffix(".md").read_text()
+    bad = subprocess.run(cmd[:3] + [str(tmp_path / "none") + ":series_cnn"] + cmd[4:], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "holds no sweep.json: expected a tstrain output directory" in bad.stderr
