@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import jumbokit
-from jumbokit.checks import is_integer, whole_number
+from jumbokit.encoders.checks import is_integer, whole_number
 from jumbokit.timeseries.models import capped_patch_geometry
 
 

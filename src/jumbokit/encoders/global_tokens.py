@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from ..checks import whole_number
+from .checks import whole_number
 from .blocks import LayerScale, Mlp
 
 __all__ = [

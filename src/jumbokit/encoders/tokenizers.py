@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checks import whole_number
+from .checks import whole_number
 from .series_scale import LevelScale
 from .series_trunk import TokenStats, TrunkPatchFeatures, window_max_mean
 

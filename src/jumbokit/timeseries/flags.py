@@ -176,9 +176,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                        help="one trunk over all channels of a series together (multivariate sets), its features "
                             "added to every channel's tokens (needs --trunk; default: a trunk pass per channel)")
     model.add_argument("--trunk-head", action="store_true",
-                       help="a second classifier on the trunk's mean token per channel (a ResNet's global average "
-                            "pooling), trained with its own cross-entropy beside the main head; predictions are "
-                            "the two heads' mean probabilities (needs --trunk; default: off)")
+                       help="a second classifier on the trunk's mean token, its cross-entropy added in training; "
+                            "predictions average the two heads' probabilities (needs --trunk; default: off)")
     model.add_argument("--token-stats", action="store_true",
                        help="add each patch window's mean and standard deviation, projected, to its token")
     model.add_argument("--level-scale", nargs="?", const=True, type=_on_off_auto, default=None,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..checks import whole_number
+from ..encoders.checks import whole_number
 from ..encoders import DEFAULT_CONFIG, flops, model_config, register_model
 from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count

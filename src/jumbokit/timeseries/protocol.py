@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from jumbokit.checks import is_integer
+from jumbokit.encoders.checks import is_integer
 from jumbokit.encoders.global_tokens import Jumbo
 from jumbokit.encoders.series_trunk import TRUNKS
 from jumbokit.training.optim import epochs_for_min_steps

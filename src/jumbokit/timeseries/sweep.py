@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..checks import whole_number
+from ..encoders.checks import whole_number
 from . import store
 from .baselines import parse_baselines
 from .data import ClassificationData, load_dataset

@@ -1,4 +1,4 @@
-"""Argument checks shared by the library: whole numbers without int()'s bare errors on strings."""
+"""Argument checks shared by the encoders and the time-series code: whole numbers without int()'s bare errors."""
 
 from __future__ import annotations
 
