@@ -343,7 +343,7 @@ class Encoder(nn.Module):
         head's logits for :meth:`take_aux_logits` (the loss) and an evaluation returns the logits of the two heads'
         mean probabilities."""
         logits = self.forward_head(out)
-        if self.trunk_head is None or out.token_mean is None:
+        if self.trunk_head is None:
             return logits
         aux = self.trunk_head(out.token_mean, out.channels)
         self._aux_logits = aux if self.training else None

@@ -57,7 +57,8 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
-                               "trunk_mix": False, "trunk_head": False, "token_stats": False, "level_scale": False, "rel_pos_bias": False,
+                               "trunk_mix": False, "trunk_head": False, "token_stats": False, "level_scale": False,
+                               "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
                                "jumbo_pool": "segments", "layer_scale": 0.0,
                                "pos_embed": "learn", "layers": None, "drop_path": 0.0, "dim": None}
