@@ -11,15 +11,16 @@ from jumbokit.encoders.trunk_head import mean_probability_logits
 from jumbokit.training import classification_loss
 
 
-def trunk_model(**extra) -> nn.Module:
+def trunk_model(name: str = "patchtst_jumbo", **extra) -> nn.Module:
     torch.manual_seed(0)
-    return jumbokit.create_model("patchtst_jumbo", num_classes=3, in_chans=2, seq_len=48, patches=6, dim=16,
+    return jumbokit.create_model(name, num_classes=3, in_chans=2, seq_len=48, patches=6, dim=16,
                                  depth=1, num_heads=2, mlp_hidden=32, trunk="resnet", trunk_width=4,
                                  trunk_head=True, **extra)
 
 
-def test_training_forward_keeps_the_trunk_logits_once():
-    model = trunk_model().train()
+@pytest.mark.parametrize("name", ["patchtst", "patchtst_registers", "patchtst_jumbo"])
+def test_training_forward_keeps_the_trunk_logits_once(name):
+    model = trunk_model(name).train()
     x = torch.randn(5, 2, 48)
     logits = model(x)
     aux = model.take_aux_logits()
@@ -29,8 +30,9 @@ def test_training_forward_keeps_the_trunk_logits_once():
     assert torch.allclose(logits, model.forward_head(out), atol=1e-6)  # training returns the main head's logits
 
 
-def test_evaluation_returns_the_mean_probabilities_of_both_heads():
-    model = trunk_model().eval()
+@pytest.mark.parametrize("name", ["patchtst", "patchtst_registers", "patchtst_jumbo"])
+def test_evaluation_returns_the_mean_probabilities_of_both_heads(name):
+    model = trunk_model(name).eval()
     x = torch.randn(4, 2, 48)
     x[1, 0, 30:] = float("nan")  # a shorter channel: the mean token skips its padded patches
     with torch.no_grad():
