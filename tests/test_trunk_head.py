@@ -8,6 +8,7 @@ from torch import nn
 import jumbokit
 from jumbokit.encoders import Encoder
 from jumbokit.encoders.trunk_head import mean_probability_logits
+from jumbokit.timeseries.models import PATCHTST_MODELS
 from jumbokit.training import classification_loss
 
 
@@ -18,7 +19,7 @@ def trunk_model(name: str = "patchtst_jumbo", **extra) -> nn.Module:
                                  trunk_head=True, **extra)
 
 
-@pytest.mark.parametrize("name", ["patchtst", "patchtst_registers", "patchtst_jumbo"])
+@pytest.mark.parametrize("name", PATCHTST_MODELS)
 def test_training_forward_keeps_the_trunk_logits_once(name):
     model = trunk_model(name).train()
     x = torch.randn(5, 2, 48)
@@ -30,7 +31,7 @@ def test_training_forward_keeps_the_trunk_logits_once(name):
     assert torch.allclose(logits, model.forward_head(out), atol=1e-6)  # training returns the main head's logits
 
 
-@pytest.mark.parametrize("name", ["patchtst", "patchtst_registers", "patchtst_jumbo"])
+@pytest.mark.parametrize("name", PATCHTST_MODELS)
 def test_evaluation_returns_the_mean_probabilities_of_both_heads(name):
     model = trunk_model(name).eval()
     x = torch.randn(4, 2, 48)
