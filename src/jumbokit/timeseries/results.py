@@ -93,10 +93,15 @@ def _record(run: RunResult | Mapping[str, Any]) -> dict[str, Any]:
     return asdict(run) if isinstance(run, RunResult) else dict(run)
 
 
+def _selection_key(run: Mapping[str, Any]) -> tuple[float, float]:
+    """Higher validation accuracy first, then lower validation loss."""
+    return -run["val_top1"], run["val_loss"]
+
+
 def selection_order(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Runs ranked for selection: higher validation accuracy first, then lower validation loss, then sweep
     order (the first is the "best" run)."""
-    return sorted(runs, key=lambda r: (-r["val_top1"], r["val_loss"]))
+    return sorted(runs, key=_selection_key)
 
 
 def ensemble_proba(probas: Sequence[np.ndarray]) -> np.ndarray:
@@ -118,7 +123,7 @@ def ensemble_scores(runs: Sequence[RunResult | Mapping[str, Any]], probas: Seque
     if k < 1:
         raise ValueError(f"expected an ensemble of at least 1 run, got {k}")
     records = [_record(r) for r in runs]
-    ranked = sorted(range(len(records)), key=lambda i: (-records[i]["val_top1"], records[i]["val_loss"]))[:k]
+    ranked = sorted(range(len(records)), key=lambda i: _selection_key(records[i]))[:k]
     val = ensemble_proba([probas[i]["val"] for i in ranked])
     test = ensemble_proba([probas[i]["test"] for i in ranked])
     return {"k": len(ranked), "val_top1": 100.0 * scores(val, y_val)[0], "test_top1": 100.0 * scores(test, y_test)[0],
