@@ -525,13 +525,14 @@ def test_rocket_baselines_run_numba_on_workqueue_threads(chosen, expected):
 def test_small_data_trunk_recipe_is_small_data_with_the_measured_front_end(tmp_path):
     small, trunk = ts_protocol.RECIPES["small-data"], ts_protocol.RECIPES["small-data-trunk"]
     assert {k for k in trunk if trunk[k] != small[k]} == {"conv_stem", "trunk", "trunk_width", "trunk_diff",
-                                                          "level_scale"}
+                                                          "trunk_head", "level_scale"}
     out = tmp_path / "trunk"
     assert cli.main(tiny(out, "--recipe", "small-data-trunk", "--steps", "2", "--seeds", "1", "--ensemble", "1")) == 0
     sweep = json.loads((out / "sweep.json").read_text())
-    assert (sweep["recipe"], sweep["trunk"], sweep["trunk_width"], sweep["trunk_diff"], sweep["level_scale"],
-            sweep["normalize"], sweep["augment"]) == ("small-data-trunk", "resnet", "auto", True, "auto", "train",
-                                                      "jitter,scaling,magnitude_warp,time_warp,window_slice")
+    assert (sweep["recipe"], sweep["trunk"], sweep["trunk_width"], sweep["trunk_diff"], sweep["trunk_head"],
+            sweep["level_scale"], sweep["normalize"], sweep["augment"]) == (
+        "small-data-trunk", "resnet", "auto", True, True, "auto", "train",
+        "jitter,scaling,magnitude_warp,time_warp,window_slice")
     assert "conv_stem" not in sweep  # 0: no convolutional patch features beside the trunk
     assert "scales differ more than 100-fold, each channel normalised in the model" in (out / "report.md").read_text()
 
@@ -540,7 +541,9 @@ def test_small_data_trunk_recipe_is_small_data_with_the_measured_front_end(tmp_p
     (("--level-scale", "off"), {"normalize": "auto", "level_scale": None, "trunk": "resnet"}),
     (("--level-scale",), {"normalize": "train", "level_scale": True}),
     (("--no-diff",), {"trunk_diff": None, "trunk": "resnet"}),
-    (("--trunk", "none"), {"trunk": None, "trunk_diff": None, "trunk_width": None, "level_scale": "auto"}),
+    (("--no-trunk-head",), {"trunk_head": None, "trunk_diff": True}),
+    (("--trunk", "none"), {"trunk": None, "trunk_diff": None, "trunk_head": None, "trunk_width": None,
+                           "level_scale": "auto"}),
     (("--trunk-width", "8", "--conv-stem", "32"), {"trunk_width": 8, "conv_stem": 32}),
 ])
 def test_small_data_trunk_recipe_yields_to_explicit_flags(tmp_path, flags, expected):

@@ -114,8 +114,8 @@ def _pool_arg(args: argparse.Namespace) -> str | None:
 
 
 def _trunk_fields(args: argparse.Namespace, recipe: dict) -> dict:
-    """trunk, trunk_width, trunk_depth and trunk_diff of the SweepConfig: the flags, else the recipe's; with no
-    trunk, SweepConfig's defaults (ValueError for a trunk flag given without a trunk)."""
+    """trunk, trunk_width, trunk_depth, trunk_diff and trunk_head of the SweepConfig: the flags, else the recipe's;
+    with no trunk, SweepConfig's defaults (ValueError for a trunk flag given without a trunk)."""
     trunk = args.trunk if args.trunk is not None else recipe["trunk"]
     if trunk in (None, "none"):
         needs_trunk = {"--diff": (args.diff, "feeds the first difference to"),
@@ -130,7 +130,8 @@ def _trunk_fields(args: argparse.Namespace, recipe: dict) -> dict:
     return dict(trunk=trunk,
                 trunk_width=args.trunk_width if args.trunk_width is not None else recipe["trunk_width"],
                 trunk_depth=args.trunk_depth if args.trunk_depth is not None else recipe["trunk_depth"],
-                trunk_diff=args.diff if args.diff is not None else recipe["trunk_diff"])
+                trunk_diff=args.diff if args.diff is not None else recipe["trunk_diff"],
+                trunk_head=args.trunk_head if args.trunk_head is not None else recipe["trunk_head"])
 
 
 def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
@@ -145,7 +146,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
     trunk_fields = _trunk_fields(args, recipe)
     level_scale = pick("level_scale")
     return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
-                       **trunk_fields, trunk_mix=args.trunk_mix, trunk_head=args.trunk_head,
+                       **trunk_fields, trunk_mix=args.trunk_mix,
                        token_stats=args.token_stats,
                        level_scale=level_scale, rel_pos_bias=args.rel_pos,
                        epochs=args.epochs, min_steps=args.min_steps, normalize=_normalize_arg(args, recipe, level_scale),

@@ -175,9 +175,11 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--trunk-mix", action="store_true",
                        help="one trunk over all channels of a series together (multivariate sets), its features "
                             "added to every channel's tokens (needs --trunk; default: a trunk pass per channel)")
-    model.add_argument("--trunk-head", action="store_true",
+    model.add_argument("--trunk-head", action=argparse.BooleanOptionalAction, default=None,
                        help="a second classifier on the trunk's mean token, its cross-entropy added in training; "
-                            "predictions average the two heads' probabilities (needs --trunk; default: off)")
+                            "predictions average the two heads' probabilities (needs --trunk; not for series_cnn, "
+                            "whose one head reads those features already) (paper: off; small-data: off; "
+                            "small-data-trunk: on)")
     model.add_argument("--token-stats", action="store_true",
                        help="add each patch window's mean and standard deviation, projected, to its token")
     model.add_argument("--level-scale", nargs="?", const=True, type=_on_off_auto, default=None,

@@ -7,8 +7,9 @@ for a number of optimizer steps that suits the series length (``steps="auto"``, 
 batch that suits the set (``batch_size="auto"``, :func:`auto_batch_size`), with convolutional patch features,
 series augmentation, a smaller grid, several seeds and an ensemble of the best runs. Recipe
 ``small-data-trunk`` is small-data with the front end that measured best on the local UCR/UEA sets (3 seeds): the
-ResNet trunk at full resolution with the first difference (``trunk_width="auto"``), and level and scale read by the
-model on sets whose series differ widely in amplitude (``level_scale="auto"``, :meth:`SweepConfig.for_dataset`).
+ResNet trunk at full resolution with the first difference (``trunk_width="auto"``), a second head on the trunk's
+mean token (``trunk_head``), and level and scale read by the model on sets whose series differ widely in amplitude
+(``level_scale="auto"``, :meth:`SweepConfig.for_dataset`).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
 
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
-_PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, level_scale=False)
+_PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, trunk_head=False,
+                                     level_scale=False)
 
 # Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
@@ -76,7 +78,7 @@ RECIPES: dict[str, dict[str, Any]] = {
                        **_PATCHES_ONLY),
 }
 RECIPES["small-data-trunk"] = dict(RECIPES["small-data"], conv_stem=0, trunk="resnet", trunk_width="auto",
-                                   trunk_depth=3, trunk_diff=True, level_scale="auto")
+                                   trunk_depth=3, trunk_diff=True, trunk_head=True, level_scale="auto")
 
 # augmentations that move a series' level or scale, the very values level_scale reads: left out where
 # level_scale="auto" turns it on

@@ -155,9 +155,10 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
 def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
     """The encoder options of the sweep's heads: ``jumbo_pool`` for a Jumbo model
     (:data:`~jumbokit.timeseries.protocol.JUMBO_POOLS`; the CLS models' feature is their CLS token), and
-    ``trunk_head`` when ``cfg.trunk_head`` is on (a second head on the trunk's mean token)."""
+    ``trunk_head`` when ``cfg.trunk_head`` is on (a second head on the trunk's mean token), except for the
+    trunk-alone reference, whose one head reads that mean token already."""
     options: dict[str, Any] = {"jumbo_pool": cfg.jumbo_pool} if model_name in JUMBO_MODELS else {}
-    if cfg.trunk_head:
+    if cfg.trunk_head and model_name not in REFERENCE_MODELS:
         options["trunk_head"] = True
     return options
 
