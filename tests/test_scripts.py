@@ -263,7 +263,8 @@ def test_rank_benchmark_ranks_a_recipe_from_the_explicit_flags_it_stands_for(tmp
     """``--front-end "tstrain --recipe small-data-trunk"`` takes, set by set, the rows of files whose explicit flags
     train the recipe's runs there: the plain trunk flags on GunPoint but not on PLAID (where the recipe reads level
     and scale), the level-and-scale flags on PLAID; a file matching nowhere is refused with the differing setting."""
-    trunk = "tstrain --recipe small-data --conv-stem 0 --trunk resnet --trunk-width auto --trunk-depth 3 --diff"
+    trunk = ("tstrain --recipe small-data --conv-stem 0 --trunk resnet --trunk-width auto --trunk-depth 3 --diff "
+             "--trunk-head")
     plain = _trunk_json(tmp_path / "plain.json", f"{trunk} --seeds 3 --model patchtst,patchtst_jumbo", "cpu",
                         [("GunPoint", "patchtst", 90.0, 90.0, 3), ("GunPoint", "patchtst_jumbo", 95.0, 95.0, 3),
                          ("PLAID", "patchtst", 99.0, 99.0, 3), ("PLAID", "patchtst_jumbo", 1.0, 1.0, 3)])

@@ -145,20 +145,9 @@ def _add_data_args(parser: argparse.ArgumentParser) -> None:
                       help="list the datasets available locally (bundled, cached, and your own in --data-dir) and exit")
 
 
-def _add_model_args(parser: argparse.ArgumentParser) -> None:
-    model = parser.add_argument_group("models")
-    model.add_argument("--model", type=_name_list, default=list(PATCHTST_MODELS), metavar="NAMES",
-                       help=f"one or several of {', '.join(SERIES_MODELS)}, comma-separated (default: the first "
-                            f"three; patchtst_jumbo_rocket is the ROCKET hybrid, see docs/timeseries.md)")
-    model.add_argument("--patches", type=_positive_int, default=None,
-                       help="patches per series, 8 or 42 in the paper (paper: 8; small-data: 16)")
-    model.add_argument("--max-patch-len", type=_int_at_least(2, "patch length (>= 2)"), default=None,
-                       help="cap on the patch length: longer series get more patches of this many steps, every "
-                            "half patch (default: no cap, exactly --patches patches)")
-    model.add_argument("--conv-stem", type=_non_negative_int, default=None, metavar="W",
-                       help="add convolutional patch features of width W to each token: two 1-D convolutions over "
-                            "the series, max and mean within each patch; 0 = linear patches only, as PatchTST "
-                            "(paper: 0; small-data: 32; small-data-trunk: 0)")
+def _add_trunk_args(model: argparse._ArgumentGroup) -> None:
+    """The full-resolution convolutional trunk's flags: kind, width, depth, first difference, channel mixing and
+    its second head."""
     model.add_argument("--trunk", choices=("none", *TRUNKS), default=None,
                        help="a full-resolution convolutional trunk over each channel (stride 1): inception = "
                             "InceptionTime modules (kernels 39/19/9 + max-pool), resnet = ResNet blocks (7/5/3); "
@@ -180,6 +169,23 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                             "predictions average the two heads' probabilities (needs --trunk; not for series_cnn, "
                             "whose one head reads those features already) (paper: off; small-data: off; "
                             "small-data-trunk: on)")
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("models")
+    model.add_argument("--model", type=_name_list, default=list(PATCHTST_MODELS), metavar="NAMES",
+                       help=f"one or several of {', '.join(SERIES_MODELS)}, comma-separated (default: the first "
+                            f"three; patchtst_jumbo_rocket is the ROCKET hybrid, see docs/timeseries.md)")
+    model.add_argument("--patches", type=_positive_int, default=None,
+                       help="patches per series, 8 or 42 in the paper (paper: 8; small-data: 16)")
+    model.add_argument("--max-patch-len", type=_int_at_least(2, "patch length (>= 2)"), default=None,
+                       help="cap on the patch length: longer series get more patches of this many steps, every "
+                            "half patch (default: no cap, exactly --patches patches)")
+    model.add_argument("--conv-stem", type=_non_negative_int, default=None, metavar="W",
+                       help="add convolutional patch features of width W to each token: two 1-D convolutions over "
+                            "the series, max and mean within each patch; 0 = linear patches only, as PatchTST "
+                            "(paper: 0; small-data: 32; small-data-trunk: 0)")
+    _add_trunk_args(model)
     model.add_argument("--token-stats", action="store_true",
                        help="add each patch window's mean and standard deviation, projected, to its token")
     model.add_argument("--level-scale", nargs="?", const=True, type=_on_off_auto, default=None,
