@@ -409,3 +409,41 @@ def test_fusion_benchmark_scores_every_pair_of_runs(tmp_path):
     bad = subprocess.run(cmd[:3] + [str(tmp_path / "none") + ":series_cnn"] + cmd[4:], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "holds no sweep.json: expected a tstrain output directory" in bad.stderr
+
+
+def _rank_json(path: Path, front: str, sets: list[tuple[str, str, dict[str, float], dict[str, float]]]) -> Path:
+    """A JSON as benchmarks/timeseries_rank.py writes it, with (set, source, rank_best, rank_avg) sets."""
+    models = list(sets[0][2])
+    path.write_text(json.dumps({"front_end": front, "models": models, "sets": [
+        {"dataset": d, "device": "cpu (fp32)", "sources": [src], "rank_best": best, "rank_avg": avg}
+        for d, src, best, avg in sets]}))
+    return path
+
+
+def test_rank_pool_counts_every_set_draw_once(tmp_path):
+    """Pooled ranks are the mean over all (set, draw) pairs of tables of one front end (seeds never matter); a
+    table of another front end, or the same draw twice, is refused with nothing written."""
+    trunk = "tstrain --recipe small-data --trunk inception --diff"
+    first = _rank_json(tmp_path / "s0.json", trunk, [
+        ("ArrowHead", "a.json", {"patchtst": 1, "patchtst_jumbo": 2}, {"patchtst": 1, "patchtst_jumbo": 2}),
+        ("GunPoint", "a.json", {"patchtst": 2, "patchtst_jumbo": 1}, {"patchtst": 1.5, "patchtst_jumbo": 1.5})])
+    second = _rank_json(tmp_path / "s3.json", f"{trunk} --seed 3", [
+        ("ArrowHead", "b.json", {"patchtst": 2, "patchtst_jumbo": 1}, {"patchtst": 2, "patchtst_jumbo": 1})])
+    out = tmp_path / "pooled.json"
+    cmd = [sys.executable, "benchmarks/timeseries_rank_pool.py"]
+    proc = subprocess.run(cmd + [str(first), str(second), "--json", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out.read_text())
+    assert [(d["dataset"], d["table"]) for d in record["draws"]] == [
+        ("ArrowHead", "s0.json"), ("GunPoint", "s0.json"), ("ArrowHead", "s3.json")]
+    assert record["mean_rank_best"] == {"patchtst": 5 / 3, "patchtst_jumbo": 4 / 3}
+    assert record["mean_rank_avg"] == {"patchtst": 1.5, "patchtst_jumbo": 1.5}
+    assert "| mean rank, best run | 3 set-draws |" in out.with_suffix(".md").read_text()
+    other = _rank_json(tmp_path / "relpos.json", f"{trunk} --rel-pos", [
+        ("OSULeaf", "c.json", {"patchtst": 1, "patchtst_jumbo": 2}, {"patchtst": 1, "patchtst_jumbo": 2})])
+    for bad, why in (([first, other], "rel_pos_bias: True vs False"), ([first, first], "expected each draw once")):
+        refused = subprocess.run(cmd + [str(p) for p in bad] + ["--json", str(tmp_path / "x.json")], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and why in refused.stderr, refused.stderr
+    assert not (tmp_path / "x.json").exists()
