@@ -203,10 +203,24 @@ def table(ranked: list[dict], models: list[str], means: dict[str, dict[str, floa
     body = [{"dataset": s["dataset"], "device": s["device"].split(",")[0], "trunk width": s["trunk_width"] or "-",
              **{m: f"{s['best'][m]:.1f} / {s['avg'][m]:.1f} (rank {s['rank_best'][m]:g} / {s['rank_avg'][m]:g})"
                 for m in models}} for s in ranked]
-    for key, label in (("rank_best", "mean rank, best run"), ("rank_avg", "mean rank, mean of runs")):
-        body.append({"dataset": label, "device": f"{len(ranked)} sets", "trunk width": "",
-                     **{m: f"{means[key][m]:.2f}" for m in models}})
+    body += mean_rank_lines(means, models, {"device": f"{len(ranked)} sets", "trunk width": ""})
     return markdown_table(body, header)
+
+
+def mean_rank_lines(means: dict[str, dict[str, float]], models: list[str], columns: dict[str, str]) -> list[dict]:
+    """The two closing lines of a rank table: the mean rank by the best run and by the mean of runs per model,
+    ``columns`` filling the other cells."""
+    return [{"dataset": label, **columns, **{m: f"{means[key][m]:.2f}" for m in models}}
+            for key, label in (("rank_best", "mean rank, best run"), ("rank_avg", "mean rank, mean of runs"))]
+
+
+def write_record(path: Path, record: dict, summary: tuple[str, ...], heading: str, text: str) -> None:
+    """Print ``text`` and the ``summary`` keys of ``record``, then write ``record`` as JSON to ``path`` and
+    ``heading`` + ``text`` as its markdown copy."""
+    print(text)
+    print(json.dumps({k: record[k] for k in summary}, indent=1))
+    atomic_write_json(path, record)
+    atomic_write_text(path.with_suffix(".md"), f"{heading}\n\n{text}\n")
 
 
 def main(argv=None) -> int:
@@ -221,15 +235,11 @@ def main(argv=None) -> int:
     record = {"front_end": front, "models": models, "min_runs": args.min_runs, "sets": ranked,
               "mean_rank_best": mean_rank["rank_best"], "mean_rank_avg": mean_rank["rank_avg"],
               "left_out": left_out, "inputs": [str(p) for p in args.inputs]}
-    text = table(ranked, models, mean_rank)
     note = f"\n\nLeft out: {'; '.join(left_out)}." if left_out else ""
-    print(text + note)
-    print(json.dumps({k: record[k] for k in ("mean_rank_best", "mean_rank_avg", "left_out")}, indent=1))
-    atomic_write_json(args.json, record)
     sources = ", ".join(f"`{p.name}`" for p in args.inputs)
-    atomic_write_text(args.json.with_suffix(".md"),
-                      f"# Mean rank of {', '.join(models)}: `{front}`\n\nFrom {sources}; each cell: best run / mean "
-                      f"of the runs (rank by best / rank by mean), test %.\n\n{text}{note}\n")
+    write_record(args.json, record, ("mean_rank_best", "mean_rank_avg", "left_out"),
+                 f"# Mean rank of {', '.join(models)}: `{front}`\n\nFrom {sources}; each cell: best run / mean of the "
+                 "runs (rank by best / rank by mean), test %.", table(ranked, models, mean_rank) + note)
     return 0
 
 

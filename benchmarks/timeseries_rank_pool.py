@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
-from timeseries_rank import differences, settings_of, settings_on
+from timeseries_rank import (differences, mean_rank_lines, mean_ranks, settings_of, settings_on,
+                             write_record)
 
-from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
+from jumbokit.training.rundir import markdown_table
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -82,9 +82,7 @@ def pooled_table(draws: list[dict], models: list[str], means: dict[str, dict[str
     header = ["dataset", "rank table", "device", *models]
     body = [{"dataset": d["dataset"], "rank table": d["table"], "device": d["device"].split(",")[0],
              **{m: f"{d['rank_best'][m]:g} / {d['rank_avg'][m]:g}" for m in models}} for d in draws]
-    for key, label in (("rank_best", "mean rank, best run"), ("rank_avg", "mean rank, mean of runs")):
-        body.append({"dataset": label, "rank table": f"{len(draws)} set-draws", "device": "",
-                     **{m: f"{means[key][m]:.2f}" for m in models}})
+    body += mean_rank_lines(means, models, {"rank table": f"{len(draws)} set-draws", "device": ""})
     return markdown_table(body, header)
 
 
@@ -93,18 +91,15 @@ def main(argv=None) -> int:
     tables = load_tables(args.inputs)
     models = tables[0]["models"]
     draws = set_draws(tables)
-    means = {key: {m: statistics.mean(d[key][m] for d in draws) for m in models} for key in ("rank_best", "rank_avg")}
+    means = mean_ranks(draws, models)
     record = {"front_end": tables[0]["front_end"], "models": models, "draws": draws,
               "mean_rank_best": means["rank_best"], "mean_rank_avg": means["rank_avg"],
               "inputs": [str(p) for p in args.inputs]}
-    text = pooled_table(draws, models, means)
-    print(text)
-    print(json.dumps({k: record[k] for k in ("mean_rank_best", "mean_rank_avg")}, indent=1))
-    atomic_write_json(args.json, record)
     sources = ", ".join(f"`{p.name}`" for p in args.inputs)
-    atomic_write_text(args.json.with_suffix(".md"),
-                      f"# Mean rank of {', '.join(models)} pooled over seed draws: `{record['front_end']}`\n\n"
-                      f"From {sources}; each cell: rank by the best run / by the mean of the runs.\n\n{text}\n")
+    write_record(args.json, record, ("mean_rank_best", "mean_rank_avg"),
+                 f"# Mean rank of {', '.join(models)} pooled over seed draws: `{record['front_end']}`\n\nFrom "
+                 f"{sources}; each cell: rank by the best run / by the mean of the runs.",
+                 pooled_table(draws, models, means))
     return 0
 
 

@@ -166,7 +166,8 @@ def training_text(cfg: SweepConfig) -> str:
         patching += (f" + a full-resolution {cfg.trunk} trunk ({cfg.trunk_depth} x {trunk_width_text(cfg.trunk_width)}"
                      + (", with the first difference" if cfg.trunk_diff else "")
                      + (", all channels together" if cfg.trunk_mix else "") + ") pooled per patch"
-                     + (", with a second head on its mean token (scored: the mean of both heads' probabilities)"
+                     + (", with a second head on its mean token in the transformer models (scored: the mean of both heads' "
+                        "probabilities)"
                         if cfg.trunk_head else ""))
     if cfg.token_stats:
         patching += " + per-patch mean/std"
