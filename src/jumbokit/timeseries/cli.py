@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..logs import configure_logging
 from ..training.cli import setup_threads
 from .flags import PROTOCOLS, build_parser
-from .models import JUMBO_MODELS, SERIES_MODELS
+from .models import JUMBO_MODELS, JUMBO_MULTIPLIER, SERIES_MODELS
 
 if TYPE_CHECKING:
     from .protocol import SweepConfig
@@ -58,6 +58,10 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.jumbo_pool != "segments" and not set(args.model) & set(JUMBO_MODELS):
         raise ValueError(f"--jumbo-pool sets the feature of the Jumbo models ({', '.join(JUMBO_MODELS)}); --model "
                          f"names none of them ({', '.join(args.model)})")
+    if args.jumbo_multiplier != JUMBO_MULTIPLIER and not set(args.model) & {*JUMBO_MODELS, "patchtst_registers"}:
+        raise ValueError(f"--jumbo-multiplier sets J of the Jumbo models ({', '.join(JUMBO_MODELS)}) and the "
+                         f"registers matched to it (patchtst_registers); --model names none of them "
+                         f"({', '.join(args.model)})")
     for value in args.lr or []:
         if value <= 0:
             raise ValueError(f"--lr must be > 0, got {value:g}")
@@ -157,7 +161,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
-                       layer_scale=args.layer_scale, pos_embed=args.pos_embed,
+                       jumbo_multiplier=args.jumbo_multiplier, layer_scale=args.layer_scale, pos_embed=args.pos_embed,
                        layers=args.layers, drop_path=args.drop_path, weight_decay=args.weight_decay,
                        dim=args.dim)
 

@@ -105,6 +105,9 @@ class PatchTSTClassifier(BaseClassifier):
     jumbo_pool : {"segments", "jumbo", "jumbo+mean"}, default="segments"
         What ``patchtst_jumbo`` classifies from, per channel: the mean of the J segments of the Jumbo token
         (width D), the J*D vector, or that vector and the mean patch token; ignored by the other models.
+    jumbo_multiplier : int, default=4
+        J of ``patchtst_jumbo`` (its global token is J*D wide, with a shared FFN of hidden 2*J*D); for
+        ``patchtst_registers`` the J its registers are FLOP-matched to (Proposition 1); ignored by ``patchtst``.
     layer_scale : float, default=0.0
         > 0: LayerScale on every transformer block (and the Jumbo FFN), its learned factors starting at this value
         (e.g. 1e-4), so each block starts near the identity; 0 = off.
@@ -170,7 +173,8 @@ class PatchTSTClassifier(BaseClassifier):
                  token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
                  trunk_head: bool = False,
                  level_scale: bool | str = False, label_smoothing: float = 0.0, grad_clip: float | None = None,
-                 jumbo_pool: str = "segments", layer_scale: float = 0.0, pos_embed: str = "learn",
+                 jumbo_pool: str = "segments", jumbo_multiplier: int = 4, layer_scale: float = 0.0,
+                 pos_embed: str = "learn",
                  layers: int | None = None, drop_path: float = 0.0, dim: int | None = None) -> None:
         self.model = model
         self.patches = patches
@@ -196,6 +200,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.label_smoothing = label_smoothing
         self.grad_clip = grad_clip
         self.jumbo_pool = jumbo_pool
+        self.jumbo_multiplier = jumbo_multiplier
         self.layer_scale = layer_scale
         self.pos_embed = pos_embed
         self.layers = layers
@@ -232,7 +237,8 @@ class PatchTSTClassifier(BaseClassifier):
                           level_scale=self.level_scale if self.level_scale == "auto" else bool(self.level_scale),
                           rel_pos_bias=bool(self.rel_pos_bias), label_smoothing=float(self.label_smoothing),
                           grad_clip=None if self.grad_clip is None else float(self.grad_clip),
-                          jumbo_pool=self.jumbo_pool, layer_scale=float(self.layer_scale),
+                          jumbo_pool=self.jumbo_pool, jumbo_multiplier=self.jumbo_multiplier,
+                          layer_scale=float(self.layer_scale),
                           pos_embed=self.pos_embed, layers=self.layers,
                           drop_path=float(self.drop_path), dim=self.dim).for_dataset(x)
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))

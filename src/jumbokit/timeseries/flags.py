@@ -9,7 +9,7 @@ from ..encoders.series_trunk import TRUNKS
 from ..training.cli import ema_decay_arg, fraction_arg
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
-from .models import HEAD_FEATURES, PATCHTST_MODELS, SERIES_MODELS
+from .models import HEAD_FEATURES, JUMBO_MULTIPLIER, PATCHTST_MODELS, SERIES_MODELS
 from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
 from .protocol import JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS
 
@@ -206,6 +206,11 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                             "segments (width D, a head as small as PatchTST's); jumbo = the J*D vector; jumbo+mean = "
                             "that vector and the mean patch token (the Jumbo reference code's head input); "
                             "patchtst and patchtst_registers keep their CLS token (default: segments)")
+    model.add_argument("--jumbo-multiplier", type=_positive_int, default=JUMBO_MULTIPLIER, metavar="J",
+                       help="J of the Jumbo models: their global token is J*D wide (J tokens of width D in "
+                            "attention) with a shared FFN of hidden 2*J*D; patchtst_registers get the R registers "
+                            "whose layer costs the same (Proposition 1), so the two stay FLOP-matched; patchtst "
+                            f"is unchanged (default: {JUMBO_MULTIPLIER}, the paper's)")
     model.add_argument("--layer-scale", type=_finite_float("a LayerScale start", "1e-4", off=True), default=0.0,
                        metavar="V",
                        help="LayerScale (CaiT): each transformer block's attention and FFN outputs, and the Jumbo "

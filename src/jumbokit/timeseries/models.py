@@ -7,7 +7,8 @@ GELU): every channel is patched and encoded separately by the same transformer, 
 
 - ``patchtst``: a CLS token per channel.
 - ``patchtst_registers``: CLS + R registers, R from the Jumbo paper's Proposition 1 so that a layer
-  costs what a Jumbo (J=4) layer costs for the same number of patches.
+  costs what a Jumbo (J=4) layer costs for the same number of patches (``jumbo_multiplier=J`` matches
+  another J).
 - ``patchtst_jumbo``: a Jumbo token (J=4, its own FFN of hidden 2*J*D shared by all layers) instead
   of CLS; the J segments are averaged to width D per channel, so the head is as small as PatchTST's.
 
@@ -158,13 +159,27 @@ def _builder(kind: str):
         if kind in REFERENCE_MODELS:
             check_reference_model(kind, trunk=cfg.get("trunk"))
         num_patches = series_patch_count(cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg.get("pad_end", True))
-        if kind == "patchtst_registers" and overrides.get("num_registers") is None:
-            mult = cfg.pop("_match_jumbo_multiplier", JUMBO_MULTIPLIER)
-            cfg["num_registers"] = max(1, round(flops.matching_registers(cfg["dim"], num_patches, mult)))
+        if kind == "patchtst_registers":
+            _match_registers(cfg, overrides, num_patches)
         cfg.pop("_match_jumbo_multiplier", None)
         return cfg
 
     return build
+
+
+def _match_registers(cfg: dict[str, Any], overrides: dict[str, Any], num_patches: int) -> None:
+    """Set ``cfg["num_registers"]`` (unless given) to the R whose layer costs what a Jumbo layer of multiplier J
+    costs (Proposition 1): J is ``jumbo_multiplier`` when given (the registers model has no Jumbo token of its own,
+    so the option names the Jumbo model it is matched to), else :data:`JUMBO_MULTIPLIER`."""
+    mult = cfg.pop("_match_jumbo_multiplier", JUMBO_MULTIPLIER)
+    if overrides.get("jumbo_multiplier") is not None:
+        mult = overrides["jumbo_multiplier"]
+        if not whole_number(mult, 1):
+            raise ValueError(f"jumbo_multiplier (the J the registers are matched to) must be an integer >= 1, "
+                             f"got {mult!r}")
+    cfg["jumbo_multiplier"] = 0
+    if overrides.get("num_registers") is None:
+        cfg["num_registers"] = max(1, round(flops.matching_registers(cfg["dim"], num_patches, int(mult))))
 
 
 register_model(

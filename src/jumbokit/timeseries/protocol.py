@@ -24,7 +24,7 @@ from jumbokit.encoders.global_tokens import Jumbo
 from jumbokit.encoders.series_trunk import TRUNKS
 from jumbokit.training.optim import epochs_for_min_steps
 
-from .models import HEAD_FEATURES
+from .models import HEAD_FEATURES, JUMBO_MULTIPLIER
 from .normalize import AUTO_SCALE_SPREAD, scale_spread
 
 __all__ = [
@@ -61,7 +61,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "trunk_mix": False, "trunk_head": False, "token_stats": False, "level_scale": False,
                                "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
-                               "jumbo_pool": "segments", "layer_scale": 0.0,
+                               "jumbo_pool": "segments", "jumbo_multiplier": JUMBO_MULTIPLIER, "layer_scale": 0.0,
                                "pos_embed": "learn", "layers": None, "drop_path": 0.0, "dim": None}
 
 
@@ -172,6 +172,7 @@ class SweepConfig:
     grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
     label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the class, eps spread over all classes
     jumbo_pool: str = "segments"  # the Jumbo models' feature: "segments" | "jumbo" | "jumbo+mean" (JUMBO_POOLS)
+    jumbo_multiplier: int = JUMBO_MULTIPLIER  # J of the Jumbo models; registers are matched to it (Proposition 1)
     layer_scale: float = 0.0  # > 0: LayerScale on every block's residual branches, starting at this value (0 = off)
     pos_embed: str = "learn"  # the tokens' absolute position embedding: "learn" | "sincos" | "none" (POS_EMBEDS)
     layers: int | None = None  # transformer layers (None = the model's own: 3)
@@ -213,6 +214,7 @@ class SweepConfig:
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "None (off) or a norm > 0"),
             ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1) (0 = off)"),
             ("jumbo_pool", self.jumbo_pool in JUMBO_POOLS, f"one of {', '.join(JUMBO_POOLS)}"),
+            ("jumbo_multiplier", is_integer(self.jumbo_multiplier) and self.jumbo_multiplier >= 1, "an integer >= 1"),
             ("layer_scale", 0 <= self.layer_scale, ">= 0 (0 = off)"),
             ("pos_embed", self.pos_embed in POS_EMBEDS, f"one of {', '.join(POS_EMBEDS)}"),
             ("layers", self.layers is None or (is_integer(self.layers) and self.layers >= 1), "None or an integer >= 1"),

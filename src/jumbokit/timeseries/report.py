@@ -181,6 +181,8 @@ def training_text(cfg: SweepConfig) -> str:
         patching += "; relative-position bias in attention"
     if cfg.jumbo_pool != SweepConfig.jumbo_pool:
         patching += f"; Jumbo models classify from {JUMBO_POOL_TEXT[cfg.jumbo_pool]}"
+    if cfg.jumbo_multiplier != SweepConfig.jumbo_multiplier:
+        patching += f"; Jumbo J={cfg.jumbo_multiplier} (registers matched to it)"
     if cfg.layer_scale:
         patching += f"; LayerScale on every block, starting at {cfg.layer_scale:g}"
     if cfg.layers is not None:

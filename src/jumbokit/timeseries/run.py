@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .data import ClassificationData, SeriesSplit
-from .models import (HYBRID_MODELS, JUMBO_MODELS, PATCHTST_MODELS, REFERENCE_MODELS, SERIES_MODELS,
+from .models import (HYBRID_MODELS, JUMBO_MODELS, JUMBO_MULTIPLIER, PATCHTST_MODELS, REFERENCE_MODELS, SERIES_MODELS,
                      check_reference_model, max_patches, patch_geometry, width_options)
 from .protocol import SweepConfig
 
@@ -149,7 +149,7 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
     return build_series_model(model_name, data, cfg.patches, dropout, strict=strict, branches=cfg.branches,
                               max_patch_len=cfg.max_patch_len, rocket_seed=seed,
                               **cfg.tokenizer_options(data.seq_len), **head_options(model_name, cfg),
-                              **encoder_options(cfg))
+                              **global_token_options(model_name, cfg), **encoder_options(cfg))
 
 
 def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
@@ -161,6 +161,14 @@ def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
     if cfg.trunk_head and model_name not in REFERENCE_MODELS:
         options["trunk_head"] = True
     return options
+
+
+def global_token_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
+    """``jumbo_multiplier`` when ``cfg.jumbo_multiplier`` is not the models' J=4: the Jumbo token's J for a Jumbo
+    model, the J that ``patchtst_registers``' R is matched to (Proposition 1); nothing for the CLS-only models."""
+    if cfg.jumbo_multiplier == JUMBO_MULTIPLIER or model_name not in (*JUMBO_MODELS, "patchtst_registers"):
+        return {}
+    return {"jumbo_multiplier": int(cfg.jumbo_multiplier)}
 
 
 def encoder_options(cfg: SweepConfig) -> dict[str, Any]:
