@@ -55,12 +55,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/timeseries_trunk_ranks.json"),
                    help="(default: %(default)s)")
     args = p.parse_args(argv)
-    missing = [str(f) for f in args.inputs if not f.is_file()]
-    if missing:
-        p.error(f"expected JSON files of benchmarks/timeseries_trunk.py, not found: {', '.join(missing)}")
+    require_files(p, args.inputs, "benchmarks/timeseries_trunk.py")
     if args.min_runs < 1:
         p.error(f"--min-runs expects a run count >= 1, got {args.min_runs}")
     return args
+
+
+def require_files(parser: argparse.ArgumentParser, paths: list[Path], writer: str) -> None:
+    """A usage error (exit 2, nothing written) naming each of ``paths`` that is not a file; ``writer`` is the
+    script whose JSON the inputs should be."""
+    missing = [str(f) for f in paths if not f.is_file()]
+    if missing:
+        parser.error(f"expected JSON files of {writer}, not found: {', '.join(missing)}")
 
 
 def front_end(command: str) -> str:

@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from timeseries_rank import (differences, mean_rank_lines, mean_ranks, settings_of, settings_on,
+from timeseries_rank import (differences, mean_rank_lines, mean_ranks, require_files, settings_of, settings_on,
                              write_record)
 
 from jumbokit.training.rundir import markdown_table
@@ -31,9 +31,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/timeseries_trunk_ranks_pooled.json"),
                    help="(default: %(default)s)")
     args = p.parse_args(argv)
-    missing = [str(f) for f in args.inputs if not f.is_file()]
-    if missing:
-        p.error(f"expected JSON files of benchmarks/timeseries_rank.py, not found: {', '.join(missing)}")
+    require_files(p, args.inputs, "benchmarks/timeseries_rank.py")
     return args
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..logs import configure_logging
 from ..training.cli import setup_threads
 from .flags import PROTOCOLS, build_parser
-from .models import JUMBO_MODELS, JUMBO_MULTIPLIER, SERIES_MODELS
+from .models import JUMBO_MODELS, JUMBO_MULTIPLIER, JUMBO_MULTIPLIER_MODELS, SERIES_MODELS
 
 if TYPE_CHECKING:
     from .protocol import SweepConfig
@@ -58,7 +58,7 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.jumbo_pool != "segments" and not set(args.model) & set(JUMBO_MODELS):
         raise ValueError(f"--jumbo-pool sets the feature of the Jumbo models ({', '.join(JUMBO_MODELS)}); --model "
                          f"names none of them ({', '.join(args.model)})")
-    if args.jumbo_multiplier != JUMBO_MULTIPLIER and not set(args.model) & {*JUMBO_MODELS, "patchtst_registers"}:
+    if args.jumbo_multiplier != JUMBO_MULTIPLIER and not set(args.model) & set(JUMBO_MULTIPLIER_MODELS):
         raise ValueError(f"--jumbo-multiplier sets J of the Jumbo models ({', '.join(JUMBO_MODELS)}) and the "
                          f"registers matched to it (patchtst_registers); --model names none of them "
                          f"({', '.join(args.model)})")

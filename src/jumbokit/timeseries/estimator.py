@@ -20,7 +20,7 @@ from aeon.classification.base import BaseClassifier
 
 from .data import pad_series
 from .normalize import check_series, fit_normalizer
-from .models import PATCHTST_MODELS, REFERENCE_MODELS
+from .models import JUMBO_MULTIPLIER, PATCHTST_MODELS, REFERENCE_MODELS
 
 __all__ = ["PatchTSTClassifier"]
 
@@ -173,7 +173,7 @@ class PatchTSTClassifier(BaseClassifier):
                  token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
                  trunk_head: bool = False,
                  level_scale: bool | str = False, label_smoothing: float = 0.0, grad_clip: float | None = None,
-                 jumbo_pool: str = "segments", jumbo_multiplier: int = 4, layer_scale: float = 0.0,
+                 jumbo_pool: str = "segments", jumbo_multiplier: int = JUMBO_MULTIPLIER, layer_scale: float = 0.0,
                  pos_embed: str = "learn",
                  layers: int | None = None, drop_path: float = 0.0, dim: int | None = None) -> None:
         self.model = model

@@ -36,7 +36,8 @@ from ..encoders import DEFAULT_CONFIG, flops, model_config, register_model
 from ..encoders.zoo import unknown_options
 from ..encoders.tokenizers import series_patch_count
 
-__all__ = ["PATCHTST_MODELS", "REFERENCE_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS", "PATCHTST_BASE",
+__all__ = ["PATCHTST_MODELS", "REFERENCE_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS",
+           "JUMBO_MULTIPLIER_MODELS", "PATCHTST_BASE",
            "JUMBO_MULTIPLIER", "HEAD_FEATURES", "check_reference_model", "width_options", "patch_geometry", "capped_patch_geometry", "max_patches"]
 
 JUMBO_MULTIPLIER = 4
@@ -209,3 +210,5 @@ register_model(
 # the models whose feature ``jumbo_pool`` sets (a Jumbo token, or a hybrid of a Jumbo transformer)
 JUMBO_MODELS = tuple(m for m in SERIES_MODELS
                      if model_config(HYBRID_MODELS.get(m, m), seq_len=8)["global_tokens"] == "jumbo")
+# the models ``jumbo_multiplier`` sets: the Jumbo token's J, and the J the registers model is FLOP-matched to
+JUMBO_MULTIPLIER_MODELS = (*JUMBO_MODELS, "patchtst_registers")

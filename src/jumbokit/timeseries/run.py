@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from .data import ClassificationData, SeriesSplit
-from .models import (HYBRID_MODELS, JUMBO_MODELS, JUMBO_MULTIPLIER, PATCHTST_MODELS, REFERENCE_MODELS, SERIES_MODELS,
+from .models import (HYBRID_MODELS, JUMBO_MODELS, JUMBO_MULTIPLIER, JUMBO_MULTIPLIER_MODELS,
+                     PATCHTST_MODELS, REFERENCE_MODELS, SERIES_MODELS,
                      check_reference_model, max_patches, patch_geometry, width_options)
 from .protocol import SweepConfig
 
@@ -166,7 +167,7 @@ def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
 def global_token_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
     """``jumbo_multiplier`` when ``cfg.jumbo_multiplier`` is not the models' J=4: the Jumbo token's J for a Jumbo
     model, the J that ``patchtst_registers``' R is matched to (Proposition 1); nothing for the CLS-only models."""
-    if cfg.jumbo_multiplier == JUMBO_MULTIPLIER or model_name not in (*JUMBO_MODELS, "patchtst_registers"):
+    if cfg.jumbo_multiplier == JUMBO_MULTIPLIER or model_name not in JUMBO_MULTIPLIER_MODELS:
         return {}
     return {"jumbo_multiplier": int(cfg.jumbo_multiplier)}
 
