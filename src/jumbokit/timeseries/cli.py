@@ -163,7 +163,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
                        jumbo_multiplier=args.jumbo_multiplier, layer_scale=args.layer_scale, pos_embed=args.pos_embed,
                        layers=args.layers, drop_path=args.drop_path, weight_decay=args.weight_decay,
-                       dim=args.dim)
+                       dim=args.dim, unequal_length=args.unequal_length)
 
 
 def _print_summary(result, ensemble: int) -> None:

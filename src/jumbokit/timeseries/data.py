@@ -3,7 +3,8 @@
 
 Series are held as float32 arrays of shape (n, C, L) where L is the longest series of the dataset;
 shorter series and missing observations are NaN, which the series tokenizer treats as missing
-(masked in attention and pooling). Nothing is ever truncated.
+(masked in attention and pooling). Nothing is ever truncated. ``unequal_length="resample"`` instead stretches
+each series linearly over the whole length L (:func:`resample_to_length`).
 
 aeon 1.5 changed ``load_classification``'s defaults (``load_equal_length``/``load_no_missing`` now
 False); this module always passes them explicitly, so the original (unequal length / missing value)
@@ -33,12 +34,17 @@ __all__ = [
     "user_datasets",
     "load_raw",
     "pad_series",
+    "UNEQUAL_LENGTHS",
+    "resample_to_length",
+    "lengths_of",
     "encode_labels",
     "stratified_half_split",
     "load_dataset",
 ]
 
 ARCHIVES = ("UCR", "UEA")
+# how series shorter than the longest are held: NaN-padded at the end, or stretched over the whole length
+UNEQUAL_LENGTHS = ("pad", "resample")
 
 
 class DatasetNotFoundError(ValueError):
@@ -225,6 +231,37 @@ def pad_series(series: np.ndarray | list[np.ndarray], length: int | None = None)
     return out
 
 
+def resample_to_length(x: np.ndarray, lengths: np.ndarray, length: int | None = None) -> np.ndarray:
+    """Stretch (or shrink) each series' first ``lengths[i]`` steps linearly to ``length`` steps.
+
+    x: (n, C, L) float, NaN-padded at the end; lengths: (n,) steps of each series (1..L); length: the steps
+    of every output series (default L). Returns (n, C, length) float32 in which step t of series i reads its
+    source at t * (lengths[i] - 1) / (length - 1), interpolated between the two nearest steps; a step whose
+    nearest source step is missing (NaN) stays missing. A series already ``length`` long is kept as it is.
+    """
+    n, chans, steps = x.shape
+    length = steps if length is None else int(length)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.shape != (n,) or (n and (lengths.min() < 1 or lengths.max() > steps)):
+        raise ValueError(f"expected one length in 1..{steps} per series ({n}), got {lengths.tolist()[:10]}")
+    if length < 1:
+        raise ValueError(f"expected a target length >= 1, got {length}")
+    out = np.full((n, chans, length), np.nan, dtype=np.float32)
+    for i in range(n):
+        if lengths[i] == length:
+            out[i] = x[i, :, :length]
+            continue
+        source = np.linspace(0.0, lengths[i] - 1.0, length)
+        lo = np.floor(source).astype(np.int64)
+        hi = np.minimum(lo + 1, lengths[i] - 1)
+        frac = source - lo
+        filled = np.nan_to_num(x[i], nan=0.0)
+        values = filled[:, lo] * (1.0 - frac) + filled[:, hi] * frac
+        values[np.isnan(x[i][:, np.rint(source).astype(np.int64)])] = np.nan
+        out[i] = values
+    return out
+
+
 def encode_labels(train_labels: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """Classes (sorted unique train labels, as strings) and int64 codes of each given label array.
 
@@ -304,21 +341,28 @@ class ClassificationData:
     def summary(self) -> str:
         lengths = np.concatenate([self.train.lengths, self.val.lengths, self.test.lengths])
         span = f"{lengths.min()}-{lengths.max()}" if lengths.min() != lengths.max() else f"{lengths.max()}"
+        if self.meta.get("unequal_length") == "resample" and not self.meta.get("equal_length", True):
+            span = f"{self.meta['min_length']}-{self.meta['max_length']} resampled to {self.meta['max_length']}"
         split = "paper" if self.protocol == "seed" else self.protocol
         return (f"{self.name}: {self.channels} channel(s), length {span}, {self.num_classes} classes, "
                 f"train/val/test {len(self.train)}/{len(self.val)}/{len(self.test)} ({split} split)"
                 + (f", normalize=auto: {self.meta['normalized_as']}" if self.meta.get("normalize") == "auto" else ""))
 
 
-def _lengths(series: np.ndarray | list[np.ndarray]) -> np.ndarray:
+def lengths_of(series: np.ndarray | list[np.ndarray]) -> np.ndarray:
+    """(n,) int64: the steps of each series of a (n, C, L) / (n, L) array or a list of (C, L_i) / (L_i,) arrays."""
     if isinstance(series, np.ndarray) and series.dtype != object:
         return np.full(series.shape[0], series.shape[-1], dtype=np.int64)
     return np.array([np.asarray(s).shape[-1] for s in series], dtype=np.int64)
 
 
 def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_dir: str | Path | None = None,
-                 download: bool = True, normalize: str = "train") -> ClassificationData:
+                 download: bool = True, normalize: str = "train", unequal_length: str = "pad") -> ClassificationData:
     """Load a UCR/UEA dataset, pad to its longest series, normalise, encode labels.
+
+    unequal_length: ``"pad"`` (default) leaves shorter series NaN-padded at the end; ``"resample"`` stretches
+    each one over the longest series' length (:func:`resample_to_length`), so every series spans all steps
+    and its own length is no longer seen by the model.
 
     normalize: ``"train"`` (default) standardises each channel with statistics of the training split only;
     ``"instance"`` normalises each series and channel by its own statistics (RevIN-style); ``"auto"`` picks
@@ -331,12 +375,16 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     if protocol not in ("seed", "official"):
         raise ValueError(f"expected protocol 'seed' or 'official', got {protocol!r}")
     check_normalization(normalize)  # before any loading
+    if unequal_length not in UNEQUAL_LENGTHS:
+        raise ValueError(f"unknown unequal_length={unequal_length!r}; expected one of {', '.join(UNEQUAL_LENGTHS)}")
     x_train_raw, y_train_raw = load_raw(name, "train", data_dir, download)
     x_test_raw, y_test_raw = load_raw(name, "test", data_dir, download)
-    train_len, test_len = _lengths(x_train_raw), _lengths(x_test_raw)
+    train_len, test_len = lengths_of(x_train_raw), lengths_of(x_test_raw)
     length = int(max(train_len.max(), test_len.max()))
     x_train = pad_series(x_train_raw, length)
     x_test = pad_series(x_test_raw, length)
+    if unequal_length == "resample":
+        x_train, x_test = resample_to_length(x_train, train_len), resample_to_length(x_test, test_len)
     if x_train.shape[1] != x_test.shape[1]:
         raise ValueError(f"{name}: train series have {x_train.shape[1]} channels but test series "
                          f"{x_test.shape[1]}")
@@ -348,6 +396,11 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
                          f"({classes[0]!r}); classification needs two or more")
     applied = resolve_normalization(x_train, normalize)
     x_train, x_test = normalize_splits(x_train, x_test, how=applied)
+    meta = {"equal_length": bool(train_len.min() == test_len.min() == length),
+            "min_length": int(min(train_len.min(), test_len.min())), "max_length": length,
+            "normalize": normalize, "normalized_as": applied, "unequal_length": unequal_length}
+    if unequal_length == "resample":
+        train_len, test_len = np.full_like(train_len, length), np.full_like(test_len, length)
     train = SeriesSplit(x_train, y_train, train_len)
     if protocol == "seed":
         val_idx, test_idx = stratified_half_split(y_test, split_seed)
@@ -356,8 +409,5 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     else:
         val = test = SeriesSplit(x_test, y_test, test_len)
         val_idx = test_idx = None
-    missing = bool(np.isnan(x_train).any() or np.isnan(x_test).any())
-    meta = {"equal_length": bool(train_len.min() == test_len.min() == length), "missing_or_padded": missing,
-            "min_length": int(min(train_len.min(), test_len.min())), "max_length": length,
-            "normalize": normalize, "normalized_as": applied}
+    meta["missing_or_padded"] = bool(np.isnan(x_train).any() or np.isnan(x_test).any())
     return ClassificationData(name, train, val, test, classes, protocol, meta, val_idx, test_idx)

@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import numpy as np
 from aeon.classification.base import BaseClassifier
 
-from .data import pad_series
+from .data import UNEQUAL_LENGTHS, lengths_of, pad_series, resample_to_length
 from .normalize import check_series, fit_normalizer
 from .models import JUMBO_MULTIPLIER, PATCHTST_MODELS, REFERENCE_MODELS
 
@@ -121,6 +121,9 @@ class PatchTSTClassifier(BaseClassifier):
         series with a rate rising linearly from 0 at the first block to this value at the last (0 = off).
     dim : int or None, default=None
         Token width D, a multiple of 8 (None = the model's 128): the transformer keeps D/8 heads and an FFN of 2D.
+    unequal_length : {"pad", "resample"}, default="pad"
+        Series shorter than the longest training series: NaN-padded at the end and masked (their length stays
+        visible to the model), or each stretched linearly to that length, in ``fit`` and at prediction alike.
 
     Attributes
     ----------
@@ -175,7 +178,8 @@ class PatchTSTClassifier(BaseClassifier):
                  level_scale: bool | str = False, label_smoothing: float = 0.0, grad_clip: float | None = None,
                  jumbo_pool: str = "segments", jumbo_multiplier: int = JUMBO_MULTIPLIER, layer_scale: float = 0.0,
                  pos_embed: str = "learn",
-                 layers: int | None = None, drop_path: float = 0.0, dim: int | None = None) -> None:
+                 layers: int | None = None, drop_path: float = 0.0, dim: int | None = None,
+                 unequal_length: str = "pad") -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -206,6 +210,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.layers = layers
         self.drop_path = drop_path
         self.dim = dim
+        self.unequal_length = unequal_length
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -219,7 +224,7 @@ class PatchTSTClassifier(BaseClassifier):
 
         if self.model not in PATCHTST_MODELS + REFERENCE_MODELS:
             raise ValueError(f"expected model to be one of {PATCHTST_MODELS + REFERENCE_MODELS}, got {self.model!r}")
-        x = pad_series(X)
+        x = self._equal_length(X)
         check_series(x, "X")
         self.normalizer_ = fit_normalizer(x, self.normalize)
         x = self.normalizer_(x)
@@ -240,7 +245,8 @@ class PatchTSTClassifier(BaseClassifier):
                           jumbo_pool=self.jumbo_pool, jumbo_multiplier=self.jumbo_multiplier,
                           layer_scale=float(self.layer_scale),
                           pos_embed=self.pos_embed, layers=self.layers,
-                          drop_path=float(self.drop_path), dim=self.dim).for_dataset(x)
+                          drop_path=float(self.drop_path), dim=self.dim,
+                          unequal_length=self.unequal_length).for_dataset(x)
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
                                   protocol="official")
@@ -258,15 +264,24 @@ class PatchTSTClassifier(BaseClassifier):
     def _predict_proba(self, X) -> np.ndarray:
         from .run import predict_proba
 
-        lengths = [np.asarray(s).shape[-1] for s in X] if isinstance(X, list) else [X.shape[-1]]
-        longest = max(lengths)
-        if longest > self.seq_len_:
-            warnings.warn(f"series of {longest} steps are longer than the longest training series "
-                          f"({self.seq_len_}); the model sees more patches than in training", stacklevel=2)
-        x = pad_series(X, max(longest, self.seq_len_))
+        x = self._equal_length(X, self.seq_len_)
         check_series(x, "X")
         x = self.normalizer_(x)
         return predict_proba(self.network_, x, batch_size=256 if self.batch_size == "auto" else int(self.batch_size))
+
+    def _equal_length(self, X, length: int | None = None) -> np.ndarray:
+        """X as one (n, C, L) array: NaN-padded to ``length`` (default: its longest series; a longer one is kept,
+        with a warning) or, with ``unequal_length="resample"``, every series resampled to ``length`` steps."""
+        if self.unequal_length not in UNEQUAL_LENGTHS:
+            raise ValueError(f"expected unequal_length to be one of {UNEQUAL_LENGTHS}, got {self.unequal_length!r}")
+        lengths = lengths_of(X)
+        if self.unequal_length == "resample":
+            return resample_to_length(pad_series(X), lengths, length)
+        longest = int(lengths.max())
+        if length is not None and longest > length:
+            warnings.warn(f"series of {longest} steps are longer than the longest training series "
+                          f"({length}); the model sees more patches than in training", stacklevel=3)
+        return pad_series(X, max(longest, length or 0))
 
     def _predict(self, X) -> np.ndarray:
         proba = self._predict_proba(X)
@@ -277,10 +292,10 @@ class PatchTSTClassifier(BaseClassifier):
         """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
         with the first difference, token statistics, level and scale, all channels together, a trunk head, relative
         positions, label smoothing, gradient clipping, LayerScale, no absolute positions, two layers of width 16 with
-        stochastic depth and the widest Jumbo head."""
+        stochastic depth, the widest Jumbo head and unequal lengths resampled."""
         plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
         trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
                      rel_pos_bias=True, trunk_mix=True, trunk_head=True, level_scale=True, label_smoothing=0.1,
                      grad_clip=1.0, jumbo_pool="jumbo+mean", layer_scale=1e-4, pos_embed="none",
-                     layers=2, drop_path=0.1, dim=16)
+                     layers=2, drop_path=0.1, dim=16, unequal_length="resample")
         return [plain, trunk]

@@ -10,6 +10,7 @@ from ..training.cli import ema_decay_arg, fraction_arg
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
 from .models import HEAD_FEATURES, JUMBO_MULTIPLIER, PATCHTST_MODELS, SERIES_MODELS
+from .data import UNEQUAL_LENGTHS
 from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
 from .protocol import JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS
 
@@ -141,6 +142,10 @@ def _add_data_args(parser: argparse.ArgumentParser) -> None:
                            f"where the training series' scales differ more than {AUTO_SCALE_SPREAD:g}-fold (90th vs "
                            "10th percentile of their std), else train; none: as loaded (paper: train; small-data: "
                            "auto; train wherever --level-scale is on or auto)")
+    data.add_argument("--unequal-length", choices=UNEQUAL_LENGTHS, default="pad",
+                      help="sets whose series differ in length: pad = NaN after each shorter series, masked by the "
+                           "model (its length stays visible); resample = each series stretched linearly over the "
+                           "longest one's steps, the same for training, validation and test series (default: pad)")
     data.add_argument("--list", action="store_true",
                       help="list the datasets available locally (bundled, cached, and your own in --data-dir) and exit")
 

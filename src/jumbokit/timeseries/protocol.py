@@ -24,6 +24,7 @@ from jumbokit.encoders.global_tokens import Jumbo
 from jumbokit.encoders.series_trunk import TRUNKS
 from jumbokit.training.optim import epochs_for_min_steps
 
+from .data import UNEQUAL_LENGTHS
 from .models import HEAD_FEATURES, JUMBO_MULTIPLIER
 from .normalize import AUTO_SCALE_SPREAD, scale_spread
 
@@ -62,7 +63,8 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "rel_pos_bias": False,
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
                                "jumbo_pool": "segments", "jumbo_multiplier": JUMBO_MULTIPLIER, "layer_scale": 0.0,
-                               "pos_embed": "learn", "layers": None, "drop_path": 0.0, "dim": None}
+                               "pos_embed": "learn", "layers": None, "drop_path": 0.0, "dim": None,
+                               "unequal_length": "pad"}
 
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
@@ -178,6 +180,7 @@ class SweepConfig:
     layers: int | None = None  # transformer layers (None = the model's own: 3)
     drop_path: float = 0.0  # stochastic depth: the last block's drop rate, rising linearly from 0 (0 = off)
     dim: int | None = None  # token width D (None = the models' 128); D/8 heads and an FFN of 2D keep their ratios
+    unequal_length: str = "pad"  # shorter series: "pad" (NaN, masked) | "resample" (stretched; data.UNEQUAL_LENGTHS)
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
@@ -222,6 +225,7 @@ class SweepConfig:
             ("dim", self.dim is None or (is_integer(self.dim) and self.dim >= HEAD_FEATURES
                                          and self.dim % HEAD_FEATURES == 0), f"None or a multiple of {HEAD_FEATURES}"),
             ("weight_decay", 0 <= self.weight_decay < float("inf"), ">= 0"),
+            ("unequal_length", self.unequal_length in UNEQUAL_LENGTHS, f"one of {', '.join(UNEQUAL_LENGTHS)}"),
         ]
         for name, ok, expected in checks:
             if not ok:

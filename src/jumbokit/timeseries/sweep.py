@@ -91,7 +91,7 @@ def _load_all(datasets: Sequence[str], cfg: SweepConfig, data_dir: str | Path | 
     loaded: dict[str, ClassificationData] = {}
     for name in datasets:
         data = load_dataset(name, protocol=cfg.protocol, split_seed=cfg.split_seed, data_dir=data_dir,
-                            normalize=cfg.normalize)
+                            normalize=cfg.normalize, unequal_length=cfg.unequal_length)
         try:
             check_patches(data, cfg.patches)
         except ValueError as err:

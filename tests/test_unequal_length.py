@@ -1,0 +1,94 @@
+"""``--unequal-length resample``: shorter series stretched over the longest one's steps instead of NaN-padded."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from jumbokit.timeseries import cli
+from jumbokit.timeseries import protocol as ts_protocol
+from jumbokit.timeseries.data import lengths_of, load_dataset, pad_series, resample_to_length
+
+
+def test_a_short_ramp_is_stretched_linearly_and_full_length_series_are_kept():
+    x = pad_series([np.arange(5.0), np.arange(9.0) * 2])  # (2, 1, 9), the first NaN after 5 steps
+    out = resample_to_length(x, np.array([5, 9]))
+    assert out.shape == (2, 1, 9) and out.dtype == np.float32
+    np.testing.assert_allclose(out[0, 0], np.linspace(0.0, 4.0, 9), atol=1e-6)
+    np.testing.assert_array_equal(out[1], x[1])
+    shrunk = resample_to_length(x, np.array([5, 9]), length=3)
+    np.testing.assert_allclose(shrunk[:, 0], [[0.0, 2.0, 4.0], [0.0, 8.0, 16.0]], atol=1e-6)
+
+
+def test_a_missing_step_inside_a_series_stays_missing_where_it_is_nearest():
+    x = pad_series([np.array([0.0, 1.0, np.nan, 3.0, 4.0])], 9)
+    out = resample_to_length(x, np.array([5]))[0, 0]
+    nearest = np.rint(np.linspace(0.0, 4.0, 9)).astype(int)
+    assert np.array_equal(np.isnan(out), nearest == 2)
+    np.testing.assert_allclose(out[~np.isnan(out)], np.linspace(0.0, 4.0, 9)[nearest != 2], atol=1e-6)
+
+
+def test_bad_lengths_are_refused():
+    x = np.zeros((2, 1, 4), dtype=np.float32)
+    for bad in (np.array([0, 4]), np.array([5, 4]), np.array([4])):
+        with pytest.raises(ValueError, match=r"expected one length in 1..4 per series \(2\)"):
+            resample_to_length(x, bad)
+    with pytest.raises(ValueError, match="expected a target length >= 1, got 0"):
+        resample_to_length(x, np.array([4, 4]), length=0)
+
+
+def test_load_dataset_resamples_every_split_and_keeps_the_splits_and_equal_sets():
+    padded = load_dataset("PickupGestureWiimoteZ", normalize="none")
+    stretched = load_dataset("PickupGestureWiimoteZ", normalize="none", unequal_length="resample")
+    length = padded.seq_len
+    for a, b in zip((padded.train, padded.val, padded.test), (stretched.train, stretched.val, stretched.test)):
+        assert b.x.shape == a.x.shape and not np.isnan(b.x).any()
+        assert (b.lengths == length).all() and a.lengths.min() < length
+        np.testing.assert_array_equal(a.y, b.y)
+        first = int(np.argmin(a.lengths))  # its first and last observed steps are the ends of the stretched one
+        np.testing.assert_allclose(b.x[first, :, [0, -1]], a.x[first, :, [0, a.lengths[first] - 1]], atol=1e-5)
+    assert "29-361 resampled to 361" in stretched.summary()
+    gunpoint = load_dataset("GunPoint", unequal_length="resample")
+    np.testing.assert_array_equal(gunpoint.train.x, load_dataset("GunPoint").train.x)
+    with pytest.raises(ValueError, match="unknown unequal_length='crop'; expected one of pad, resample"):
+        load_dataset("GunPoint", unequal_length="crop")
+
+
+def test_sweep_config_stores_resample_only_when_chosen():
+    assert "unequal_length" not in ts_protocol.SweepConfig().identity()
+    assert ts_protocol.SweepConfig(unequal_length="resample").identity()["unequal_length"] == "resample"
+    with pytest.raises(ValueError, match="unequal_length must be one of pad, resample, got 'crop'"):
+        ts_protocol.SweepConfig(unequal_length="crop")
+
+
+def test_tstrain_unequal_length_resample_runs_and_says_so(tmp_path, capsys):
+    out = tmp_path / "resample"
+    base = ["--dataset", "JapaneseVowels", "--model", "patchtst", "--epochs", "1", "--lr", "1e-3", "--dropout",
+            "0.1", "--no-progress", "--cpu", "--out", str(out)]
+    with pytest.raises(SystemExit):
+        cli.main([*base, "--unequal-length", "crop"])
+    assert "invalid choice: 'crop'" in capsys.readouterr().err and not out.exists()
+    assert cli.main([*base, "--unequal-length", "resample"]) == 0
+    assert json.loads((out / "sweep.json").read_text())["unequal_length"] == "resample"
+    assert "shorter series resampled to the longest one's length" in (out / "report.md").read_text()
+
+
+def test_estimator_resamples_in_fit_and_at_prediction():
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    rng = np.random.default_rng(0)
+    X = [rng.normal(size=(1, n)) for n in (24, 32, 20, 28) * 3]
+    y = np.array([0, 1] * 6)
+    assert lengths_of(X).tolist() == [24, 32, 20, 28] * 3
+    clf = PatchTSTClassifier(model="patchtst_jumbo", patches=4, epochs=1, batch_size=8, random_state=0,
+                             unequal_length="resample").fit(X, y)
+    assert clf.seq_len_ == 32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a series longer than in training is resampled, not warned about
+        proba = clf.predict_proba([rng.normal(size=(1, 40)), rng.normal(size=(1, 12))])
+    assert proba.shape == (2, 2) and np.allclose(proba.sum(axis=1), 1.0)
+    with pytest.raises(ValueError, match="expected unequal_length to be one of"):
+        PatchTSTClassifier(patches=4, epochs=1, unequal_length="crop").fit(X, y)
