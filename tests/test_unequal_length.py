@@ -86,9 +86,14 @@ def test_estimator_resamples_in_fit_and_at_prediction():
     clf = PatchTSTClassifier(model="patchtst_jumbo", patches=4, epochs=1, batch_size=8, random_state=0,
                              unequal_length="resample").fit(X, y)
     assert clf.seq_len_ == 32
+    stretched = resample_to_length(pad_series(X), lengths_of(X))  # what fit should have trained on
+    same = PatchTSTClassifier(model="patchtst_jumbo", patches=4, epochs=1, batch_size=8, random_state=0).fit(
+        stretched, y)
+    new = [rng.normal(size=(1, 40)), rng.normal(size=(1, 12))]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a series longer than in training is resampled, not warned about
-        proba = clf.predict_proba([rng.normal(size=(1, 40)), rng.normal(size=(1, 12))])
-    assert proba.shape == (2, 2) and np.allclose(proba.sum(axis=1), 1.0)
-    with pytest.raises(ValueError, match="expected unequal_length to be one of"):
+        proba = clf.predict_proba(new)
+    np.testing.assert_allclose(proba, same.predict_proba(resample_to_length(pad_series(new), lengths_of(new), 32)),
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="unknown unequal_length='crop'; expected one of pad, resample"):
         PatchTSTClassifier(patches=4, epochs=1, unequal_length="crop").fit(X, y)

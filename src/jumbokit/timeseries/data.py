@@ -35,6 +35,7 @@ __all__ = [
     "load_raw",
     "pad_series",
     "UNEQUAL_LENGTHS",
+    "check_unequal_length",
     "resample_to_length",
     "lengths_of",
     "encode_labels",
@@ -231,6 +232,13 @@ def pad_series(series: np.ndarray | list[np.ndarray], length: int | None = None)
     return out
 
 
+def check_unequal_length(how: str) -> str:
+    """``how`` when it is one of UNEQUAL_LENGTHS; ValueError naming them otherwise."""
+    if how not in UNEQUAL_LENGTHS:
+        raise ValueError(f"unknown unequal_length={how!r}; expected one of {', '.join(UNEQUAL_LENGTHS)}")
+    return how
+
+
 def resample_to_length(x: np.ndarray, lengths: np.ndarray, length: int | None = None) -> np.ndarray:
     """Stretch (or shrink) each series' first ``lengths[i]`` steps linearly to ``length`` steps.
 
@@ -375,8 +383,7 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     if protocol not in ("seed", "official"):
         raise ValueError(f"expected protocol 'seed' or 'official', got {protocol!r}")
     check_normalization(normalize)  # before any loading
-    if unequal_length not in UNEQUAL_LENGTHS:
-        raise ValueError(f"unknown unequal_length={unequal_length!r}; expected one of {', '.join(UNEQUAL_LENGTHS)}")
+    check_unequal_length(unequal_length)
     x_train_raw, y_train_raw = load_raw(name, "train", data_dir, download)
     x_test_raw, y_test_raw = load_raw(name, "test", data_dir, download)
     train_len, test_len = lengths_of(x_train_raw), lengths_of(x_test_raw)

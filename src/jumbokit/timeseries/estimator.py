@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import numpy as np
 from aeon.classification.base import BaseClassifier
 
-from .data import UNEQUAL_LENGTHS, lengths_of, pad_series, resample_to_length
+from .data import check_unequal_length, lengths_of, pad_series, resample_to_length
 from .normalize import check_series, fit_normalizer
 from .models import JUMBO_MULTIPLIER, PATCHTST_MODELS, REFERENCE_MODELS
 
@@ -272,10 +272,8 @@ class PatchTSTClassifier(BaseClassifier):
     def _equal_length(self, X, length: int | None = None) -> np.ndarray:
         """X as one (n, C, L) array: NaN-padded to ``length`` (default: its longest series; a longer one is kept,
         with a warning) or, with ``unequal_length="resample"``, every series resampled to ``length`` steps."""
-        if self.unequal_length not in UNEQUAL_LENGTHS:
-            raise ValueError(f"expected unequal_length to be one of {UNEQUAL_LENGTHS}, got {self.unequal_length!r}")
         lengths = lengths_of(X)
-        if self.unequal_length == "resample":
+        if check_unequal_length(self.unequal_length) == "resample":
             return resample_to_length(pad_series(X), lengths, length)
         longest = int(lengths.max())
         if length is not None and longest > length:
