@@ -10,6 +10,11 @@ all nine, seeds 3-5 on four). A set ranked in several tables counts once per tab
 weighs more; the mean rank is over all (set, draw) pairs. The tables must rank the same models under one front end
 (read by tstrain's parser, as ``timeseries_rank.py`` reads them; seeds never matter), and a set must not come from
 the same source files twice (the same draw counted twice is refused). Writes JSON and a markdown copy.
+
+Whether the mean ranks differ beyond chance is tested on the same draws, by each reading: Friedman's test over all
+models, the Nemenyi critical difference (two mean ranks closer than it do not differ at the 5% level, as in the
+critical-difference diagrams of the UCR/UEA literature), and per pair of models the draws each ranks ahead with a
+two-sided sign test on them (ties left out).
 """
 
 from __future__ import annotations
@@ -22,7 +27,12 @@ from pathlib import Path
 from timeseries_rank import (differences, mean_rank_lines, mean_ranks, require_files, settings_of, settings_on,
                              write_record)
 
+import numpy as np
+from scipy import stats
+
 from jumbokit.training.rundir import markdown_table
+
+READINGS = {"rank_best": "best run", "rank_avg": "mean of runs"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -84,20 +94,58 @@ def pooled_table(draws: list[dict], models: list[str], means: dict[str, dict[str
     return markdown_table(body, header)
 
 
+def significance(draws: list[dict], models: list[str], key: str) -> dict:
+    """Friedman's test (three or more models; None for two, where the sign test is the test), the Nemenyi
+    critical difference (alpha 0.05) and pairwise sign tests on the ranks ``key`` ("rank_best" or "rank_avg") of
+    the (set, draw) pairs."""
+    ranks = np.array([[d[key][m] for m in models] for d in draws])  # (draws, models)
+    count, k = ranks.shape
+    friedman = stats.friedmanchisquare(*ranks.T) if k >= 3 else None
+    q = stats.studentized_range.ppf(0.95, k, np.inf) / np.sqrt(2.0)
+    pairs = [sign_test(ranks[:, i], ranks[:, j], models[i], models[j]) for i in range(k) for j in range(i + 1, k)]
+    return {"friedman_chi2": None if friedman is None else round(float(friedman.statistic), 3),
+            "friedman_p": None if friedman is None else round(float(friedman.pvalue), 4),
+            "nemenyi_cd": round(float(q * np.sqrt(k * (k + 1) / (6.0 * count))), 3), "pairs": pairs}
+
+
+def sign_test(a_ranks: np.ndarray, b_ranks: np.ndarray, a: str, b: str) -> dict:
+    """How often model a ranks ahead of b and b of a over the draws (ties left out), with the two-sided sign
+    test's p-value."""
+    ahead, behind = int((a_ranks < b_ranks).sum()), int((a_ranks > b_ranks).sum())
+    p = stats.binomtest(ahead, ahead + behind).pvalue if ahead + behind else 1.0
+    return {"a": a, "b": b, "a_ahead": ahead, "b_ahead": behind, "ties": len(a_ranks) - ahead - behind,
+            "sign_test_p": round(float(p), 4)}
+
+
+def significance_table(tests: dict[str, dict]) -> str:
+    """One line per reading and pair of models: who ranks ahead how often, and the tests' p-values."""
+    body = []
+    for key, test in tests.items():
+        for pair in test["pairs"]:
+            body.append({"reading": READINGS[key], "pair (a vs b)": f"{pair['a']} vs {pair['b']}",
+                         "a ahead / b ahead / ties": f"{pair['a_ahead']} / {pair['b_ahead']} / {pair['ties']}",
+                         "sign test p": f"{pair['sign_test_p']:.3f}",
+                         "Friedman p (all)": "-" if test["friedman_p"] is None else f"{test['friedman_p']:.3f}",
+                         "Nemenyi CD": f"{test['nemenyi_cd']:.2f}"})
+    return markdown_table(body, list(body[0]))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     tables = load_tables(args.inputs)
     models = tables[0]["models"]
     draws = set_draws(tables)
     means = mean_ranks(draws, models)
+    tests = {key: significance(draws, models, key) for key in READINGS}
     record = {"front_end": tables[0]["front_end"], "models": models, "draws": draws,
-              "mean_rank_best": means["rank_best"], "mean_rank_avg": means["rank_avg"],
+              "mean_rank_best": means["rank_best"], "mean_rank_avg": means["rank_avg"], "significance": tests,
               "inputs": [str(p) for p in args.inputs]}
     sources = ", ".join(f"`{p.name}`" for p in args.inputs)
     write_record(args.json, record, ("mean_rank_best", "mean_rank_avg"),
                  f"# Mean rank of {', '.join(models)} pooled over seed draws: `{record['front_end']}`\n\nFrom "
                  f"{sources}; each cell: rank by the best run / by the mean of the runs.",
-                 pooled_table(draws, models, means))
+                 pooled_table(draws, models, means) + "\n\nDo the mean ranks differ beyond chance?\n\n"
+                 + significance_table(tests))
     return 0
 
 

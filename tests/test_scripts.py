@@ -2,6 +2,7 @@
 
 import ast
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -411,6 +412,23 @@ def test_fusion_benchmark_scores_every_pair_of_runs(tmp_path):
     assert bad.returncode == 2 and "holds no sweep.json: expected a tstrain output directory" in bad.stderr
 
 
+def test_rank_pool_significance_of_a_model_always_first(tmp_path):
+    """Three models ranked 1/2/3 on six draws: Friedman's chi2 = 12 (p = e^-6), the Nemenyi critical difference
+    for 3 models and 6 draws 2.343 * sqrt(1/3), and the sign test 2 / 2^6 for each pair."""
+    ranks = {"patchtst": 1, "patchtst_registers": 2, "patchtst_jumbo": 3}
+    table = _rank_json(tmp_path / "r.json", "tstrain --recipe small-data", [
+        (name, "a.json", ranks, ranks) for name in ("A", "B", "C", "D", "E", "F")])
+    out = tmp_path / "pooled.json"
+    proc = subprocess.run([sys.executable, "benchmarks/timeseries_rank_pool.py", str(table), "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    test = json.loads(out.read_text())["significance"]["rank_best"]
+    assert test["friedman_chi2"] == 12.0 and test["friedman_p"] == round(math.exp(-6), 4)
+    assert test["nemenyi_cd"] == pytest.approx(2.343 * math.sqrt(1 / 3), abs=2e-3)
+    assert [p["sign_test_p"] for p in test["pairs"]] == [0.0312] * 3
+    assert "Do the mean ranks differ beyond chance?" in out.with_suffix(".md").read_text()
+
+
 def _rank_json(path: Path, front: str, sets: list[tuple[str, str, dict[str, float], dict[str, float]]]) -> Path:
     """A JSON as benchmarks/timeseries_rank.py writes it, with (set, source, rank_best, rank_avg) sets."""
     models = list(sets[0][2])
@@ -440,6 +458,9 @@ def test_rank_pool_counts_every_set_draw_once(tmp_path):
     assert record["mean_rank_best"] == {"patchtst": 5 / 3, "patchtst_jumbo": 4 / 3}
     assert record["mean_rank_avg"] == {"patchtst": 1.5, "patchtst_jumbo": 1.5}
     assert "| mean rank, best run | 3 set-draws |" in out.with_suffix(".md").read_text()
+    (pair,) = record["significance"]["rank_best"]["pairs"]  # patchtst ahead on one draw, Jumbo on two
+    assert (pair["a_ahead"], pair["b_ahead"], pair["ties"], pair["sign_test_p"]) == (1, 2, 0, 1.0)
+    assert record["significance"]["rank_avg"]["friedman_p"] is None  # two models: the sign test is the test
     other = _rank_json(tmp_path / "relpos.json", f"{trunk} --rel-pos", [
         ("OSULeaf", "c.json", {"patchtst": 1, "patchtst_jumbo": 2}, {"patchtst": 1, "patchtst_jumbo": 2})])
     for bad, why in (([first, other], "rel_pos_bias: True vs False"), ([first, first], "expected each draw once")):
