@@ -1,4 +1,5 @@
-"""``--unequal-length resample``: shorter series stretched over the longest one's steps instead of NaN-padded."""
+"""``--unequal-length resample`` / ``zero``: shorter series stretched over the longest one's steps, or zero-padded
+and read as data, instead of NaN-padded and masked."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from jumbokit.timeseries import cli
 from jumbokit.timeseries import protocol as ts_protocol
-from jumbokit.timeseries.data import lengths_of, load_dataset, pad_series, resample_to_length
+from jumbokit.timeseries.data import lengths_of, load_dataset, pad_series, resample_to_length, zero_tails
 
 
 def test_a_short_ramp_is_stretched_linearly_and_full_length_series_are_kept():
@@ -53,14 +54,14 @@ def test_load_dataset_resamples_every_split_and_keeps_the_splits_and_equal_sets(
     assert "29-361 resampled to 361" in stretched.summary()
     gunpoint = load_dataset("GunPoint", unequal_length="resample")
     np.testing.assert_array_equal(gunpoint.train.x, load_dataset("GunPoint").train.x)
-    with pytest.raises(ValueError, match="unknown unequal_length='crop'; expected one of pad, resample"):
+    with pytest.raises(ValueError, match="unknown unequal_length='crop'; expected one of pad, resample, zero"):
         load_dataset("GunPoint", unequal_length="crop")
 
 
 def test_sweep_config_stores_resample_only_when_chosen():
     assert "unequal_length" not in ts_protocol.SweepConfig().identity()
     assert ts_protocol.SweepConfig(unequal_length="resample").identity()["unequal_length"] == "resample"
-    with pytest.raises(ValueError, match="unequal_length must be one of pad, resample, got 'crop'"):
+    with pytest.raises(ValueError, match="unequal_length must be one of pad, resample, zero, got 'crop'"):
         ts_protocol.SweepConfig(unequal_length="crop")
 
 
@@ -95,5 +96,53 @@ def test_estimator_resamples_in_fit_and_at_prediction():
         proba = clf.predict_proba(new)
     np.testing.assert_allclose(proba, same.predict_proba(resample_to_length(pad_series(new), lengths_of(new), 32)),
                                atol=1e-6)
-    with pytest.raises(ValueError, match="unknown unequal_length='crop'; expected one of pad, resample"):
+    with pytest.raises(ValueError, match="unknown unequal_length='crop'; expected one of pad, resample, zero"):
         PatchTSTClassifier(patches=4, epochs=1, unequal_length="crop").fit(X, y)
+
+
+def test_zero_tails_fills_only_after_each_series_end():
+    first = np.array([[1.0, np.nan, 3.0], [4.0, 5.0, 6.0]])  # two channels, a missing step inside the first
+    x = pad_series([first, np.arange(10.0).reshape(2, 5)])  # (2, 2, 5)
+    out = zero_tails(x, np.array([3, 5]))
+    np.testing.assert_array_equal(out[0], [[1.0, np.nan, 3.0, 0.0, 0.0], [4.0, 5.0, 6.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(out[1], x[1])
+    assert np.isnan(x[0, 0, 3])  # the input is left as it was
+    with pytest.raises(ValueError, match=r"expected one length in 1..5 per series \(2\)"):
+        zero_tails(x, np.array([0, 5]))
+
+
+def test_load_dataset_zero_pads_before_normalising_like_the_rocket_baselines():
+    padded = load_dataset("PickupGestureWiimoteZ")
+    zeroed = load_dataset("PickupGestureWiimoteZ", unequal_length="zero")
+    raw = load_dataset("PickupGestureWiimoteZ", normalize="none", unequal_length="zero")
+    short = int(np.argmin(padded.train.lengths))
+    tail = raw.train.x[short, :, padded.train.lengths[short]:]
+    assert tail.size and (tail == 0).all() and not np.isnan(raw.train.x).any()
+    mean, std = raw.train.x.mean(axis=(0, 2)), raw.train.x.std(axis=(0, 2))  # train statistics, zeros included
+    np.testing.assert_allclose(zeroed.test.x, (raw.test.x - mean[None, :, None]) / std[None, :, None], atol=1e-4)
+    for a, b in zip((padded.train, padded.val, padded.test), (zeroed.train, zeroed.val, zeroed.test)):
+        np.testing.assert_array_equal(a.y, b.y)
+        assert (b.lengths == zeroed.seq_len).all()
+    assert "29-361 zero-padded to 361" in zeroed.summary()
+
+
+def test_tstrain_unequal_length_zero_is_recorded_and_reported(tmp_path):
+    out = tmp_path / "zero"
+    assert cli.main(["--dataset", "JapaneseVowels", "--model", "patchtst", "--epochs", "1", "--lr", "1e-3",
+                     "--dropout", "0.1", "--no-progress", "--cpu", "--out", str(out), "--unequal-length", "zero"]) == 0
+    assert json.loads((out / "sweep.json").read_text())["unequal_length"] == "zero"
+    assert "shorter series zero-padded to the longest one's length" in (out / "report.md").read_text()
+
+
+def test_estimator_zero_pads_in_fit_and_at_prediction():
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    rng = np.random.default_rng(1)
+    X = [rng.normal(size=(1, n)) for n in (24, 32, 20, 28) * 3]
+    y = np.array([0, 1] * 6)
+    settings = dict(model="patchtst", patches=4, epochs=1, batch_size=8, random_state=0)
+    clf = PatchTSTClassifier(**settings, unequal_length="zero").fit(X, y)
+    same = PatchTSTClassifier(**settings).fit(np.nan_to_num(pad_series(X)), y)  # zeros given as data
+    new = [rng.normal(size=(1, 12)), rng.normal(size=(1, 30))]
+    np.testing.assert_allclose(clf.predict_proba(new), same.predict_proba(np.nan_to_num(pad_series(new, 32))),
+                               atol=1e-6)

@@ -4,7 +4,8 @@
 Series are held as float32 arrays of shape (n, C, L) where L is the longest series of the dataset;
 shorter series and missing observations are NaN, which the series tokenizer treats as missing
 (masked in attention and pooling). Nothing is ever truncated. ``unequal_length="resample"`` instead stretches
-each series linearly over the whole length L (:func:`resample_to_length`).
+each series linearly over the whole length L (:func:`resample_to_length`); ``"zero"`` pads with zeros that the
+model reads as data, as aeon's classifiers do (:func:`zero_tails`).
 
 aeon 1.5 changed ``load_classification``'s defaults (``load_equal_length``/``load_no_missing`` now
 False); this module always passes them explicitly, so the original (unequal length / missing value)
@@ -37,6 +38,7 @@ __all__ = [
     "UNEQUAL_LENGTHS",
     "check_unequal_length",
     "resample_to_length",
+    "zero_tails",
     "lengths_of",
     "encode_labels",
     "stratified_half_split",
@@ -45,7 +47,7 @@ __all__ = [
 
 ARCHIVES = ("UCR", "UEA")
 # how series shorter than the longest are held: NaN-padded at the end, or stretched over the whole length
-UNEQUAL_LENGTHS = ("pad", "resample")
+UNEQUAL_LENGTHS = ("pad", "resample", "zero")
 
 
 class DatasetNotFoundError(ValueError):
@@ -270,6 +272,20 @@ def resample_to_length(x: np.ndarray, lengths: np.ndarray, length: int | None = 
     return out
 
 
+def zero_tails(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """A copy of x (n, C, L) with every step after series i's first ``lengths[i]`` set to 0 (aeon's Padder fill).
+
+    Missing steps inside a series stay NaN; only the padding after its end becomes data the model reads."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.shape != (x.shape[0],) or (x.shape[0] and (lengths.min() < 1 or lengths.max() > x.shape[2])):
+        raise ValueError(f"expected one length in 1..{x.shape[2]} per series ({x.shape[0]}), "
+                         f"got {lengths.tolist()[:10]}")
+    out = np.array(x, dtype=np.float32, copy=True)
+    after_end = np.arange(x.shape[2])[None, :] >= lengths[:, None]  # (n, L)
+    out[np.broadcast_to(after_end[:, None, :], out.shape)] = 0.0
+    return out
+
+
 def encode_labels(train_labels: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """Classes (sorted unique train labels, as strings) and int64 codes of each given label array.
 
@@ -349,8 +365,10 @@ class ClassificationData:
     def summary(self) -> str:
         lengths = np.concatenate([self.train.lengths, self.val.lengths, self.test.lengths])
         span = f"{lengths.min()}-{lengths.max()}" if lengths.min() != lengths.max() else f"{lengths.max()}"
-        if self.meta.get("unequal_length") == "resample" and not self.meta.get("equal_length", True):
-            span = f"{self.meta['min_length']}-{self.meta['max_length']} resampled to {self.meta['max_length']}"
+        how = self.meta.get("unequal_length", "pad")
+        if how != "pad" and not self.meta.get("equal_length", True):
+            done = "resampled to" if how == "resample" else "zero-padded to"
+            span = f"{self.meta['min_length']}-{self.meta['max_length']} {done} {self.meta['max_length']}"
         split = "paper" if self.protocol == "seed" else self.protocol
         return (f"{self.name}: {self.channels} channel(s), length {span}, {self.num_classes} classes, "
                 f"train/val/test {len(self.train)}/{len(self.val)}/{len(self.test)} ({split} split)"
@@ -370,7 +388,8 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
 
     unequal_length: ``"pad"`` (default) leaves shorter series NaN-padded at the end; ``"resample"`` stretches
     each one over the longest series' length (:func:`resample_to_length`), so every series spans all steps
-    and its own length is no longer seen by the model.
+    and its own length is no longer seen by the model; ``"zero"`` pads with zeros before normalisation
+    (:func:`zero_tails`, aeon's fill), so the padding is read as data and the length shows.
 
     normalize: ``"train"`` (default) standardises each channel with statistics of the training split only;
     ``"instance"`` normalises each series and channel by its own statistics (RevIN-style); ``"auto"`` picks
@@ -392,6 +411,8 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     x_test = pad_series(x_test_raw, length)
     if unequal_length == "resample":
         x_train, x_test = resample_to_length(x_train, train_len), resample_to_length(x_test, test_len)
+    elif unequal_length == "zero":
+        x_train, x_test = zero_tails(x_train, train_len), zero_tails(x_test, test_len)
     if x_train.shape[1] != x_test.shape[1]:
         raise ValueError(f"{name}: train series have {x_train.shape[1]} channels but test series "
                          f"{x_test.shape[1]}")
@@ -406,7 +427,7 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     meta = {"equal_length": bool(train_len.min() == test_len.min() == length),
             "min_length": int(min(train_len.min(), test_len.min())), "max_length": length,
             "normalize": normalize, "normalized_as": applied, "unequal_length": unequal_length}
-    if unequal_length == "resample":
+    if unequal_length != "pad":
         train_len, test_len = np.full_like(train_len, length), np.full_like(test_len, length)
     train = SeriesSplit(x_train, y_train, train_len)
     if protocol == "seed":

@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import numpy as np
 from aeon.classification.base import BaseClassifier
 
-from .data import check_unequal_length, lengths_of, pad_series, resample_to_length
+from .data import check_unequal_length, lengths_of, pad_series, resample_to_length, zero_tails
 from .normalize import check_series, fit_normalizer
 from .models import JUMBO_MULTIPLIER, PATCHTST_MODELS, REFERENCE_MODELS
 
@@ -121,9 +121,10 @@ class PatchTSTClassifier(BaseClassifier):
         series with a rate rising linearly from 0 at the first block to this value at the last (0 = off).
     dim : int or None, default=None
         Token width D, a multiple of 8 (None = the model's 128): the transformer keeps D/8 heads and an FFN of 2D.
-    unequal_length : {"pad", "resample"}, default="pad"
+    unequal_length : {"pad", "resample", "zero"}, default="pad"
         Series shorter than the longest training series: NaN-padded at the end and masked (their length stays
-        visible to the model), or each stretched linearly to that length, in ``fit`` and at prediction alike.
+        visible to the model), each stretched linearly to that length, or zero-padded and read as data (aeon's
+        fill), in ``fit`` and at prediction alike.
 
     Attributes
     ----------
@@ -271,7 +272,8 @@ class PatchTSTClassifier(BaseClassifier):
 
     def _equal_length(self, X, length: int | None = None) -> np.ndarray:
         """X as one (n, C, L) array: NaN-padded to ``length`` (default: its longest series; a longer one is kept,
-        with a warning) or, with ``unequal_length="resample"``, every series resampled to ``length`` steps."""
+        with a warning) or, with ``unequal_length="resample"``, every series resampled to ``length`` steps;
+        ``"zero"`` pads with zeros instead of NaN."""
         lengths = lengths_of(X)
         if check_unequal_length(self.unequal_length) == "resample":
             return resample_to_length(pad_series(X), lengths, length)
@@ -279,7 +281,8 @@ class PatchTSTClassifier(BaseClassifier):
         if length is not None and longest > length:
             warnings.warn(f"series of {longest} steps are longer than the longest training series "
                           f"({length}); the model sees more patches than in training", stacklevel=3)
-        return pad_series(X, max(longest, length or 0))
+        padded = pad_series(X, max(longest, length or 0))
+        return zero_tails(padded, lengths) if self.unequal_length == "zero" else padded
 
     def _predict(self, X) -> np.ndarray:
         proba = self._predict_proba(X)

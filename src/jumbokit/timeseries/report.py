@@ -185,6 +185,8 @@ def training_text(cfg: SweepConfig) -> str:
         patching += f"; Jumbo J={cfg.jumbo_multiplier} (registers matched to it)"
     if cfg.unequal_length == "resample":
         patching += "; shorter series resampled to the longest one's length"
+    elif cfg.unequal_length == "zero":
+        patching += "; shorter series zero-padded to the longest one's length"
     if cfg.layer_scale:
         patching += f"; LayerScale on every block, starting at {cfg.layer_scale:g}"
     if cfg.layers is not None:
