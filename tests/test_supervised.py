@@ -269,8 +269,9 @@ def test_bad_data_flags_are_one_line_errors(recipe, gray_digits, flags, message)
 
 def test_supervised_run_on_small_gray_folder_records_its_choices(recipe, gray_digits, tmp_path):
     out = tmp_path / "run"
-    result = recipe.main(["--dataset", f"folder:{gray_digits}", "--model", "vit_pico_cls", "--epochs", "1",
-                          "--batch-size", "16", "--no-progress", "--checkpoint-every", "0", "--out", str(out)])
+    with pytest.warns(UserWarning, match="has no 'test' folder; using 'val' as the test split"):
+        result = recipe.main(["--dataset", f"folder:{gray_digits}", "--model", "vit_pico_cls", "--epochs", "1",
+                              "--batch-size", "16", "--no-progress", "--checkpoint-every", "0", "--out", str(out)])
     info = read_data_info(out)
     assert (info["in_chans"], info["img_size"], info["crop_pct"], info["defaults"], info["stats"]) == (
         1, 28, 1.0, "small", "data")
