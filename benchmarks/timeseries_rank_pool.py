@@ -14,7 +14,8 @@ the same source files twice (the same draw counted twice is refused). Writes JSO
 Whether the mean ranks differ beyond chance is tested on the same draws, by each reading: Friedman's test over all
 models, the Nemenyi critical difference (two mean ranks closer than it do not differ at the 5% level, as in the
 critical-difference diagrams of the UCR/UEA literature), and per pair of models the draws each ranks ahead with a
-two-sided sign test on them (ties left out).
+two-sided sign test on them (ties left out), with the number of set-draws that test would need to find the
+observed share of leads with 80% power (normal approximation).
 """
 
 from __future__ import annotations
@@ -114,7 +115,18 @@ def sign_test(a_ranks: np.ndarray, b_ranks: np.ndarray, a: str, b: str) -> dict:
     ahead, behind = int((a_ranks < b_ranks).sum()), int((a_ranks > b_ranks).sum())
     p = stats.binomtest(ahead, ahead + behind).pvalue if ahead + behind else 1.0
     return {"a": a, "b": b, "a_ahead": ahead, "b_ahead": behind, "ties": len(a_ranks) - ahead - behind,
-            "sign_test_p": round(float(p), 4)}
+            "sign_test_p": round(float(p), 4), "draws_needed": draws_needed(ahead, behind, len(a_ranks))}
+
+
+def draws_needed(ahead: int, behind: int, draws: int) -> int | None:
+    """Set-draws a two-sided 5% sign test would need to find the observed share of leads with 80% power (normal
+    approximation, ties as often as now); None when neither model leads more often."""
+    if ahead == behind:
+        return None
+    share = max(ahead, behind) / (ahead + behind)
+    z_alpha, z_power = stats.norm.ppf(0.975), stats.norm.ppf(0.8)
+    untied = ((z_alpha * 0.5 + z_power * np.sqrt(share * (1 - share))) / (share - 0.5)) ** 2
+    return int(np.ceil(untied * draws / (ahead + behind)))
 
 
 def significance_table(tests: dict[str, dict]) -> str:
@@ -125,6 +137,7 @@ def significance_table(tests: dict[str, dict]) -> str:
             body.append({"reading": READINGS[key], "pair (a vs b)": f"{pair['a']} vs {pair['b']}",
                          "a ahead / b ahead / ties": f"{pair['a_ahead']} / {pair['b_ahead']} / {pair['ties']}",
                          "sign test p": f"{pair['sign_test_p']:.3f}",
+                         "set-draws for 80% power": "-" if pair["draws_needed"] is None else str(pair["draws_needed"]),
                          "Friedman p (all)": "-" if test["friedman_p"] is None else f"{test['friedman_p']:.3f}",
                          "Nemenyi CD": f"{test['nemenyi_cd']:.2f}"})
     return markdown_table(body, list(body[0]))

@@ -414,7 +414,7 @@ def test_fusion_benchmark_scores_every_pair_of_runs(tmp_path):
 
 def test_rank_pool_significance_of_a_model_always_first(tmp_path):
     """Three models ranked 1/2/3 on six draws: Friedman's chi2 = 12 (p = e^-6), the Nemenyi critical difference
-    for 3 models and 6 draws 2.343 * sqrt(1/3), and the sign test 2 / 2^6 for each pair."""
+    for 3 models and 6 draws 2.343 * sqrt(1/3), the sign test 2 / 2^6 for each pair, which 4 draws would find with 80% power."""
     ranks = {"patchtst": 1, "patchtst_registers": 2, "patchtst_jumbo": 3}
     table = _rank_json(tmp_path / "r.json", "tstrain --recipe small-data", [
         (name, "a.json", ranks, ranks) for name in ("A", "B", "C", "D", "E", "F")])
@@ -426,6 +426,7 @@ def test_rank_pool_significance_of_a_model_always_first(tmp_path):
     assert test["friedman_chi2"] == 12.0 and test["friedman_p"] == round(math.exp(-6), 4)
     assert test["nemenyi_cd"] == pytest.approx(2.343 * math.sqrt(1 / 3), abs=2e-3)
     assert [p["sign_test_p"] for p in test["pairs"]] == [0.0312] * 3
+    assert [p["draws_needed"] for p in test["pairs"]] == [4] * 3  # (1.96 * 0.5 / 0.5)^2 = 3.84 draws, no ties
     assert "Do the mean ranks differ beyond chance?" in out.with_suffix(".md").read_text()
 
 
