@@ -46,7 +46,8 @@ __all__ = [
 ]
 
 ARCHIVES = ("UCR", "UEA")
-# how series shorter than the longest are held: NaN-padded at the end, or stretched over the whole length
+# how series shorter than the longest are held: NaN-padded at the end (masked), stretched over the whole length,
+# or zero-padded at the end (read as data)
 UNEQUAL_LENGTHS = ("pad", "resample", "zero")
 
 

@@ -145,8 +145,9 @@ def _add_data_args(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--unequal-length", choices=UNEQUAL_LENGTHS, default="pad",
                       help="sets whose series differ in length: pad = NaN after each shorter series, masked by the "
                            "model (its length stays visible); resample = each series stretched linearly over the "
-                           "longest one's steps, the same for training, validation and test series; zero = zeros after each "
-                           "shorter series, read by the model as data (aeon's fill for its classifiers) (default: pad)")
+                           "longest one's steps, the same for training, validation and test series; zero = zeros "
+                           "after each shorter series, read by the model as data (aeon's fill for its classifiers) "
+                           "(default: pad)")
     data.add_argument("--list", action="store_true",
                       help="list the datasets available locally (bundled, cached, and your own in --data-dir) and exit")
 

@@ -180,7 +180,7 @@ class SweepConfig:
     layers: int | None = None  # transformer layers (None = the model's own: 3)
     drop_path: float = 0.0  # stochastic depth: the last block's drop rate, rising linearly from 0 (0 = off)
     dim: int | None = None  # token width D (None = the models' 128); D/8 heads and an FFN of 2D keep their ratios
-    unequal_length: str = "pad"  # shorter series: "pad" (NaN, masked) | "resample" (stretched) | "zero" (data.UNEQUAL_LENGTHS)
+    unequal_length: str = "pad"  # shorter series: "pad" (NaN, masked) | "resample" | "zero" (data.UNEQUAL_LENGTHS)
 
     def __post_init__(self) -> None:
         from .augment import parse_augment
