@@ -15,7 +15,9 @@ Whether the mean ranks differ beyond chance is tested on the same draws, by each
 models, the Nemenyi critical difference (two mean ranks closer than it do not differ at the 5% level, as in the
 critical-difference diagrams of the UCR/UEA literature), and per pair of models the draws each ranks ahead with a
 two-sided sign test on them (ties left out), with the number of set-draws that test would need to find the
-observed share of leads with 80% power (normal approximation).
+observed share of leads with 80% power (normal approximation). The critical-difference diagram of each reading
+(aeon's, Nemenyi at 5%: models joined by a bar do not differ) is written beside the JSON as ``*_cd_best.png`` and
+``*_cd_mean.png`` when three or more models are ranked.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from timeseries_rank import (differences, mean_rank_lines, mean_ranks, require_f
 import numpy as np
 from scipy import stats
 
-from jumbokit.training.rundir import markdown_table
+from jumbokit.training.rundir import atomic_save_figure, markdown_table
 
 READINGS = {"rank_best": "best run", "rank_avg": "mean of runs"}
 
@@ -143,6 +145,26 @@ def significance_table(tests: dict[str, dict]) -> str:
     return markdown_table(body, list(body[0]))
 
 
+def write_cd_diagrams(json_path: Path, draws: list[dict], models: list[str]) -> list[Path]:
+    """aeon's critical-difference diagram (Nemenyi, alpha 0.05) of each reading, beside ``json_path``; none for
+    fewer than three models (aeon's diagram starts from Friedman's test)."""
+    if len(models) < 3:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from aeon.visualisation import plot_critical_difference
+
+    written = []
+    for key, suffix in (("rank_best", "best"), ("rank_avg", "mean")):
+        ranks = np.array([[d[key][m] for m in models] for d in draws])
+        fig, ax = plot_critical_difference(ranks, models, lower_better=True, test="nemenyi", alpha=0.05)
+        ax.set_title(f"mean rank by the {READINGS[key]}, {len(draws)} set-draws (bar: no difference at 5%)",
+                     fontsize=9)
+        written.append(atomic_save_figure(json_path.with_name(f"{json_path.stem}_cd_{suffix}.png"), fig))
+    return written
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     tables = load_tables(args.inputs)
@@ -159,6 +181,8 @@ def main(argv=None) -> int:
                  f"{sources}; each cell: rank by the best run / by the mean of the runs.",
                  pooled_table(draws, models, means) + "\n\nDo the mean ranks differ beyond chance?\n\n"
                  + significance_table(tests))
+    for path in write_cd_diagrams(args.json, draws, models):
+        print(f"wrote {path}")
     return 0
 
 

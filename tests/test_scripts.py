@@ -428,6 +428,8 @@ def test_rank_pool_significance_of_a_model_always_first(tmp_path):
     assert [p["sign_test_p"] for p in test["pairs"]] == [0.0312] * 3
     assert [p["draws_needed"] for p in test["pairs"]] == [4] * 3  # (1.96 * 0.5 / 0.5)^2 = 3.84 draws, no ties
     assert "Do the mean ranks differ beyond chance?" in out.with_suffix(".md").read_text()
+    for reading in ("best", "mean"):
+        assert (tmp_path / f"pooled_cd_{reading}.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def _rank_json(path: Path, front: str, sets: list[tuple[str, str, dict[str, float], dict[str, float]]]) -> Path:
@@ -462,6 +464,7 @@ def test_rank_pool_counts_every_set_draw_once(tmp_path):
     (pair,) = record["significance"]["rank_best"]["pairs"]  # patchtst ahead on one draw, Jumbo on two
     assert (pair["a_ahead"], pair["b_ahead"], pair["ties"], pair["sign_test_p"]) == (1, 2, 0, 1.0)
     assert record["significance"]["rank_avg"]["friedman_p"] is None  # two models: the sign test is the test
+    assert not list(tmp_path.glob("*.png"))  # nor a critical-difference diagram
     other = _rank_json(tmp_path / "relpos.json", f"{trunk} --rel-pos", [
         ("OSULeaf", "c.json", {"patchtst": 1, "patchtst_jumbo": 2}, {"patchtst": 1, "patchtst_jumbo": 2})])
     for bad, why in (([first, other], "rel_pos_bias: True vs False"), ([first, first], "expected each draw once")):
