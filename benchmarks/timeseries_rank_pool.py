@@ -97,11 +97,16 @@ def pooled_table(draws: list[dict], models: list[str], means: dict[str, dict[str
     return markdown_table(body, header)
 
 
+def rank_matrix(draws: list[dict], models: list[str], key: str) -> np.ndarray:
+    """(draws, models) ranks ``key`` ("rank_best" or "rank_avg") of every (set, draw) pair."""
+    return np.array([[d[key][m] for m in models] for d in draws], dtype=float)
+
+
 def significance(draws: list[dict], models: list[str], key: str) -> dict:
     """Friedman's test (three or more models; None for two, where the sign test is the test), the Nemenyi
     critical difference (alpha 0.05) and pairwise sign tests on the ranks ``key`` ("rank_best" or "rank_avg") of
     the (set, draw) pairs."""
-    ranks = np.array([[d[key][m] for m in models] for d in draws])  # (draws, models)
+    ranks = rank_matrix(draws, models, key)
     count, k = ranks.shape
     friedman = stats.friedmanchisquare(*ranks.T) if k >= 3 else None
     q = stats.studentized_range.ppf(0.95, k, np.inf) / np.sqrt(2.0)
@@ -157,8 +162,7 @@ def write_cd_diagrams(json_path: Path, draws: list[dict], models: list[str]) -> 
 
     written = []
     for key, suffix in (("rank_best", "best"), ("rank_avg", "mean")):
-        ranks = np.array([[d[key][m] for m in models] for d in draws])
-        fig, ax = plot_critical_difference(ranks, models, lower_better=True, test="nemenyi", alpha=0.05)
+        fig, ax = plot_critical_difference(rank_matrix(draws, models, key), models, lower_better=True, test="nemenyi", alpha=0.05)
         ax.set_title(f"mean rank by the {READINGS[key]}, {len(draws)} set-draws (bar: no difference at 5%)",
                      fontsize=9)
         written.append(atomic_save_figure(json_path.with_name(f"{json_path.stem}_cd_{suffix}.png"), fig))
