@@ -65,37 +65,53 @@ def test_sweep_config_stores_resample_only_when_chosen():
         ts_protocol.SweepConfig(unequal_length="crop")
 
 
-def test_tstrain_unequal_length_resample_runs_and_says_so(tmp_path, capsys):
-    out = tmp_path / "resample"
+@pytest.mark.parametrize("how, said", [("resample", "shorter series resampled to the longest one's length"),
+                                       ("zero", "shorter series zero-padded to the longest one's length")])
+def test_tstrain_unequal_length_runs_is_recorded_and_says_so(tmp_path, capsys, how, said):
+    out = tmp_path / how
     base = ["--dataset", "JapaneseVowels", "--model", "patchtst", "--epochs", "1", "--lr", "1e-3", "--dropout",
             "0.1", "--no-progress", "--cpu", "--out", str(out)]
     with pytest.raises(SystemExit):
         cli.main([*base, "--unequal-length", "crop"])
     assert "invalid choice: 'crop'" in capsys.readouterr().err and not out.exists()
-    assert cli.main([*base, "--unequal-length", "resample"]) == 0
-    assert json.loads((out / "sweep.json").read_text())["unequal_length"] == "resample"
-    assert "shorter series resampled to the longest one's length" in (out / "report.md").read_text()
+    assert cli.main([*base, "--unequal-length", how]) == 0
+    assert json.loads((out / "sweep.json").read_text())["unequal_length"] == how
+    assert said in (out / "report.md").read_text()
 
 
-def test_estimator_resamples_in_fit_and_at_prediction():
+def _resampled(X, length: int) -> np.ndarray:
+    return resample_to_length(pad_series(X), lengths_of(X), length)
+
+
+def _zero_padded(X, length: int) -> np.ndarray:
+    return np.nan_to_num(pad_series(X, length))  # zeros given as data
+
+
+@pytest.mark.parametrize("how, prepare, new_lengths", [("resample", _resampled, (40, 12)),
+                                                       ("zero", _zero_padded, (12, 30))])
+def test_estimator_handles_unequal_lengths_in_fit_and_at_prediction(how, prepare, new_lengths):
+    """Fit and prediction equal a model fitted and asked on series prepared beforehand (a resampled series longer
+    than in training is not warned about)."""
     from jumbokit.timeseries.estimator import PatchTSTClassifier
 
     rng = np.random.default_rng(0)
     X = [rng.normal(size=(1, n)) for n in (24, 32, 20, 28) * 3]
     y = np.array([0, 1] * 6)
-    assert lengths_of(X).tolist() == [24, 32, 20, 28] * 3
-    clf = PatchTSTClassifier(model="patchtst_jumbo", patches=4, epochs=1, batch_size=8, random_state=0,
-                             unequal_length="resample").fit(X, y)
+    settings = dict(model="patchtst_jumbo", patches=4, epochs=1, batch_size=8, random_state=0)
+    clf = PatchTSTClassifier(**settings, unequal_length=how).fit(X, y)
     assert clf.seq_len_ == 32
-    stretched = resample_to_length(pad_series(X), lengths_of(X))  # what fit should have trained on
-    same = PatchTSTClassifier(model="patchtst_jumbo", patches=4, epochs=1, batch_size=8, random_state=0).fit(
-        stretched, y)
-    new = [rng.normal(size=(1, 40)), rng.normal(size=(1, 12))]
+    same = PatchTSTClassifier(**settings).fit(prepare(X, 32), y)
+    new = [rng.normal(size=(1, n)) for n in new_lengths]
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a series longer than in training is resampled, not warned about
+        warnings.simplefilter("error")
         proba = clf.predict_proba(new)
-    np.testing.assert_allclose(proba, same.predict_proba(resample_to_length(pad_series(new), lengths_of(new), 32)),
-                               atol=1e-6)
+    np.testing.assert_allclose(proba, same.predict_proba(prepare(new, 32)), atol=1e-6)
+
+
+def test_estimator_refuses_an_unknown_unequal_length():
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    X, y = np.zeros((4, 1, 16)), np.array([0, 1, 0, 1])
     with pytest.raises(ValueError, match="unknown unequal_length='crop'; expected one of pad, resample, zero"):
         PatchTSTClassifier(patches=4, epochs=1, unequal_length="crop").fit(X, y)
 
@@ -124,25 +140,3 @@ def test_load_dataset_zero_pads_before_normalising_like_the_rocket_baselines():
         np.testing.assert_array_equal(a.y, b.y)
         assert (b.lengths == zeroed.seq_len).all()
     assert "29-361 zero-padded to 361" in zeroed.summary()
-
-
-def test_tstrain_unequal_length_zero_is_recorded_and_reported(tmp_path):
-    out = tmp_path / "zero"
-    assert cli.main(["--dataset", "JapaneseVowels", "--model", "patchtst", "--epochs", "1", "--lr", "1e-3",
-                     "--dropout", "0.1", "--no-progress", "--cpu", "--out", str(out), "--unequal-length", "zero"]) == 0
-    assert json.loads((out / "sweep.json").read_text())["unequal_length"] == "zero"
-    assert "shorter series zero-padded to the longest one's length" in (out / "report.md").read_text()
-
-
-def test_estimator_zero_pads_in_fit_and_at_prediction():
-    from jumbokit.timeseries.estimator import PatchTSTClassifier
-
-    rng = np.random.default_rng(1)
-    X = [rng.normal(size=(1, n)) for n in (24, 32, 20, 28) * 3]
-    y = np.array([0, 1] * 6)
-    settings = dict(model="patchtst", patches=4, epochs=1, batch_size=8, random_state=0)
-    clf = PatchTSTClassifier(**settings, unequal_length="zero").fit(X, y)
-    same = PatchTSTClassifier(**settings).fit(np.nan_to_num(pad_series(X)), y)  # zeros given as data
-    new = [rng.normal(size=(1, 12)), rng.normal(size=(1, 30))]
-    np.testing.assert_allclose(clf.predict_proba(new), same.predict_proba(np.nan_to_num(pad_series(new, 32))),
-                               atol=1e-6)

@@ -242,6 +242,14 @@ def check_unequal_length(how: str) -> str:
     return how
 
 
+def _checked_lengths(lengths: np.ndarray, n: int, steps: int) -> np.ndarray:
+    """(n,) int64 lengths, each in 1..steps; ValueError saying so otherwise."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.shape != (n,) or (n and (lengths.min() < 1 or lengths.max() > steps)):
+        raise ValueError(f"expected one length in 1..{steps} per series ({n}), got {lengths.tolist()[:10]}")
+    return lengths
+
+
 def resample_to_length(x: np.ndarray, lengths: np.ndarray, length: int | None = None) -> np.ndarray:
     """Stretch (or shrink) each series' first ``lengths[i]`` steps linearly to ``length`` steps.
 
@@ -252,9 +260,7 @@ def resample_to_length(x: np.ndarray, lengths: np.ndarray, length: int | None = 
     """
     n, chans, steps = x.shape
     length = steps if length is None else int(length)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.shape != (n,) or (n and (lengths.min() < 1 or lengths.max() > steps)):
-        raise ValueError(f"expected one length in 1..{steps} per series ({n}), got {lengths.tolist()[:10]}")
+    lengths = _checked_lengths(lengths, n, steps)
     if length < 1:
         raise ValueError(f"expected a target length >= 1, got {length}")
     out = np.full((n, chans, length), np.nan, dtype=np.float32)
@@ -277,10 +283,7 @@ def zero_tails(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """A copy of x (n, C, L) with every step after series i's first ``lengths[i]`` set to 0 (aeon's Padder fill).
 
     Missing steps inside a series stay NaN; only the padding after its end becomes data the model reads."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.shape != (x.shape[0],) or (x.shape[0] and (lengths.min() < 1 or lengths.max() > x.shape[2])):
-        raise ValueError(f"expected one length in 1..{x.shape[2]} per series ({x.shape[0]}), "
-                         f"got {lengths.tolist()[:10]}")
+    lengths = _checked_lengths(lengths, x.shape[0], x.shape[2])
     out = np.array(x, dtype=np.float32, copy=True)
     after_end = np.arange(x.shape[2])[None, :] >= lengths[:, None]  # (n, L)
     out[np.broadcast_to(after_end[:, None, :], out.shape)] = 0.0
