@@ -52,7 +52,7 @@ def build(kind: str) -> torch.nn.Module:
             "vit_res_pico_jumbo", img_size=32, patch_size=4, dims=[16, 32], head_dims=[8, 16],
             heads=[[2], [2]], mlp_hidden=[[32], [64]], stem_chans=4, num_classes=4))
     if kind.startswith("patchtst"):
-        stem = {"patchtst_jumbo": {"conv_stem": 8},  # the conv patch features' masked pooling
+        stem = {"patchtst_jumbo": {"conv_stem": 8, "length_embed": True},  # masked conv pooling, lengths
                 "patchtst_registers": {"trunk": "inception", "trunk_width": 2, "trunk_depth": 3, "trunk_diff": True,
                                        "token_stats": True, "rel_pos_bias": True, "level_scale": True,
                                        "trunk_head": True}}.get(kind, {})

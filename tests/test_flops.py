@@ -45,11 +45,21 @@ def test_series_flops_match_counter(kind, conv_stem):
     dict(trunk="resnet", trunk_depth=1, token_stats=True), dict(token_stats=True, rel_pos_bias=True),
     dict(trunk="inception", trunk_mix=True, trunk_diff=True), dict(trunk="resnet", trunk_mix=True, trunk_width=8),
     dict(trunk="resnet", trunk_width=8, level_scale=True), dict(level_scale=True, token_stats=True),
+    dict(length_embed=True), dict(trunk="resnet", trunk_width=8, length_embed=True),
 ])
 def test_series_trunk_flops_match_counter(front):
     model = Encoder(tokenizer="series", seq_len=30, patch_len=6, stride=3, in_chans=2, dim=32, depth=2,
                     num_heads=4, mlp_hidden=64, num_classes=0, **CONFIGS["jumbo"], **front).eval()
     assert encoder_flops(model) == counted_flops(model, torch.randn(1, 2, 30))
+
+
+@pytest.mark.parametrize("kind", ["cls", "registers", "jumbo"])
+def test_length_embed_flops_match_counter_on_padded_series(kind):
+    model = Encoder(tokenizer="series", seq_len=30, patch_len=6, stride=3, in_chans=2, dim=32, depth=2,
+                    num_heads=4, mlp_hidden=64, num_classes=0, length_embed=True, **CONFIGS[kind]).eval()
+    x = torch.randn(1, 2, 30)
+    x[..., 20:] = float("nan")
+    assert encoder_flops(model) == counted_flops(model, x)
 
 
 @pytest.mark.parametrize("dim,patches,j", [(128, 8, 4), (128, 42, 4), (192, 196, 6), (64, 10, 2)])

@@ -17,6 +17,7 @@ from torch import nn
 from .blocks import Block
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
 from .rel_pos import RelativePositionBias
+from .series_length import LengthEmbed
 from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens, exporting
 from .trunk_head import TrunkHead, mean_probability_logits
 
@@ -44,6 +45,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "token_stats": False,  # each window's observed mean and std, projected and added to its token
     "level_scale": False,  # normalise each channel inside the model; its mean and std join every token
     "rel_pos_bias": False,  # a learned per-head bias by patch offset in every layer's attention (eRPE-like)
+    "length_embed": False,  # each series' length (relative to seq_len) added to the global tokens
     # shared
     "in_chans": 3,
     "pos_embed": "learn",
@@ -142,7 +144,7 @@ def build_tokenizer(cfg: dict[str, Any]) -> ImagePatchTokenizer | SeriesPatchTok
     """The tokenizer of a full encoder config: image patches, or series patches with their optional features."""
     if cfg["tokenizer"] == "image":
         series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "trunk_mix", "trunk_head", "token_stats",
-                                    "level_scale", "rel_pos_bias")
+                                    "level_scale", "rel_pos_bias", "length_embed")
                        if cfg[k]]
         if series_only:
             verb = "applies" if len(series_only) == 1 else "apply"
@@ -209,6 +211,8 @@ class Encoder(nn.Module):
         self.num_global_tokens = self.global_tokens.num_tokens
         self.rel_pos = (RelativePositionBias(cfg["num_heads"], self.num_patches, self.num_global_tokens)
                         if cfg["rel_pos_bias"] else None)
+        self.length_embed = (LengthEmbed(cfg["seq_len"], self.num_global_tokens, dim)
+                             if cfg["length_embed"] else None)
 
         mlp_hidden = int(cfg["mlp_hidden"] or round(cfg["mlp_ratio"] * dim))
         rates = torch.linspace(0, cfg["drop_path_rate"], depth).tolist() if depth else []
@@ -300,6 +304,9 @@ class Encoder(nn.Module):
             tokens = gather_tokens(tokens, keep)
             if mask is not None:
                 mask = mask.gather(1, keep)
+        if self.length_embed is not None:
+            lengths = self.length_embed(x)
+            global_offset = lengths if global_offset is None else global_offset + lengths
         x = self.global_tokens.join(tokens, global_offset)
         attn_mask = self._attention_mask(mask, num_tokens, keep, x.dtype)
         inplace = not torch.is_grad_enabled()  # x is this call's own buffer: residuals may go in place

@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from .stages import multistage_config_check, stage_grids
+from .series_length import length_embed_flops
 from .series_scale import level_scale_flops
 from .series_trunk import token_stats_flops, trunk_flops
 from .tokenizers import conv_stem_flops, series_patch_count
@@ -36,6 +37,12 @@ class LayerFlops:
         return self.qkv_proj + self.attention + self.patch_ffn + self.global_ffn
 
 
+def global_token_count(global_tokens: str = "cls", num_registers: int = 0, class_token: bool = True,
+                       jumbo_multiplier: int = 0) -> int:
+    """G, the tokens a plug-in puts ahead of the patch tokens."""
+    return {"none": 0, "cls": 1, "registers": num_registers + int(class_token), "jumbo": jumbo_multiplier}[global_tokens]
+
+
 def layer_flops(
     dim: int,
     num_patches: int,
@@ -54,8 +61,7 @@ def layer_flops(
     """
     hidden = mlp_hidden if mlp_hidden is not None else 4 * dim
     qk, v = qk_dim or dim, v_dim or dim
-    g = {"none": 0, "cls": 1, "registers": num_registers + int(class_token), "jumbo": jumbo_multiplier}[global_tokens]
-    n = num_patches + g
+    n = num_patches + global_token_count(global_tokens, num_registers, class_token, jumbo_multiplier)
     qkv_proj = 2 * n * dim * (2 * qk + v) + 2 * n * v * dim
     attention = 2 * n * n * qk + 2 * n * n * v  # q @ k^T and attn @ v
     if global_tokens == "jumbo":
@@ -124,6 +130,10 @@ def _series_embed_flops(config: dict[str, Any], num_patches: int, dim: int) -> i
         embed += token_stats_flops(num_patches, dim)
     if config.get("level_scale"):
         embed += level_scale_flops(dim)
+    if config.get("length_embed"):
+        embed += length_embed_flops(global_token_count(
+            config.get("global_tokens", "cls"), config.get("num_registers", 0), config.get("class_token", True),
+            config.get("jumbo_multiplier", 0)), dim)
     return embed
 
 

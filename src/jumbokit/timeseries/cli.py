@@ -152,7 +152,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str):
     return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
                        **trunk_fields, trunk_mix=args.trunk_mix,
                        token_stats=args.token_stats,
-                       level_scale=level_scale, rel_pos_bias=args.rel_pos,
+                       level_scale=level_scale, rel_pos_bias=args.rel_pos, length_embed=args.length_embed,
                        epochs=args.epochs, min_steps=args.min_steps, normalize=_normalize_arg(args, recipe, level_scale),
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
                        protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,

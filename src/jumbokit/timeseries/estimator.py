@@ -95,6 +95,9 @@ class PatchTSTClassifier(BaseClassifier):
         training series' scales differ more than 100-fold, then without the amplitude augmentations.
     rel_pos_bias : bool, default=False
         A learned relative-position bias in attention (one value per head and patch offset).
+    length_embed : bool, default=False
+        Add each series' length (relative to the longest training series), projected from zero, to the global
+        tokens (needs ``unequal_length="pad"``; series of the full length are unaffected).
     ema_decay : float, default=0.0
         > 0: predict with the exponential moving average of the weights (updated after every step with this
         decay, e.g. 0.998) instead of the last weights.
@@ -174,7 +177,8 @@ class PatchTSTClassifier(BaseClassifier):
                  random_state: int | None = None, verbose: bool = False, steps: int | str | None = None,
                  augment: str = "none", pretrain_epochs: int = 0, conv_stem: int = 0, ema_decay: float = 0.0,
                  trunk: str | None = None, trunk_width: int | str = 16, trunk_depth: int = 3, trunk_diff: bool = False,
-                 token_stats: bool = False, rel_pos_bias: bool = False, trunk_mix: bool = False,
+                 token_stats: bool = False, rel_pos_bias: bool = False, length_embed: bool = False,
+                 trunk_mix: bool = False,
                  trunk_head: bool = False,
                  level_scale: bool | str = False, label_smoothing: float = 0.0, grad_clip: float | None = None,
                  jumbo_pool: str = "segments", jumbo_multiplier: int = JUMBO_MULTIPLIER, layer_scale: float = 0.0,
@@ -202,6 +206,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.token_stats = token_stats
         self.level_scale = level_scale
         self.rel_pos_bias = rel_pos_bias
+        self.length_embed = length_embed
         self.label_smoothing = label_smoothing
         self.grad_clip = grad_clip
         self.jumbo_pool = jumbo_pool
@@ -241,7 +246,8 @@ class PatchTSTClassifier(BaseClassifier):
                           trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
                           trunk_head=bool(self.trunk_head), token_stats=bool(self.token_stats), normalize=self.normalize,
                           level_scale=self.level_scale if self.level_scale == "auto" else bool(self.level_scale),
-                          rel_pos_bias=bool(self.rel_pos_bias), label_smoothing=float(self.label_smoothing),
+                          rel_pos_bias=bool(self.rel_pos_bias), length_embed=bool(self.length_embed),
+                          label_smoothing=float(self.label_smoothing),
                           grad_clip=None if self.grad_clip is None else float(self.grad_clip),
                           jumbo_pool=self.jumbo_pool, jumbo_multiplier=self.jumbo_multiplier,
                           layer_scale=float(self.layer_scale),
@@ -290,12 +296,13 @@ class PatchTSTClassifier(BaseClassifier):
 
     @classmethod
     def _get_test_params(cls, parameter_set: str = "default") -> dict | list[dict]:
-        """Tiny settings for aeon's estimator checks: the plain patch tokenizer, and the convolutional trunk
-        with the first difference, token statistics, level and scale, all channels together, a trunk head, relative
-        positions, label smoothing, gradient clipping, LayerScale, no absolute positions, two layers of width 16 with
-        stochastic depth, the widest Jumbo head and unequal lengths resampled."""
-        plain = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
-        trunk = dict(plain, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
+        """Tiny settings for aeon's estimator checks: the plain patch tokenizer with the length embedding, and the
+        convolutional trunk with the first difference, token statistics, level and scale, all channels together, a
+        trunk head, relative positions, label smoothing, gradient clipping, LayerScale, no absolute positions, two
+        layers of width 16 with stochastic depth, the widest Jumbo head and unequal lengths resampled."""
+        base = {"model": "patchtst_jumbo", "patches": 4, "epochs": 2, "batch_size": 8, "random_state": 0}
+        plain = dict(base, length_embed=True)
+        trunk = dict(base, trunk="inception", trunk_width=2, trunk_depth=1, trunk_diff=True, token_stats=True,
                      rel_pos_bias=True, trunk_mix=True, trunk_head=True, level_scale=True, label_smoothing=0.1,
                      grad_clip=1.0, jumbo_pool="jumbo+mean", layer_scale=1e-4, pos_embed="none",
                      layers=2, drop_path=0.1, dim=16, unequal_length="resample")

@@ -60,7 +60,7 @@ RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len"
                                "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
                                "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
                                "trunk_mix": False, "trunk_head": False, "token_stats": False, "level_scale": False,
-                               "rel_pos_bias": False,
+                               "rel_pos_bias": False, "length_embed": False,
                                "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
                                "jumbo_pool": "segments", "jumbo_multiplier": JUMBO_MULTIPLIER, "layer_scale": 0.0,
                                "pos_embed": "learn", "layers": None, "drop_path": 0.0, "dim": None,
@@ -149,6 +149,7 @@ class SweepConfig:
     level_scale: bool | str = False  # each channel normalised inside the model, its mean and std added to its
     # tokens; "auto": on where the training series' scales differ more than AUTO_SCALE_SPREAD-fold (for_dataset)
     rel_pos_bias: bool = False  # a learned per-head bias by patch offset in attention
+    length_embed: bool = False  # each series' length added to the global tokens (NaN-padded sets; pad only)
     epochs: int | None = None  # None: 100, or 20 for LARGE_DATASETS
     batch_size: int | str = 256  # "auto": auto_batch_size(training series, channels)
     weight_decay: float = 0.02
@@ -226,6 +227,9 @@ class SweepConfig:
                                          and self.dim % HEAD_FEATURES == 0), f"None or a multiple of {HEAD_FEATURES}"),
             ("weight_decay", 0 <= self.weight_decay < float("inf"), ">= 0"),
             ("unequal_length", self.unequal_length in UNEQUAL_LENGTHS, f"one of {', '.join(UNEQUAL_LENGTHS)}"),
+            ("length_embed", not self.length_embed or self.unequal_length == "pad",
+             f"False with unequal_length={self.unequal_length!r} (it reads where the NaN padding starts; resampled "
+             "or zero-filled series all span every step)"),
         ]
         for name, ok, expected in checks:
             if not ok:

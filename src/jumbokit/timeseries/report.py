@@ -179,6 +179,8 @@ def training_text(cfg: SweepConfig) -> str:
         patching += " + each channel normalised in the model, its mean/std added to its tokens (jitter relative)"
     if cfg.rel_pos_bias:
         patching += "; relative-position bias in attention"
+    if cfg.length_embed:
+        patching += "; each series' length added to the global tokens"
     if cfg.jumbo_pool != SweepConfig.jumbo_pool:
         patching += f"; Jumbo models classify from {JUMBO_POOL_TEXT[cfg.jumbo_pool]}"
     if cfg.jumbo_multiplier != SweepConfig.jumbo_multiplier:

@@ -166,10 +166,14 @@ def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
 
 def global_token_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
     """``jumbo_multiplier`` when ``cfg.jumbo_multiplier`` is not the models' J=4: the Jumbo token's J for a Jumbo
-    model, the J that ``patchtst_registers``' R is matched to (Proposition 1); nothing for the CLS-only models."""
-    if cfg.jumbo_multiplier == JUMBO_MULTIPLIER or model_name not in JUMBO_MULTIPLIER_MODELS:
-        return {}
-    return {"jumbo_multiplier": int(cfg.jumbo_multiplier)}
+    model, the J that ``patchtst_registers``' R is matched to (Proposition 1); nothing for the CLS-only models.
+    ``length_embed`` when ``cfg.length_embed`` is on, except for the trunk-alone reference (no global token)."""
+    options: dict[str, Any] = {}
+    if cfg.length_embed and model_name not in REFERENCE_MODELS:
+        options["length_embed"] = True
+    if cfg.jumbo_multiplier != JUMBO_MULTIPLIER and model_name in JUMBO_MULTIPLIER_MODELS:
+        options["jumbo_multiplier"] = int(cfg.jumbo_multiplier)
+    return options
 
 
 def encoder_options(cfg: SweepConfig) -> dict[str, Any]:
