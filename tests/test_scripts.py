@@ -472,3 +472,27 @@ def test_rank_pool_counts_every_set_draw_once(tmp_path):
                                  capture_output=True, text=True, timeout=120)
         assert refused.returncode != 0 and why in refused.stderr, refused.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_length_probe_scores_lengths_that_decide_the_class_and_lengths_that_do_not(monkeypatch):
+    monkeypatch.syspath_prepend("benchmarks")
+    from timeseries_length_probe import length_probe
+
+    y = np.repeat([0, 1, 2], 10)
+    telling = length_probe(np.repeat([20, 50, 90], 10), y, np.array([21, 48, 95, 88]), np.array([0, 1, 2, 2]))
+    assert telling == {"nearest_neighbour": 100.0, "random_forest": 100.0, "majority_class": 25.0}
+    silent = length_probe(np.full(30, 40), y, np.full(6, 40), np.array([0, 0, 0, 1, 2, 2]))
+    assert silent["majority_class"] == 50.0 and silent["random_forest"] <= 50.0
+
+
+def test_length_probe_reads_unequal_sets_and_refuses_equal_ones(tmp_path):
+    out = tmp_path / "probe.json"
+    cmd = [sys.executable, "benchmarks/timeseries_length_probe.py", "--json", str(out), "--datasets"]
+    proc = subprocess.run([*cmd, "GunPoint,JapaneseVowels"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(out.read_text())["rows"]  # GunPoint's series share one length: left out
+    assert (row["dataset"], row["classes"], row["lengths"]) == ("JapaneseVowels", 9, "7-29")
+    assert row["random_forest"] > 2 * row["majority_class"]
+    assert "| JapaneseVowels | 9 | 7-29 |" in out.with_suffix(".md").read_text()
+    proc = subprocess.run([*cmd, "GunPoint"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "nothing to probe" in proc.stderr
