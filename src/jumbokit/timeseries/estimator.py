@@ -97,7 +97,8 @@ class PatchTSTClassifier(BaseClassifier):
         A learned relative-position bias in attention (one value per head and patch offset).
     length_embed : bool, default=False
         Add each series' length (relative to the longest training series), projected from zero, to the global
-        tokens (needs ``unequal_length="pad"``; series of the full length are unaffected).
+        tokens (needs ``unequal_length="pad"``; series of the full length are unaffected; ``series_cnn`` has no
+        global token and ignores it).
     ema_decay : float, default=0.0
         > 0: predict with the exponential moving average of the weights (updated after every step with this
         decay, e.g. 0.998) instead of the last weights.

@@ -211,7 +211,8 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--length-embed", action="store_true",
                        help="add each series' length (where its NaN padding starts, relative to the longest "
                             "series) to the global tokens, through a projection that starts at zero: sets of equal "
-                            "lengths train exactly as without it (needs --unequal-length pad)")
+                            "lengths train exactly as without it (needs --unequal-length pad; series_cnn has no "
+                            "global token and ignores it)")
     model.add_argument("--jumbo-pool", choices=JUMBO_POOLS, default="segments",
                        help="what the Jumbo models classify from, per channel: segments = the mean of the J "
                             "segments (width D, a head as small as PatchTST's); jumbo = the J*D vector; jumbo+mean = "
