@@ -21,7 +21,7 @@ from sklearn.ensemble import RandomForestClassifier
 from sklearn.neighbors import KNeighborsClassifier
 
 from jumbokit.training.rundir import markdown_table
-from jumbokit.timeseries.data import lengths_of, load_raw, local_datasets
+from jumbokit.timeseries.data import DatasetNotFoundError, lengths_of, load_raw, local_datasets
 
 from timeseries_rank import write_record
 
@@ -52,7 +52,7 @@ def probe_set(name: str) -> dict | None:
     train_x, train_y = load_raw(name, "train", download=False)
     test_x, test_y = load_raw(name, "test", download=False)
     train_lengths, test_lengths = lengths_of(train_x), lengths_of(test_x)
-    if len(set(train_lengths)) == 1 and set(test_lengths) <= set(train_lengths):
+    if len(set(train_lengths) | set(test_lengths)) == 1:
         return None
     return {"dataset": name, "classes": int(len(np.unique(train_y))),
             "lengths": f"{min(train_lengths.min(), test_lengths.min())}-{max(train_lengths.max(), test_lengths.max())}",
@@ -62,7 +62,10 @@ def probe_set(name: str) -> dict | None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     names = [n.strip() for n in args.datasets.split(",") if n.strip()] if args.datasets else local_datasets()
-    rows = [row for row in map(probe_set, names) if row is not None]
+    try:
+        rows = [row for row in map(probe_set, names) if row is not None]
+    except DatasetNotFoundError as err:
+        raise SystemExit(str(err)) from None
     if not rows:
         raise SystemExit(f"none of {', '.join(names)} has series of different lengths; nothing to probe")
     text = markdown_table(rows, formats={k: ".1f" for k in ("nearest_neighbour", "random_forest", "majority_class")})

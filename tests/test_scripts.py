@@ -496,3 +496,5 @@ def test_length_probe_reads_unequal_sets_and_refuses_equal_ones(tmp_path):
     assert "| JapaneseVowels | 9 | 7-29 |" in out.with_suffix(".md").read_text()
     proc = subprocess.run([*cmd, "GunPoint"], capture_output=True, text=True)
     assert proc.returncode == 1 and "nothing to probe" in proc.stderr
+    proc = subprocess.run([*cmd, "GunPoint,Nope"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "unknown dataset 'Nope'" in proc.stderr and "Traceback" not in proc.stderr

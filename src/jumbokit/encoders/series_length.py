@@ -18,14 +18,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["LengthEmbed", "length_embed_flops", "series_span"]
+__all__ = ["LengthEmbed", "last_observed_index", "length_embed_flops", "series_span"]
+
+
+def last_observed_index(observed: torch.Tensor) -> torch.Tensor:
+    """(B, C, L) bool (True = observed) -> (B, C, 1) index of each channel's last observed step (-1 when none)."""
+    steps = torch.arange(observed.shape[-1], device=observed.device).expand_as(observed)
+    return torch.where(observed, steps, torch.full_like(steps, -1)).amax(-1, keepdim=True)
 
 
 def series_span(x: torch.Tensor) -> torch.Tensor:
     """(B, C, L) series with NaN for missing steps -> (B*C,) the last observed step + 1 of each channel (0 when
     a channel has no observed step). Missing steps inside a series do not shorten it."""
-    steps = torch.arange(1, x.shape[-1] + 1, device=x.device).expand_as(x)
-    return torch.where(torch.isnan(x), torch.zeros_like(steps), steps).amax(-1).reshape(-1)
+    return (last_observed_index(~torch.isnan(x)) + 1).reshape(-1)
 
 
 class LengthEmbed(nn.Module):

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checks import whole_number
+from .series_length import last_observed_index
 from .series_scale import LevelScale
 from .series_trunk import TokenStats, TrunkPatchFeatures, window_max_mean
 
@@ -336,8 +337,7 @@ class SeriesPatchTokenizer(nn.Module):
         """Append ``stride`` copies of each channel's last observed value; padding counts as observed
         only when the series had an observed step (so a trailing-NaN series keeps its tail masked)."""
         length = values.shape[-1]
-        steps = torch.arange(length, device=values.device).expand_as(values)
-        last_idx = torch.where(observed, steps, torch.full_like(steps, -1)).amax(-1, keepdim=True)
+        last_idx = last_observed_index(observed)
         last_val = values.gather(-1, last_idx.clamp_min(0))
         tail_ok = (last_idx == length - 1).expand(-1, -1, self.stride)
         values = torch.cat([values, last_val.expand(-1, -1, self.stride) * tail_ok], dim=-1)
