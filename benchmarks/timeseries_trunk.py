@@ -71,9 +71,11 @@ from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markd
 # of 5): hfawaz/InceptionTime results-InceptionTime-128.csv, multivariate from results-mts.csv at commit 0d623a3
 # (since removed from the repository).
 RESNET = {"ACSF1": 91.6, "ArrowHead": 83.8, "GunPoint": 99.1, "ItalyPowerDemand": 96.2, "OSULeaf": 98.0,
-          "PLAID": 94.0, "PickupGestureWiimoteZ": 70.4, "JapaneseVowels": 99.2}
+          "PLAID": 94.0, "PickupGestureWiimoteZ": 70.4, "JapaneseVowels": 99.2,
+          "Coffee": 100.0, "PigCVP": 91.8, "Trace": 100.0}
 INCEPTIONTIME = {"ACSF1": 92.0, "ArrowHead": 84.6, "GunPoint": 100.0, "ItalyPowerDemand": 96.5, "OSULeaf": 94.2,
-                 "PLAID": 94.4, "PickupGestureWiimoteZ": 76.0, "BasicMotions": 100.0, "JapaneseVowels": 99.2}
+                 "PLAID": 94.4, "PickupGestureWiimoteZ": 76.0, "BasicMotions": 100.0, "JapaneseVowels": 99.2,
+                 "Coffee": 100.0, "PigCVP": 96.2, "Trace": 100.0}
 BASELINES = ("minirocket", "multirocket", "hydra")
 COMPARED_WITH = {**HYBRID_MODELS, **{m: "patchtst_jumbo" for m in REFERENCE_MODELS}}  # model -> the recipe's model
 SMALL_DATA_TRUNK_ARGS = "--conv-stem 0 --trunk inception --trunk-width 16 --trunk-depth 3 --diff"  # small-data's arm
@@ -97,8 +99,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "none under small-data-trunk)")
     p.add_argument("--threads", type=int, default=2, help="(default: %(default)s)")
     p.add_argument("--out", default="runs/bench_ts_trunk", help="sweep directory (default: %(default)s)")
-    p.add_argument("--reference", default="benchmarks/results/timeseries_small.json",
-                   help="the small-data benchmark's JSON: the recipe without the trunk and the baselines")
+    p.add_argument("--reference", nargs="+", default=["benchmarks/results/timeseries_small.json"], metavar="JSON",
+                   help="the small-data benchmark's JSON (the recipe without the trunk and the baselines), and for "
+                        "sets it lacks the JSON of benchmarks/timeseries_rocket.py (default: %(default)s)")
     p.add_argument("--recipe-runs", nargs="+", default=RECIPE_TRUNK_RUNS, metavar="JSON",
                    help="under --recipe small-data-trunk: JSON files of this benchmark holding the recipe's own "
                         "runs, the comparison column (default: the files of the recipe's rank table, "
@@ -120,8 +123,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.trunk_args = SMALL_DATA_TRUNK_ARGS if args.recipe == "small-data" else ""
     if args.gpu < 0:
         p.error(f"--gpu expects runs per device >= 1 (or 0 for CPU), got {args.gpu}")
-    if not Path(args.reference).is_file():
-        p.error(f"--reference expects the small-data benchmark's JSON, got {args.reference!r} (no such file)")
+    missing_ref = [f for f in args.reference if not Path(f).is_file()]
+    if missing_ref:
+        p.error(f"--reference expects JSON files of the small-data or ROCKET benchmark, not found: "
+                f"{', '.join(missing_ref)}")
     missing = [f for f in args.recipe_runs if not Path(f).is_file()]
     if args.recipe == "small-data-trunk" and missing:
         p.error(f"--recipe-runs expects JSON files of this benchmark, not found: {', '.join(missing)}")
@@ -136,14 +141,16 @@ def tstrain(args: list[str]) -> None:
         raise SystemExit(f"tstrain {' '.join(args)} failed (exit {code})")
 
 
-def reference_rows(path: Path) -> dict[tuple[str, str], dict]:
-    """(dataset, model) -> {"best", "avg", "ens", "seconds", "source"} in percent from the small-data benchmark's
-    JSON."""
-    rows = json.loads(path.read_text())["summary"]
-    return {(r["dataset"], r["model"]): {"best": 100 * r["best_test_acc"], "avg": 100 * r["avg_test_acc"],
-                                         "ens": 100 * r["ens_test_acc"],
-                                         "seconds": r["wall_seconds"] / max(1, r["runs"]), "source": path.name}
-            for r in rows}
+def reference_rows(paths: list[Path]) -> dict[tuple[str, str], dict]:
+    """(dataset, model) -> {"best", "avg", "ens", "seconds", "source"} in percent from the small-data (or ROCKET)
+    benchmark's JSON files; a later file's row replaces an earlier one's."""
+    out = {}
+    for path in paths:
+        for r in json.loads(path.read_text())["summary"]:
+            out[(r["dataset"], r["model"])] = {"best": 100 * r["best_test_acc"], "avg": 100 * r["avg_test_acc"],
+                                               "ens": 100 * r["ens_test_acc"],
+                                               "seconds": r["wall_seconds"] / max(1, r["runs"]), "source": path.name}
+    return out
 
 
 def recipe_rows(args: argparse.Namespace, ref: dict) -> dict[tuple[str, str], dict]:
@@ -334,7 +341,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     if not args.collect_only:
         train(args, sets, common)
-    ref = reference_rows(Path(args.reference))
+    ref = reference_rows([Path(f) for f in args.reference])
     sweeps = load_sweeps(Path(args.out), args.pool)
     rows = collect(sweeps, sets, models, RECIPES[args.recipe]["ensemble"], recipe_rows(args, ref), ref)
     if not rows:

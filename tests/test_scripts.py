@@ -179,6 +179,45 @@ def test_trunk_benchmark_records_the_trunk_recipe(tmp_path):
     assert not out_json.exists()
 
 
+def test_trunk_benchmark_reads_baselines_from_several_references(tmp_path):
+    """``--reference A B``: a set's ROCKET columns come from whichever file holds it (B's row wins over A's), as
+    benchmarks/timeseries_rocket.py writes them (its summary rows and table); a missing file is refused."""
+    from jumbokit.timeseries.store import write_run
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import timeseries_rocket
+
+    result = {"test_top1": 75.0, "val_top1": 50.0, "full_test_top1": 62.5, "seconds": 1.5}
+    row = timeseries_rocket.summary_row("GunPoint", "minirocket", result)
+    assert (row["best_test_acc"], row["best_val_acc"], row["full_test_acc"], row["padded"]) == (0.75, 0.5, 0.625,
+                                                                                               False)
+    assert "| GunPoint | 75.0 / 62.5 | skipped | skipped | 1.5 |" in timeseries_rocket.table([row])
+    first, second = tmp_path / "small.json", tmp_path / "rocket.json"
+    first.write_text(json.dumps({"summary": [dict(row, best_test_acc=0.5), dict(row, model="hydra")]}))
+    second.write_text(json.dumps({"summary": [row]}))
+    write_run(tmp_path / "sweep" / "runs" / "GunPoint" / "patchtst_jumbo" / "lr0.001_do0.1.json",
+              _run_record("GunPoint", "patchtst_jumbo", 90.0, 0.5, 80.0), {"test": np.zeros((2, 2))})
+    out_json = tmp_path / "table.json"
+    cmd = [sys.executable, "benchmarks/timeseries_trunk.py", "--collect-only", "--datasets", "GunPoint", "--out",
+           str(tmp_path / "sweep"), "--json", str(out_json), "--device", "test", "--reference", str(first)]
+    proc = subprocess.run(cmd + [str(second)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (got,) = json.loads(out_json.read_text())["rows"]
+    assert (got["minirocket"], got["hydra"], got["multirocket"]) == (75.0, 75.0, None)
+    assert (got["resnet_published"], got["inceptiontime_published"]) == (99.1, 100.0)
+    out_json.unlink()
+    missing = subprocess.run(cmd + [str(tmp_path / "none.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert missing.returncode != 0 and "none.json" in missing.stderr and not out_json.exists()
+
+
+def test_rocket_benchmark_refuses_a_set_not_available_locally(tmp_path):
+    out_json = tmp_path / "rocket.json"
+    proc = subprocess.run([sys.executable, "benchmarks/timeseries_rocket.py", "--datasets", "GunPoint,Nope", "--json",
+                           str(out_json)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "not available locally: Nope" in proc.stderr and "GunPoint" in proc.stderr
+    assert not out_json.exists()
+
+
 def test_trunk_benchmark_pools_sweeps_of_other_seeds(tmp_path):
     """``--pool`` tabulates sweeps of one arm run with other seeds as one sweep: the run chosen on validation
     among all of them, the mean over all, the seeds recorded; a sweep of other settings, or one storing a run of a

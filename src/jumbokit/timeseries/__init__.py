@@ -3,8 +3,9 @@
 One module per job:
 
 - ``models``: the zoo entries ``patchtst``, ``patchtst_registers``, ``patchtst_jumbo`` and the patching rule.
-- ``data``: aeon/sktime loading, padding/masks, the 50/50 validation/test split; ``normalize``: checks and
-  normalisation (training-split channel statistics by default, per series, or "auto" by the spread of scales).
+- ``data``: loading (sets other packages bundle: ``bundled``), padding/masks, the 50/50 validation/test split;
+  ``normalize``: checks and normalisation (training-split channel statistics by default, per series, or "auto" by
+  the spread of scales).
 - ``protocol``: ``SweepConfig``, the named recipes (``RECIPES``) and their automatic rules.
 - ``run``: one training run (build the model for a dataset, train, predict, score), shared by the sweep,
   pretraining and the estimator.

