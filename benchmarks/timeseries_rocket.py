@@ -59,7 +59,8 @@ def table(rows: list[dict]) -> str:
                                                   + ("*" if r["padded"] else "")) if r else "skipped"
         line["fit + predict s"] = " / ".join(f"{models[m]['wall_seconds']:.1f}" for m in BASELINES if m in models)
         lines.append(line)
-    return markdown_table(lines) + "\n\n\\* zero-padded to the longest series.\n"
+    note = "\n\\* zero-padded to the longest series.\n" if any(r["padded"] for r in rows) else ""
+    return markdown_table(lines).rstrip("\n") + "\n" + note
 
 
 def main(argv: list[str] | None = None) -> int:
