@@ -1,6 +1,6 @@
 """aeon's MiniRocket, MultiRocket and Hydra alone on local UCR/UEA sets, on the splits tstrain scores on.
 
-    python benchmarks/timeseries_rocket.py --datasets Coffee,PigCVP,Trace \
+    python benchmarks/timeseries_rocket.py --datasets Coffee,PigCVP,Trace \\
         --json benchmarks/results/timeseries_rocket_more_sets.json
 
 Each classifier is fitted once (seed 0) on the training split and scored on the test half of the paper's protocol
@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 rows.append(summary_row(name, model, result))
     text = table(rows)
-    record = {"command": "python benchmarks/timeseries_rocket.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    command = "python benchmarks/timeseries_rocket.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    record = {"command": command,
               "device": f"CPU ({platform.processor() or platform.machine()}), {args.threads} threads",
               "torch": torch.__version__, "summary": rows, "skipped": skipped}
     out = Path(args.json)

