@@ -18,6 +18,10 @@ two-sided sign test on them (ties left out), with the number of set-draws that t
 observed share of leads with 80% power (normal approximation). The critical-difference diagram of each reading
 (aeon's, Nemenyi at 5%: models joined by a bar do not differ) is written beside the JSON as ``*_cd_best.png`` and
 ``*_cd_mean.png`` when three or more models are ranked.
+
+Beside the ranks, each set's test accuracy averaged over its draws (the chosen run's and the mean of runs'), and
+the mean of those over the sets, each set once: the expected accuracy of a seed draw, less noisy than any one draw
+where a set has several. ``--sets`` pools only the named sets.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("inputs", nargs="+", type=Path, help="JSON files of benchmarks/timeseries_rank.py")
     p.add_argument("--json", type=Path, default=Path("benchmarks/results/timeseries_trunk_ranks_pooled.json"),
                    help="(default: %(default)s)")
+    p.add_argument("--sets", default=None,
+                   help="comma-separated set names: pool only these (default: every set of every table)")
     args = p.parse_args(argv)
     require_files(p, args.inputs, "benchmarks/timeseries_rank.py")
     return args
@@ -84,8 +90,44 @@ def set_draws(tables: list[dict]) -> list[dict]:
                                  f"{table['name']}: expected each draw once")
             seen[key] = table["name"]
             draws.append({"dataset": s["dataset"], "table": table["name"], "device": s["device"],
-                          "rank_best": s["rank_best"], "rank_avg": s["rank_avg"]})
+                          "rank_best": s["rank_best"], "rank_avg": s["rank_avg"], "best": s["best"], "avg": s["avg"]})
     return draws
+
+
+def only_sets(draws: list[dict], names: str | None) -> list[dict]:
+    """The draws of the comma-separated set ``names`` (all for None); SystemExit naming a set no table ranks."""
+    if names is None:
+        return draws
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    ranked = sorted({d["dataset"] for d in draws})
+    missing = [n for n in wanted if n not in ranked]
+    if missing or not wanted:
+        raise SystemExit(f"--sets: expected names of ranked sets ({', '.join(ranked)}), got {names!r}")
+    return [d for d in draws if d["dataset"] in wanted]
+
+
+def accuracy_by_set(draws: list[dict], models: list[str]) -> dict:
+    """Per set (in order of first draw): its number of draws and each model's test accuracy by the chosen run
+    ("best") and by the mean of runs ("avg"), averaged over those draws; then both averaged over the sets."""
+    sets = []
+    for name in dict.fromkeys(d["dataset"] for d in draws):
+        mine = [d for d in draws if d["dataset"] == name]
+        means = {key: {m: float(np.mean([d[key][m] for d in mine])) for m in models} for key in ("best", "avg")}
+        sets.append({"dataset": name, "draws": len(mine), **means})
+    overall = {key: {m: float(np.mean([s[key][m] for s in sets])) for m in models} for key in ("best", "avg")}
+    return {"sets": sets, "mean_best": overall["best"], "mean_avg": overall["avg"]}
+
+
+def accuracy_table(accuracy: dict, models: list[str]) -> str:
+    """One line per set (accuracy by the chosen run / by the mean of runs, averaged over its draws), then the mean
+    over the sets."""
+    def cells(best: dict[str, float], avg: dict[str, float]) -> dict[str, str]:
+        return {m: f"{best[m]:.2f} / {avg[m]:.2f}" for m in models}
+
+    body = [{"dataset": s["dataset"], "draws": str(s["draws"]), **cells(s["best"], s["avg"])} for s in accuracy["sets"]]
+    body.append({"dataset": f"mean over {len(accuracy['sets'])} sets", "draws": "",
+                 **cells(accuracy["mean_best"], accuracy["mean_avg"])})
+    return markdown_table(body, ["dataset", "draws", *models])
 
 
 def pooled_table(draws: list[dict], models: list[str], means: dict[str, dict[str, float]]) -> str:
@@ -173,18 +215,21 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     tables = load_tables(args.inputs)
     models = tables[0]["models"]
-    draws = set_draws(tables)
+    draws = only_sets(set_draws(tables), args.sets)
     means = mean_ranks(draws, models)
     tests = {key: significance(draws, models, key) for key in READINGS}
+    accuracy = accuracy_by_set(draws, models)
     record = {"front_end": tables[0]["front_end"], "models": models, "draws": draws,
               "mean_rank_best": means["rank_best"], "mean_rank_avg": means["rank_avg"], "significance": tests,
-              "inputs": [str(p) for p in args.inputs]}
+              "accuracy_by_set": accuracy["sets"], "mean_accuracy_best": accuracy["mean_best"],
+              "mean_accuracy_avg": accuracy["mean_avg"], "inputs": [str(p) for p in args.inputs]}
     sources = ", ".join(f"`{p.name}`" for p in args.inputs)
-    write_record(args.json, record, ("mean_rank_best", "mean_rank_avg"),
+    write_record(args.json, record, ("mean_rank_best", "mean_rank_avg", "mean_accuracy_best", "mean_accuracy_avg"),
                  f"# Mean rank of {', '.join(models)} pooled over seed draws: `{record['front_end']}`\n\nFrom "
                  f"{sources}; each cell: rank by the best run / by the mean of the runs.",
                  pooled_table(draws, models, means) + "\n\nDo the mean ranks differ beyond chance?\n\n"
-                 + significance_table(tests))
+                 + significance_table(tests) + "\n\nTest accuracy averaged over each set's draws (chosen run / mean "
+                 "of runs):\n\n" + accuracy_table(accuracy, models))
     for path in write_cd_diagrams(args.json, draws, models):
         print(f"wrote {path}")
     return 0

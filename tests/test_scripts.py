@@ -472,11 +472,16 @@ def test_rank_pool_significance_of_a_model_always_first(tmp_path):
 
 
 def _rank_json(path: Path, front: str, sets: list[tuple[str, str, dict[str, float], dict[str, float]]]) -> Path:
-    """A JSON as benchmarks/timeseries_rank.py writes it, with (set, source, rank_best, rank_avg) sets."""
+    """A JSON as benchmarks/timeseries_rank.py writes it, with (set, source, rank_best, rank_avg) sets; each
+    accuracy is 100 - 10 * its rank."""
     models = list(sets[0][2])
+
+    def accuracy(ranks: dict[str, float]) -> dict[str, float]:
+        return {m: 100.0 - 10.0 * r for m, r in ranks.items()}
+
     path.write_text(json.dumps({"front_end": front, "models": models, "sets": [
-        {"dataset": d, "device": "cpu (fp32)", "sources": [src], "rank_best": best, "rank_avg": avg}
-        for d, src, best, avg in sets]}))
+        {"dataset": d, "device": "cpu (fp32)", "sources": [src], "rank_best": best, "rank_avg": avg,
+         "best": accuracy(best), "avg": accuracy(avg)} for d, src, best, avg in sets]}))
     return path
 
 
@@ -510,6 +515,36 @@ def test_rank_pool_counts_every_set_draw_once(tmp_path):
         refused = subprocess.run(cmd + [str(p) for p in bad] + ["--json", str(tmp_path / "x.json")], cwd=ROOT,
                                  capture_output=True, text=True, timeout=120)
         assert refused.returncode != 0 and why in refused.stderr, refused.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_rank_pool_averages_each_sets_accuracy_over_its_draws_and_pools_named_sets(tmp_path):
+    """Accuracy per set is the mean over its draws, the overall mean counts each set once (not each draw);
+    ``--sets`` keeps only the named sets, and a name no table ranks is refused with nothing written."""
+    ranks = ({"patchtst": 1, "patchtst_jumbo": 2}, {"patchtst": 2, "patchtst_jumbo": 1})
+    table = _rank_json(tmp_path / "r.json", "tstrain --recipe small-data", [
+        ("ArrowHead", "a.json", ranks[0], ranks[0]), ("GunPoint", "a.json", ranks[1], ranks[0]),
+        ("ArrowHead", "b.json", ranks[1], ranks[1]), ("ArrowHead", "c.json", ranks[1], ranks[1])])
+    cmd = [sys.executable, "benchmarks/timeseries_rank_pool.py", str(table), "--json"]
+    proc = subprocess.run(cmd + [str(tmp_path / "all.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "all.json").read_text())
+    arrow, gun = record["accuracy_by_set"]
+    assert (arrow["dataset"], arrow["draws"], gun["draws"]) == ("ArrowHead", 3, 1)
+    assert arrow["best"] == pytest.approx({"patchtst": 250 / 3, "patchtst_jumbo": 260 / 3})
+    two_sets = {"patchtst": (250 / 3 + 80) / 2, "patchtst_jumbo": (260 / 3 + 90) / 2}  # each set once, not each draw
+    assert record["mean_accuracy_best"] == pytest.approx(two_sets)
+    by_mean = {"patchtst": (250 / 3 + 90) / 2, "patchtst_jumbo": (260 / 3 + 80) / 2}
+    assert record["mean_accuracy_avg"] == pytest.approx(by_mean)
+    assert "| mean over 2 sets |  | 81.67 / 86.67 | 88.33 / 83.33 |" in (tmp_path / "all.md").read_text()
+    proc = subprocess.run(cmd + [str(tmp_path / "gun.json"), "--sets", "GunPoint"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "gun.json").read_text())
+    assert [d["dataset"] for d in record["draws"]] == ["GunPoint"] and record["mean_rank_best"]["patchtst"] == 2
+    refused = subprocess.run(cmd + [str(tmp_path / "x.json"), "--sets", "GunPoint,Nope"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode != 0 and "expected names of ranked sets (ArrowHead, GunPoint)" in refused.stderr
     assert not (tmp_path / "x.json").exists()
 
 
