@@ -31,10 +31,10 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..encoders.checks import whole_number
-from ..encoders import DEFAULT_CONFIG, flops, model_config, register_model
-from ..encoders.zoo import unknown_options
-from ..encoders.tokenizers import series_patch_count
+from ...encoders.checks import whole_number
+from ...encoders import DEFAULT_CONFIG, flops, model_config, register_model
+from ...encoders.zoo import unknown_options
+from ...encoders.tokenizers import series_patch_count
 
 __all__ = ["PATCHTST_MODELS", "REFERENCE_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS",
            "JUMBO_MULTIPLIER_MODELS", "PATCHTST_BASE",
