@@ -37,6 +37,7 @@ __all__ = [
     "CorruptedDataset",
     "ImageNetCFolder",
     "check_imagenet_c",
+    "class_folder",
     "clean_image_transforms",
     "corrupt_image",
     "load_imagenet_c",
@@ -94,6 +95,11 @@ def parse_severities(text: str | int) -> list[int]:
     if not values or any(v not in SEVERITIES for v in values):
         raise ValueError(f"--severity expects one value or a comma list of integers in 1-5, got {str(text)!r}")
     return list(dict.fromkeys(values))
+
+
+def class_folder(name: str) -> str:
+    """The folder name of class ``name`` in the layout: a "/" (Fashion-MNIST's "T-shirt/top") becomes "_"."""
+    return str(name).replace("/", "_")
 
 
 def _sample_seed(seed: int, corruption: str, severity: int, index: int) -> int:
@@ -337,7 +343,7 @@ def write_imagenet_c(
         try:
             for i in range(len(data)):
                 label = data.targets[i]
-                folder = tmp / (names[label] if names else str(label))
+                folder = tmp / (class_folder(names[label]) if names else str(label))
                 folder.mkdir(exist_ok=True)
                 Image.fromarray(data.corrupted_array(i)).save(folder / f"{i:06d}.png")
             if final.exists():
@@ -378,7 +384,8 @@ def check_imagenet_c(
 class ImageNetCFolder(ImageFolder):
     """torchvision ImageFolder whose class order is the clean dataset's, so labels line up.
 
-    Class folders must be a subset of ``class_names`` (a corrupted set may lack some classes).
+    Class folders must be a subset of ``class_names`` (a corrupted set may lack some classes), named by
+    ``class_folder`` (a "/" in a class name is "_" in its folder's).
     ``mode`` converts images to "L" or "RGB" before ``transform``.
     """
 
@@ -393,15 +400,16 @@ class ImageNetCFolder(ImageFolder):
             return Image.open(handle).convert(self._mode)
 
     def find_classes(self, directory: str | os.PathLike) -> tuple[list[str], dict[str, int]]:
+        folders = [class_folder(c) for c in self._class_names]
         present = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
-        unknown = [c for c in present if c not in self._class_names]
+        unknown = [c for c in present if c not in folders]
         if unknown:
             raise ValueError(
                 f"{directory} has class folders the source model does not know: {unknown[:5]} "
                 f"(expected names from the clean dataset's {len(self._class_names)} classes, "
-                f"e.g. {self._class_names[:3]})"
+                f"e.g. {folders[:3]})"
             )
-        return list(self._class_names), {c: i for i, c in enumerate(self._class_names)}
+        return list(self._class_names), {folder: i for i, folder in enumerate(folders)}
 
 
 def load_imagenet_c(
@@ -446,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "(ROOT/<corruption>/<severity>/<class>/<image>.png).",
     )
     parser.add_argument("--dataset", default="digits",
-                        help="digits | folder:PATH | hf:NAME[:split] (default: %(default)s)")
+                        help="digits | fashion-mnist[:DIR] | folder:PATH | hf:NAME[:split] (default: %(default)s)")
     parser.add_argument("--split", default="test", help="split to corrupt (default: %(default)s)")
     parser.add_argument("--out", required=True, help="root folder to write")
     parser.add_argument("--img-size", type=int, default=None, help="evaluation image size (default: the dataset's)")

@@ -1,4 +1,5 @@
-"""Image datasets selected by one string (``digits``, ``folder:PATH``, ``hf:NAME[:split]``) and their transforms.
+"""Image datasets selected by one string (``digits``, ``fashion-mnist[:DIR]``, ``folder:PATH``, ``hf:NAME[:split]``)
+and their transforms.
 
 ```python
 from jumbokit.data import build_dataset, make_loader
@@ -17,6 +18,8 @@ from .defaults import (
     DEFAULTS,
     DIGITS_MEAN,
     DIGITS_STD,
+    FASHION_MNIST_MEAN,
+    FASHION_MNIST_STD,
     IMAGENET_MEAN,
     IMAGENET_STD,
     SMALL_IMAGE_MAX_SIDE,
@@ -25,6 +28,13 @@ from .defaults import (
     normalization,
 )
 from .errors import CorruptImageError, DataError, SplitNotFoundError
+from .fashion_mnist import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_SPLIT_SIZES,
+    IdxFormatError,
+    find_fashion_mnist,
+    read_idx,
+)
 from .loader import EpochSampler, make_loader, steps_per_epoch
 from .sources import DIGITS_SPLIT_SIZES, IMG_EXTENSIONS, SPLITS, digits_split_indices
 from .spec import DatasetSpec, parse_dataset_spec
@@ -37,5 +47,6 @@ __all__ = [
     "DataError", "SplitNotFoundError", "DIGITS_SPLIT_SIZES", "IMG_EXTENSIONS", "SPLITS", "digits_split_indices",
     "TASKS", "TRAIN_CROPS", "build_transform", "denormalize", "make_mixup", "DataChoices", "FileProbe",
     "image_statistics", "probe_files", "resolve_choices", "AUGMENTATION_HELP", "DataSettings", "add_data_args",
-    "data_settings_from_args",
+    "data_settings_from_args", "FASHION_MNIST_CLASSES", "FASHION_MNIST_MEAN", "FASHION_MNIST_SPLIT_SIZES",
+    "FASHION_MNIST_STD", "IdxFormatError", "find_fashion_mnist", "read_idx",
 ]

@@ -1,9 +1,9 @@
 """What a dataset is trained and evaluated with: size, channels, normalisation, crops and flips.
 
 ``resolve_choices`` turns the caller's values (None = choose) into a ``DataChoices`` by the rule of the dataset's
-kind: ``digits`` keeps its fixed defaults; ``folder:`` / ``hf:`` data whose files are small (longer side
-<= ``SMALL_IMAGE_MAX_SIDE`` px in ``PROBE_FILES`` files spread over the split) gets small-image defaults: size and
-channels from the files, full-frame evaluation, normalisation statistics of a seeded sample of the training split,
+kind: ``digits`` and ``fashion-mnist`` keep their fixed defaults; ``folder:`` / ``hf:`` data whose files are small
+(longer side <= ``SMALL_IMAGE_MAX_SIDE`` px in ``PROBE_FILES`` files spread over the split) gets small-image defaults:
+size and channels from the files, full-frame evaluation, normalisation statistics of a seeded sample of the training split,
 and for colour files CIFAR-style pad-and-crop by img_size / 8 with flips, for gray files the digits' crops
 (RandomResizedCrop 0.7-1, MAE 0.5-1) without flips; other data gets ImageNet's defaults. A value
 the caller gives always wins.
@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .defaults import (
+    BUILTIN_KINDS,
     DEFAULTS,
     PAD_FRACTION,
     PROBE_FILES,
@@ -137,11 +138,13 @@ def resolve_choices(
     crop_pct: float | None = None,
     interpolation: str | None = None,
 ) -> DataChoices:
-    """The settings for dataset kind ``kind`` ("digits" | "folder" | "hf") and ``task``; ``probe`` (the files'
-    sizes and channels, None for digits) decides the small-image rule. Given values always win."""
+    """The settings for dataset kind ``kind`` ("digits" | "fashion-mnist" | "folder" | "hf") and ``task``;
+    ``probe`` (the files' sizes and channels, None for the built-in sets) decides the small-image rule. Given
+    values always win."""
     d = DEFAULTS[kind]
-    small = kind != "digits" and probe is not None and probe.small
-    rule = "digits" if kind == "digits" else ("small" if small else "imagenet")
+    builtin = kind in BUILTIN_KINDS
+    small = not builtin and probe is not None and probe.small
+    rule = kind if builtin else ("small" if small else "imagenet")
     size = int(img_size or (probe.max_side if small else d.img_size))
     if size < 1:
         raise DataError(f"img_size must be a positive number of pixels, got {size}")

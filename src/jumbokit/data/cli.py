@@ -26,7 +26,8 @@ from .transforms import _INTERPOLATIONS
 logger = logging.getLogger(__name__)
 
 AUGMENTATION_HELP = textwrap.fill(
-    "Defaults per dataset: digits keeps its own (crops 0.7-1, MAE 0.5-1; no flip; its statistics; full frame). "
+    "Defaults per dataset: digits keeps its own (crops 0.7-1, MAE 0.5-1; no flip; its statistics; full frame), "
+    "fashion-mnist the same with its statistics (28 px padded to 32). "
     f"folder:/hf: data whose files are small (at most {SMALL_IMAGE_MAX_SIDE} px on the longer side, a few files "
     "checked) gets small-image defaults: size and channels from the files (gray files -> 1 channel), "
     f"full-frame evaluation, mean/std of {STATS_SAMPLES} training images (saved in the run's config.json for "
@@ -136,11 +137,12 @@ def add_data_args(
     """
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", default=dataset, metavar="SPEC",
-                      help="digits | folder:PATH (ImageFolder tree: PATH/train, PATH/val) | hf:NAME[:split] "
-                           "(Hugging Face: local imagefolder dir or hub name) (default: %(default)s)")
+                      help="digits | fashion-mnist[:DIR] (IDX files in DIR, else Debian's dataset-fashion-mnist, "
+                           "else a download) | folder:PATH (ImageFolder tree: PATH/train, PATH/val) | "
+                           "hf:NAME[:split] (Hugging Face: local imagefolder dir or hub name) (default: %(default)s)")
     data.add_argument("--img-size", type=int, default=img_size, metavar="PX",
                       help="input side in pixels (default: " + (f"{img_size}" if img_size else
-                           "32 for digits, the files' size for small images, else 224") + ")")
+                           "32 for digits and fashion-mnist, the files' size for small images, else 224") + ")")
     data.add_argument("--in-chans", type=int, default=None, choices=(1, 3),
                       help="image channels, images are converted (default: the checkpoint's, else 1 for digits "
                            "and gray small images, else 3)")
@@ -163,7 +165,8 @@ def _add_augmentation_args(parser: argparse.ArgumentParser) -> None:
     aug.add_argument("--ratio", type=float, nargs=2, default=None, metavar=("LO", "HI"),
                      help="RandomResizedCrop aspect-ratio range (default: 0.75 1.33)")
     aug.add_argument("--hflip", type=float, default=None, metavar="P",
-                     help="horizontal flip probability (default: 0.5; 0 for digits and gray small images)")
+                     help="horizontal flip probability (default: 0.5; 0 for digits, fashion-mnist and gray small "
+                          "images)")
     aug.add_argument("--no-aug", action="store_true",
                      help="train on the evaluation transform: no random crop, flip or RandAugment (default: off)")
     aug.add_argument("--randaugment", default=None, metavar="CONFIG",

@@ -3,6 +3,9 @@
 Dataset specs (one string, the ``--dataset`` flag):
 - ``digits``: scikit-learn's bundled 8x8 digits (1,797 images), fixed stratified split 1,257 / 180 / 360,
   upsampled to ``img_size`` (default 32), 1 channel (3 on request, replicated).
+- ``fashion-mnist[:DIR]``: Fashion-MNIST's IDX files (``DIR``, else Debian's package, else a download), official
+  60,000 / 10,000 split with a fixed stratified validation cut of 5,000 from train, padded to 32 px, 1 channel
+  (``jumbokit.data.fashion_mnist``).
 - ``folder:PATH``: torchvision ImageFolder tree; ``PATH/train``, ``PATH/val`` (ImageNet layout) or a plain
   ``PATH/<class>/<image>`` tree that then serves every split.
 - ``hf:NAME[:SPLIT]``: Hugging Face ``datasets``; NAME is a local ``imagefolder`` directory or a hub name
@@ -25,8 +28,9 @@ import torch
 from torch.utils.data import Dataset
 
 from .choices import DataChoices, image_statistics, probe_files, resolve_choices
-from .defaults import DEFAULTS
+from .defaults import BUILTIN_KINDS, DEFAULTS
 from .errors import CorruptImageError, DataError, SplitNotFoundError
+from .fashion_mnist import FashionMNISTSource
 from .sources import DigitsSource, FolderSource, HFSource, check_split
 from .spec import DatasetSpec, parse_dataset_spec
 from .transforms import build_transform, check_task
@@ -217,7 +221,7 @@ def build_dataset(
     check_split(split)
     check_task(task)
     source = _open_source(parsed, split, img_size, hf_cache_dir)
-    probe = None if parsed.kind == "digits" else probe_files(source)
+    probe = None if parsed.kind in BUILTIN_KINDS else probe_files(source)
     if probe is not None and probe.small:
         source.native_chans = probe.in_chans
     choices = resolve_choices(
@@ -244,10 +248,12 @@ def _leave_out_unreadable(ds: ImageDataset, progress: bool) -> None:
 
 def _open_source(parsed: DatasetSpec, split: str, img_size: int | None, hf_cache_dir: str | None):
     """The raw image source of ``split``."""
-    if parsed.kind == "digits":
-        size = int(img_size or DEFAULTS["digits"].img_size)
+    if parsed.kind in BUILTIN_KINDS:
+        size = int(img_size or DEFAULTS[parsed.kind].img_size)
         if size < 1:
             raise DataError(f"img_size must be a positive number of pixels, got {size}")
+        if parsed.kind == "fashion-mnist":
+            return FashionMNISTSource(split, size, parsed.path)
         return DigitsSource(split, size)
     if parsed.kind == "folder":
         return FolderSource(parsed.path, split)

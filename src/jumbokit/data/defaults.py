@@ -1,8 +1,8 @@
 """Per-dataset-kind defaults (image size, channels, normalisation, augmentation) and channel fitting.
 
-Three kinds of defaults exist: ``digits`` (the embedded set), ImageNet-style ``folder:`` / ``hf:`` data, and
-small images (``folder:`` / ``hf:`` data whose files are at most ``SMALL_IMAGE_MAX_SIDE`` px on the longer side),
-whose defaults are chosen from the files by ``jumbokit.data.choices``.
+Four kinds of defaults exist: ``digits`` (the embedded set), ``fashion-mnist`` (fixed, like the digits),
+ImageNet-style ``folder:`` / ``hf:`` data, and small images (``folder:`` / ``hf:`` data whose files are at most
+``SMALL_IMAGE_MAX_SIDE`` px on the longer side), whose defaults are chosen from the files by ``jumbokit.data.choices``.
 """
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # digits: statistics of the 32 px upsampled training split, pixel scale [0, 1]
 DIGITS_MEAN = (0.309,)
 DIGITS_STD = (0.349,)
+# fashion-mnist: statistics of the 55,000 training images padded to 32 px, pixel scale [0, 1]
+FASHION_MNIST_MEAN = (0.2188,)
+FASHION_MNIST_STD = (0.3317,)
+BUILTIN_KINDS = ("digits", "fashion-mnist")  # datasets with fixed defaults: no files are probed
 
 SMALL_IMAGE_MAX_SIDE = 64  # files up to this many pixels on the longer side get the small-image defaults
 PROBE_FILES = 16  # files opened to detect small images and their channels
@@ -46,6 +50,8 @@ class DatasetDefaults:
 DEFAULTS = {
     # digits are tiny, centred and not mirror-symmetric: full-frame eval crop, no flip, mild crops
     "digits": DatasetDefaults(32, 1, DIGITS_MEAN, DIGITS_STD, 1.0, 0.0, (0.7, 1.0), (0.5, 1.0)),
+    # Fashion-MNIST: 28 px photos padded to 32 px, centred, gray: the digits' crops, no flip, its own statistics
+    "fashion-mnist": DatasetDefaults(32, 1, FASHION_MNIST_MEAN, FASHION_MNIST_STD, 1.0, 0.0, (0.7, 1.0), (0.5, 1.0)),
     "folder": DatasetDefaults(224, 3, IMAGENET_MEAN, IMAGENET_STD, 0.875, 0.5, (0.08, 1.0), (0.2, 1.0)),
     "hf": DatasetDefaults(224, 3, IMAGENET_MEAN, IMAGENET_STD, 0.875, 0.5, (0.08, 1.0), (0.2, 1.0)),
 }

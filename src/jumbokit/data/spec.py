@@ -1,4 +1,4 @@
-"""``--dataset`` strings: ``digits``, ``folder:PATH``, ``hf:NAME[:split]``."""
+"""``--dataset`` strings: ``digits``, ``fashion-mnist[:DIR]``, ``folder:PATH``, ``hf:NAME[:split]``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,8 +9,8 @@ from .errors import DataError
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """Parsed ``--dataset`` string: ``kind`` in {"digits", "folder", "hf"}, ``path`` (folder dir / HF name),
-    ``hf_split`` (pinned HF split or None)."""
+    """Parsed ``--dataset`` string: ``kind`` in {"digits", "fashion-mnist", "folder", "hf"}, ``path`` (folder dir
+    / HF name / the folder of the Fashion-MNIST IDX files, None: searched), ``hf_split`` (pinned HF split or None)."""
 
     kind: str
     path: str | None = None
@@ -19,12 +19,14 @@ class DatasetSpec:
     def __str__(self) -> str:
         if self.kind == "digits":
             return "digits"
+        if self.kind == "fashion-mnist":
+            return "fashion-mnist" + (f":{self.path}" if self.path else "")
         if self.kind == "folder":
             return f"folder:{self.path}"
         return f"hf:{self.path}" + (f":{self.hf_split}" if self.hf_split else "")
 
 
-_SPEC_HELP = "expected 'digits', 'folder:PATH' or 'hf:NAME[:split]'"
+_SPEC_HELP = "expected 'digits', 'folder:PATH', 'hf:NAME[:split]' or 'fashion-mnist[:DIR]'"
 
 
 def parse_dataset_spec(spec: str | DatasetSpec) -> DatasetSpec:
@@ -37,6 +39,8 @@ def parse_dataset_spec(spec: str | DatasetSpec) -> DatasetSpec:
     kind, _, rest = spec.partition(":")
     if kind == "digits" and not rest:
         return DatasetSpec("digits")
+    if kind == "fashion-mnist":
+        return DatasetSpec("fashion-mnist", rest or None)
     if kind == "folder":
         if not rest:
             raise DataError(f"dataset 'folder:' needs a path, e.g. folder:/data/imagenet ({_SPEC_HELP})")

@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: %(default)s)")
     model = parser.add_argument_group("encoder overrides of the zoo config of --model")
     model.add_argument("--patch-size", type=int, default=None,
-                       help="patch side (default: 4 for digits, else the model's)")
+                       help="patch side (default: 4 for digits and fashion-mnist, else the model's)")
     model.add_argument("--depth", type=int, default=None, help="encoder blocks (default: the model's)")
     model.add_argument("--pos-embed", default="sincos", choices=("sincos", "learn"),
                        help="encoder position embedding (default: %(default)s, as MAE)")
@@ -99,8 +99,9 @@ def first_images(dataset, count: int) -> torch.Tensor | None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit import ssl
-    from jumbokit.data import make_loader
+    from jumbokit.data import make_loader, parse_dataset_spec
     from jumbokit.data.cli import data_settings_from_args
+    from jumbokit.data.defaults import BUILTIN_KINDS
     from jumbokit.logs import configure_logging
     from jumbokit.training import (RunDir, atomic_write_json, default_out_dir, fit, launch_state, make_accelerator,
                                    prepare_out_dir, setup_threads, train_config_from_args)
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     data = data_settings_from_args(args)
     train = data.build("train", "mae", seed=args.seed)
     torch.manual_seed(args.seed)  # the encoder and decoder initialisation
-    patch = args.patch_size or (4 if args.dataset == "digits" else None)
+    patch = args.patch_size or (4 if parse_dataset_spec(args.dataset).kind in BUILTIN_KINDS else None)
     model = ssl.build_image_mae(args.model, train.img_size, train.in_chans, patch_size=patch, depth=args.depth,
                                 pos_embed=args.pos_embed, drop_path=args.drop_path, decoder_dim=args.decoder_dim,
                                 decoder_depth=args.decoder_depth, decoder_heads=args.decoder_heads,
