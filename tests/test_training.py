@@ -355,10 +355,28 @@ def test_weight_ema_follows_its_warmed_up_decay():
         expected = decay * expected + (1 - decay) * value
         torch.testing.assert_close(ema.module[0].weight, expected)
         assert ema.module[1].running_mean.item() == value  # buffers are copied, not averaged
-    assert ema.decay_at(0) == pytest.approx(0.1) and ema.decay_at(100) == 0.5
+    assert ema.get_decay(0) == pytest.approx(0.1) and ema.get_decay(100) == 0.5
     assert not any(p.requires_grad for p in ema.module.parameters())
     with pytest.raises(ValueError, match="EMA decay in \\(0, 1\\), got 1.0"):
         WeightEMA(model, decay=1.0)
+
+
+def test_weight_ema_equals_the_earlier_average_bit_for_bit():
+    """timm's ModelEmaV3 under our decay rule gives the weights of the earlier hand-written average (a fused lerp of
+    the floating-point parameters with weight 1 - min(decay, (1 + t) / (10 + t)), buffers copied) exactly."""
+    model = tiny_model(3)
+    ema = WeightEMA(model, decay=0.99)
+    reference = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(200):
+        opt.zero_grad()
+        model(torch.randn(4, 8, 8)).logsumexp(-1).mean().backward()
+        opt.step()
+        ema.update(model, step)
+        torch._foreach_lerp_(reference, [p.detach() for p in model.parameters()],
+                             1.0 - min(0.99, (1.0 + step) / (10.0 + step)))
+    for mine, expected in zip(ema.module.parameters(), reference, strict=True):
+        assert torch.equal(mine, expected)
 
 
 def test_fit_with_ema_scores_and_returns_the_average(digits8, tmp_path):
