@@ -20,16 +20,18 @@ import torch
 from torch import nn
 
 from .branches import build_branched_encoder
-from .encoder import DEFAULT_CONFIG, Encoder, unknown_options
+from .encoder import DEFAULT_CONFIG, Encoder, encoder_options, unknown_options
 from .io import (MODEL_FILE, atomic_write, load_state_dict_checked, read_safetensors, resolve_model_file,
                  unreadable_file_error)
 from .stages import MULTISTAGE_CONFIG, MultiStageEncoder
 
-__all__ = ["load_config", "register_model", "create_model", "list_models", "model_config", "build_model", "save",
-           "load", "CONFIG_FILE"]
+__all__ = ["load_config", "register_model", "register_architecture", "create_model", "list_models", "model_config",
+           "build_model", "save",
+           "load", "load_data_config", "CONFIG_FILE", "DATA_CONFIG_KEY"]
 
 CONFIG_FILE = "model_config.json"
 _METADATA_KEY = "jumbokit_config"
+DATA_CONFIG_KEY = "pretrained_cfg"  # optional block beside the model options: see jumbokit.data.data_config
 
 
 @dataclass
@@ -41,6 +43,7 @@ class _Entry:
 
 
 _REGISTRY: dict[str, _Entry] = {}
+_ARCHITECTURES: dict[str, Callable[[dict[str, Any]], nn.Module]] = {}
 
 
 def register_model(
@@ -55,6 +58,12 @@ def register_model(
     removed from ``overrides`` by the builder). Without a builder, overrides must be encoder keys.
     """
     _REGISTRY[name] = _Entry(dict(config), builder, description)
+
+
+def register_architecture(name: str, build: Callable[[dict[str, Any]], nn.Module]) -> None:
+    """Configs with ``encoder=name`` are built (and rebuilt on load) by ``build(config)``: models that wrap an
+    encoder (the series ROCKET hybrid) register themselves so."""
+    _ARCHITECTURES[name] = build
 
 
 def list_models(pattern: str | None = None) -> list[str]:
@@ -83,7 +92,8 @@ def model_config(name: str, **overrides: Any) -> dict[str, Any]:
     overrides = {k: v for k, v in overrides.items() if k not in _BRANCH_KEYS}
     if entry.builder is not None:
         return entry.builder(dict(entry.config), dict(overrides))
-    defaults = MULTISTAGE_CONFIG if entry.config.get("encoder") == "multistage" else DEFAULT_CONFIG
+    defaults = (MULTISTAGE_CONFIG if entry.config.get("encoder") == "multistage"
+                else encoder_options(entry.config.get("tokenizer", DEFAULT_CONFIG["tokenizer"])))
     unknown = set(overrides) - set(defaults)
     if unknown:
         raise ValueError(f"unknown option(s) {unknown_options(unknown, defaults)} for model {name!r}")
@@ -131,6 +141,8 @@ def build_model(config: dict[str, Any]) -> nn.Module:
         return build_branched_encoder(config, **branched)
     if config.get("encoder") == "multistage":
         return MultiStageEncoder(**config)
+    if config.get("encoder") in _ARCHITECTURES:
+        return _ARCHITECTURES[config["encoder"]](config)
     return Encoder(**config)
 
 
@@ -142,15 +154,19 @@ def _config_of(model: nn.Module) -> dict[str, Any]:
     raise TypeError(f"expected a jumbokit encoder (with a .config), got {type(model).__name__}")
 
 
-def save(model: nn.Module, path: str | os.PathLike) -> Path:
+def save(model: nn.Module, path: str | os.PathLike, data_config: dict[str, Any] | None = None) -> Path:
     """Write ``model.safetensors`` + ``model_config.json`` into directory ``path`` (created if needed),
-    or to ``path`` itself when it ends in ``.safetensors``. Files are written atomically."""
+    or to ``path`` itself when it ends in ``.safetensors``. Files are written atomically. ``data_config`` (default:
+    the model's ``pretrained_cfg``, when it has one) is stored as the config's ``pretrained_cfg`` block."""
     from safetensors.torch import save_file
 
     path = Path(path)
     target = path if path.suffix == ".safetensors" else path / MODEL_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     config = _config_of(model)
+    data_config = data_config if data_config is not None else getattr(model, "pretrained_cfg", None)
+    if data_config:
+        config[DATA_CONFIG_KEY] = dict(data_config)
     text = json.dumps(config, indent=2, sort_keys=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     atomic_write(target, lambda tmp: save_file(tensors, tmp, metadata={_METADATA_KEY: text}))
@@ -160,7 +176,18 @@ def save(model: nn.Module, path: str | os.PathLike) -> Path:
 
 
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
-    """The model config stored with a saved model (directory or .safetensors file)."""
+    """The model config stored with a saved model (directory or .safetensors file), without its data config."""
+    config = _stored_config(path)
+    config.pop(DATA_CONFIG_KEY, None)
+    return config
+
+
+def load_data_config(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The ``pretrained_cfg`` block stored with a saved model; None for models saved without one."""
+    return _stored_config(path).get(DATA_CONFIG_KEY)
+
+
+def _stored_config(path: str | os.PathLike) -> dict[str, Any]:
     from safetensors import SafetensorError, safe_open
 
     target = resolve_model_file(Path(path))
@@ -185,6 +212,9 @@ def load(path: str | os.PathLike, map_location: str | torch.device = "cpu", **ov
     model = build_model(config)
     state = read_safetensors(target, device=str(map_location))
     load_state_dict_checked(model, state, source=str(target))
+    data_config = load_data_config(target)
+    if data_config:
+        model.pretrained_cfg = data_config
     return model.to(map_location)
 
 

@@ -130,6 +130,7 @@ def build_model(args: argparse.Namespace, num_classes: int, img_size: int, in_ch
 def main(argv: list[str] | None = None) -> dict:
     from jumbokit.data import make_loader, make_mixup
     from jumbokit.data.cli import data_settings_from_args
+    from jumbokit.data.data_config import data_config_from_record
     from jumbokit.encoders.flops import count_params
     from jumbokit.logs import configure_logging
     from jumbokit.training import RunDir, default_out_dir, fit, launch_state, prepare_out_dir, setup_threads
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
                        in_chans=checkpoint_channels(args) or args.in_chans)
     evals = data.build_evals(train)
     model, name = build_model(args, train.num_classes, train.img_size, train.in_chans)
+    model.pretrained_cfg = data_config_from_record(train.info())  # saved beside the weights
     prepare_out_dir(out, args.resume, args.overwrite)
     loader = make_loader(train, args.batch_size, num_workers=args.num_workers, seed=args.seed,
                          world_size=state.num_processes)

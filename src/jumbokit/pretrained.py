@@ -1,0 +1,37 @@
+"""``jumbokit.load``: a saved model ready for use, with the data config its inputs need.
+
+``load(path)`` rebuilds the model of a run directory or a ``.safetensors`` file (``jumbokit.encoders.load``) and
+sets ``model.pretrained_cfg`` (timm's name; see ``jumbokit.data.data_config``): the block saved with the weights,
+or, for runs written before models carried one, the one derived from the run's ``config.json``. A model without
+either has no ``pretrained_cfg``, and ``data_config(model)`` is None.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["load", "data_config"]
+
+
+def load(source: str | os.PathLike, map_location: str | torch.device = "cpu", **overrides: Any) -> nn.Module:
+    """Rebuild a saved model in one call: a run directory (``model.safetensors`` + its config) or a file.
+
+    ``overrides`` replace saved model options (``drop_path_rate=0.1``); the returned model exposes its data
+    config as ``model.pretrained_cfg`` where one is known.
+    """
+    from jumbokit.data.data_config import check_data_config, read_run_data_config
+    from jumbokit.encoders import load as load_saved
+
+    model = load_saved(source, map_location=map_location, **overrides)
+    config = getattr(model, "pretrained_cfg", None) or read_run_data_config(source)
+    if config:
+        model.pretrained_cfg = check_data_config(config)
+    return model
+
+
+def data_config(model: nn.Module) -> dict[str, Any] | None:
+    """The data config of a loaded model (``model.pretrained_cfg``), None when it has none."""
+    return getattr(model, "pretrained_cfg", None) or None
