@@ -1,9 +1,9 @@
 """One classification evaluation loop (top-k accuracy in percent, loss) shared by recipes, on one process or
 sharded over every process of an Accelerate launch.
 
-``topk_correct`` is timm's ``accuracy``; the loop keeps per-sample rows (``sample_stats``) instead, because timm's
-gives one percentage per batch and ``gather_for_metrics`` must drop padding samples one by one, and summing the
-loss with the hits in one (B, 1 + k) tensor is what keeps ``val_loss`` bit-identical to earlier runs.
+``topk_correct`` is timm's ``accuracy``; the loop keeps its per-sample rows (``sample_stats``, loss and hits in one
+(B, 1 + k) tensor): timm's gives one percentage per batch, so every process would gather its (B, classes) logits
+instead, and the loss would be summed in another order (``val_loss`` no longer bit-identical to earlier runs).
 """
 from __future__ import annotations
 
