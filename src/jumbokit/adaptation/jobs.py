@@ -1,8 +1,10 @@
 """Run the adaptation jobs of one evaluation. A job adapts a fresh copy of the source with one method on one
 corruption at one severity (the setting ``mixed``, one stream of every corruption, makes one job per severity
 and method). Jobs are whole runs and their answers do not depend on which process runs them (each stream is
-seeded by the corruption's place in the full list); under several processes each rank takes a contiguous
-block of jobs, and the caller gathers the records and merges them per (severity, method).
+seeded by the corruption's place in the full list); under several processes each takes the next job whenever
+it is free (:func:`jumbokit.training.jobs.run_jobs`), builds the corrupted sets of that job when it first needs
+them (:class:`SetsOnDemand`), and every process gets every record, which the caller merges per (severity,
+method).
 """
 from __future__ import annotations
 
@@ -10,17 +12,20 @@ import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, NamedTuple
+from typing import Any, Callable, ContextManager, Mapping, NamedTuple
 
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
+from ..training.jobs import JobQueue, launch_queue
+from ..training.jobs import run_jobs as run_queue
 from .wild import MethodSettings, build_episodes, build_method, run_episodes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["METHOD_LABELS", "Job", "StreamOptions", "job_list", "merge_records", "needed_sets", "run_job", "run_jobs", "share"]
+__all__ = ["METHOD_LABELS", "Job", "StreamOptions", "SetsOnDemand", "job_list", "merge_records", "needed_sets",
+           "run_job", "run_jobs"]
 
 METHOD_LABELS = {"none": "No adapt", "tent": "Tent", "eata": "EATA", "sar": "SAR"}
 
@@ -51,19 +56,34 @@ class Job(NamedTuple):
 def job_list(setting: str, corruptions: Sequence[str], severities: Sequence[int],
              methods: Sequence[str]) -> list[Job]:
     """Every job of an evaluation, ordered (severity, corruption, method): the jobs that read one corrupted set
-    are neighbours, so a contiguous share (:func:`share`) needs few sets."""
+    are neighbours, so a process taking the next job mostly finds its sets built (:class:`SetsOnDemand`)."""
     per = [None] if setting == "mixed" else list(corruptions)
     return [Job(c, s, m, p) for s in severities for p, c in enumerate(per) for m in methods]
-
-
-def share(count: int, rank: int, world_size: int) -> range:
-    """Indices of the jobs of process ``rank``: a contiguous block, the blocks' sizes differing by at most 1."""
-    return range(count * rank // world_size, count * (rank + 1) // world_size)
 
 
 def needed_sets(jobs: Sequence[Job], corruptions: Sequence[str]) -> set[tuple[str, int]]:
     """The (corruption, severity) sets that ``jobs`` read."""
     return {(c, job.severity) for job in jobs for c in ([job.corruption] if job.corruption else corruptions)}
+
+
+class SetsOnDemand:
+    """``sets(job) -> {corruption: dataset}``: the corrupted sets a job reads, made by ``build(needed)`` (needed:
+    (corruption, severity) pairs, see :func:`needed_sets`; returns ``{severity: {corruption: dataset}}``) when a
+    job first needs them and kept while the following jobs read the same ones. A process claims jobs in list
+    order, so sets it dropped are never asked for again."""
+
+    def __init__(self, build: Callable[[set[tuple[str, int]]], dict[int, dict[str, Dataset]]],
+                 corruptions: Sequence[str]) -> None:
+        self.build, self.corruptions = build, list(corruptions)
+        self._pairs: set[tuple[str, int]] = set()
+        self._sets: dict[int, dict[str, Dataset]] = {}
+
+    def __call__(self, job: Job) -> Mapping[str, Dataset]:
+        pairs = needed_sets([job], self.corruptions)
+        if pairs != self._pairs:
+            self._sets = {}  # the previous sets go before the next ones are made
+            self._sets, self._pairs = self.build(pairs), pairs
+        return self._sets[job.severity]
 
 
 def _clean_batches(clean: Dataset, seed: int, num_workers: int, device: torch.device) -> Iterator:
@@ -73,7 +93,7 @@ def _clean_batches(clean: Dataset, seed: int, num_workers: int, device: torch.de
     return ((x.to(device), y) for x, y in loader)
 
 
-def run_job(model: nn.Module, job: Job, domains: dict[str, Dataset], num_classes: int, settings: MethodSettings,
+def run_job(model: nn.Module, job: Job, domains: Mapping[str, Dataset], num_classes: int, settings: MethodSettings,
             stream: StreamOptions, clean: Dataset | None = None, device: torch.device | str = "cpu",
             progress: bool = False, autocast: Callable[[], ContextManager] | None = None) -> dict[str, Any]:
     """Adapt a copy of ``model`` with ``job.method`` on the streams of ``domains`` (corruption -> dataset of
@@ -100,20 +120,31 @@ def run_job(model: nn.Module, job: Job, domains: dict[str, Dataset], num_classes
             "seconds": result.seconds, "nan_batches": result.nan_batches, "stats": result.stats}
 
 
-def run_jobs(model: nn.Module, jobs: Sequence[Job], domains: dict[int, dict[str, Dataset]], num_classes: int,
+def _describe(job: Job) -> str:
+    """``sar on fog at severity 5`` (``... on every corruption ...`` for a mixed stream)."""
+    return f"{job.method} on {job.corruption or 'every corruption'} at severity {job.severity}"
+
+
+def run_jobs(model: nn.Module, jobs: Sequence[Job], sets: Callable[[Job], Mapping[str, Dataset]], num_classes: int,
              settings: MethodSettings, stream: StreamOptions, clean: Dataset | None = None,
-             device: torch.device | str = "cpu", progress: bool = False, rank: int = 0, world_size: int = 1,
-             autocast: Callable[[], ContextManager] | None = None) -> list[tuple[int, dict[str, Any]]]:
-    """(job index, record) of this rank's share of ``jobs`` (see :func:`share`)."""
-    return [(i, run_job(model, jobs[i], domains[jobs[i].severity], num_classes, settings, stream, clean, device,
-                        progress, autocast)) for i in share(len(jobs), rank, world_size)]
+             device: torch.device | str = "cpu", progress: bool = False,
+             autocast: Callable[[], ContextManager] | None = None,
+             queue: JobQueue[Job] | None = None) -> list[dict[str, Any]]:
+    """The record of every job (:func:`run_job`), in ``jobs``' order, on every process. ``sets(job)``: the job's
+    corrupted sets (e.g. :class:`SetsOnDemand`). ``queue``: who does which job (default: the jobs shared by the
+    launch's processes, :func:`jumbokit.training.jobs.launch_queue`; every process calls this together)."""
+    queue = queue if queue is not None else launch_queue(jobs)
+    return run_queue(queue, lambda job: run_job(model, job, sets(job), num_classes, settings, stream, clean, device,
+                                                progress, autocast), describe=_describe)
 
 
-def merge_records(jobs: Sequence[Job], indexed: Sequence[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One record per (severity, method), severities then methods in job order: the jobs' counts, seconds and
-    counters summed."""
+def merge_records(jobs: Sequence[Job], records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (severity, method), severities then methods in job order: the records (one per job, in
+    job order) with their counts, seconds and counters summed."""
+    if len(records) != len(jobs):
+        raise RuntimeError(f"records of {len(jobs) - len(records)} of {len(jobs)} jobs did not arrive")
     merged: dict[tuple[int, str], dict[str, Any]] = {}
-    for _, rec in sorted(indexed, key=lambda pair: pair[0]):
+    for rec in records:
         key = (rec["severity"], rec["method"])
         if key not in merged:
             merged[key] = {**rec, "correct": {}, "total": {}, "seconds": 0.0, "nan_batches": 0, "stats": {}}
@@ -123,6 +154,4 @@ def merge_records(jobs: Sequence[Job], indexed: Sequence[tuple[int, dict[str, An
                 out[field_name][name] = out[field_name].get(name, 0) + value
         out["seconds"] += rec["seconds"]
         out["nan_batches"] += rec["nan_batches"]
-    if len(indexed) != len(jobs):
-        raise RuntimeError(f"records of {len(jobs) - len(indexed)} of {len(jobs)} jobs did not arrive")
     return list(merged.values())

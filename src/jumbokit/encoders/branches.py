@@ -37,8 +37,8 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from .branch_blocks import (BranchAffine, BranchedAttention, BranchedBlock, BranchedMlp, BranchLinear,
-                            BranchScale)
+from .branch_blocks import BranchedAttention, BranchedBlock, BranchedMlp
+from .branch_layers import BranchAffine, BranchLinear, BranchScale
 from .collapse import check_joined, collapsed_config, fold_layernorm_into_linear
 from .encoder import DEFAULT_CONFIG, Encoder
 from .io import load_state_dict_checked

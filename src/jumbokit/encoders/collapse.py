@@ -5,22 +5,23 @@ FFN and output projections summed, LayerScale folded; arithmetic in float64."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 
 from .blocks import Block
+from .branch_layers import BranchAffine, BranchLinear, BranchScale
 from .encoder import DEFAULT_CONFIG
-
-if TYPE_CHECKING:
-    from .branch_blocks import BranchAffine, BranchedBlock, BranchLinear, BranchScale
 
 __all__ = ["fold_layernorm_into_linear", "collapsed_config", "collapse_block", "check_joined", "resolve_qk_form",
            "plain_block"]
 
 
-def check_joined(block: BranchedBlock) -> None:
+# ``block`` below is a ``jumbokit.encoders.branch_blocks.BranchedBlock`` (which imports this module to collapse
+# itself): read through its branches, heads, join_lambda, attn, mlp, ls1 and ls2
+
+
+def check_joined(block: nn.Module) -> None:
     lam = float(block.join_lambda)
     if lam != 1.0:
         raise ValueError(
@@ -38,7 +39,7 @@ def resolve_qk_form(qk_form: str, branches: int, head_dim: int, dim: int) -> str
 
 
 @torch.no_grad()
-def collapse_block(block: BranchedBlock, qk_form: str) -> dict[str, torch.Tensor]:
+def collapse_block(block: nn.Module, qk_form: str) -> dict[str, torch.Tensor]:
     """Exact plain-block weights of a lambda=1 branched block; arithmetic in float64."""
     attn, mlp = block.attn, block.mlp
     n, H, D = block.branches, block.num_heads, block.dim

@@ -1,9 +1,9 @@
 """Scoring search candidates: the inherited-weight top-1 (%) of many architectures on one fixed held-out subset,
-on the accelerator, with a generation's candidates split across processes.
+on the accelerator, with a generation's candidates spread over the processes of a launch.
 
 ```python
 scorer = CandidateScorer(supernet.to(device), loader, device, autocast=accelerator.autocast)
-score = split_across_processes(scorer, accelerator)     # every rank gets every candidate's score
+score = split_across_processes(scorer, accelerator.num_processes)   # every rank gets every candidate's score
 nas.evolutionary_search(space, None, budget, score=score, ...)
 ```
 Each candidate's score depends only on its architecture and the fixed batches, never on which process or
@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, ContextManager
 
 import torch
 from torch import nn
+
+from ..training.jobs import launch_queue, run_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -60,24 +63,20 @@ class CandidateScorer:
         return [100.0 * c / total for c in correct.tolist()]
 
 
-def split_across_processes(score: Callable[[list[dict[str, Any]]], list[float]],
-                           accelerator: Any) -> Callable[[list[dict[str, Any]]], list[float]]:
-    """Wrap ``score`` so that process r scores candidates r, r + N, r + 2N, ... of each call and every process
-    returns all the scores in candidate order (gathered with ``accelerate.utils.gather_object``)."""
-    rank, world = accelerator.process_index, accelerator.num_processes
-    if world == 1:
+def split_across_processes(score: Callable[[list[dict[str, Any]]], list[float]], processes: int,
+                           group: int = 8) -> Callable[[list[dict[str, Any]]], list[float]]:
+    """Wrap ``score`` so that each call's candidates are cut into runs of consecutive candidates (``group`` at
+    most, few enough that every one of ``processes`` processes gets work), each process scores the next run
+    whenever it is free (:func:`jumbokit.training.jobs.run_jobs`), and every process returns all the scores in
+    candidate order. Every process calls it together."""
+    if processes == 1:
         return score
 
     def gathered(archs: list[dict[str, Any]]) -> list[float]:
-        from accelerate.utils import gather_object
-
-        mine = list(range(rank, len(archs), world))
-        local = list(zip(mine, score([archs[i] for i in mine]) if mine else []))
-        scores: list[float | None] = [None] * len(archs)
-        for index, value in gather_object(local):
-            scores[index] = value
-        if any(s is None for s in scores):
-            raise RuntimeError(f"scores of {scores.count(None)} of {len(archs)} candidates did not arrive")
-        return scores  # type: ignore[return-value]
+        size = max(1, min(group, math.ceil(len(archs) / processes)))
+        spans = [(start, min(start + size, len(archs))) for start in range(0, len(archs), size)]
+        parts = run_jobs(launch_queue(spans), lambda span: score(archs[span[0]:span[1]]),
+                         describe=lambda span: f"scoring candidates {span[0]}-{span[1] - 1}")
+        return [value for part in parts for value in part]
 
     return gathered

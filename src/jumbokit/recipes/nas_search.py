@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
                                     else None])[0] if acc.num_processes > 1 else None
     logger.info("searching space %r at %.2f MFLOPs (window %s) on %s val (%d images, %s, %d processes) -> %s",
                 space.name, budget / 1e6, args.window, dataset, len(val), acc.device, acc.num_processes, out)
-    score = split_across_processes(CandidateScorer(supernet, loader, acc.device, acc.autocast), acc)
+    score = split_across_processes(CandidateScorer(supernet, loader, acc.device, acc.autocast), acc.num_processes)
     result = nas.evolutionary_search(
         space, None, budget, seed=args.seed, population=args.population, iterations=args.iterations,
         parents=args.parents, mutations=args.mutations, crossovers=args.crossovers, p_mutate=args.p_mutate,

@@ -141,7 +141,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from pathlib import Path
 
     import torch
-    from accelerate.utils import gather_object
 
     from jumbokit.adaptation import data, jobs, report, source
     from jumbokit.adaptation.wild import MethodSettings
@@ -163,10 +162,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         clean = data.load_clean_sets(spec, info, with_fisher="eata" in methods, progress=progress)
     data.check_class_count(n_out, clean.classes, f"dataset {spec.dataset_name(info)}")
     todo = jobs.job_list(args.setting, spec.corruptions, spec.severities, methods)
-    mine = [todo[i] for i in jobs.share(len(todo), acc.process_index, acc.num_processes)]  # as run_jobs
     workers = data.file_workers(clean.test, args.num_workers)
-    domains = data.build_corrupted_sets(spec, info, clean, progress=progress, num_workers=workers,
-                                        needed=jobs.needed_sets(mine, spec.corruptions))
+    sets = jobs.SetsOnDemand(lambda needed: data.build_corrupted_sets(spec, info, clean, needed=needed,
+                                                                      num_workers=workers), spec.corruptions)
     settings = MethodSettings(lr=args.lr, e0_factor=args.e0_factor, sar_rho=args.sar_rho,
                               sar_reset_constant=args.sar_reset_constant,
                               sar_exclude_last_blocks=args.sar_exclude_last_blocks,
@@ -175,13 +173,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     stream_workers = workers if spec.imagenet_c is not None else 0  # generated sets are in memory
     stream = jobs.StreamOptions(args.setting, batch_size, args.seed, args.imbalance_ratio, args.stream_length,
                                 stream_workers, data.file_workers(clean.fisher, args.num_workers))
-    indexed = jobs.run_jobs(src.model.to(acc.device), todo, domains, len(clean.classes or []) or n_out, settings,
-                            stream, clean.fisher, acc.device, progress, acc.process_index, acc.num_processes,
-                            autocast=acc.autocast)
-    indexed = gather_object(indexed) if acc.num_processes > 1 else indexed
+    records = jobs.run_jobs(src.model.to(acc.device), todo, sets, len(clean.classes or []) or n_out, settings,
+                            stream, clean.fisher, acc.device, progress, autocast=acc.autocast)
     if not acc.is_main_process:
         return {}
-    rows, throughput = report.result_rows(jobs.merge_records(todo, indexed), spec.corruptions, src.name,
+    rows, throughput = report.result_rows(jobs.merge_records(todo, records), spec.corruptions, src.name,
                                           args.setting)
     out = Path(args.out or f"runs/tta_{args.setting}_{src.name}")
     summary = {"model": src.name, "title": f"{src.name}: {args.setting}, batch {batch_size}",

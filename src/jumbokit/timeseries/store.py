@@ -2,7 +2,8 @@
 weights and baseline results; every file written atomically, so an interrupted sweep resumes from it.
 
 Layout: ``sweep.json``, ``runs/<dataset>/<model>/<run>.json`` + ``<run>.proba.safetensors``,
-``runs/<dataset>/<model>/pretrained_s<seed>.safetensors`` + ``.json``, ``runs/<dataset>/<baseline>.json``.
+``runs/<dataset>/<model>/pretrained_s<seed>.safetensors`` + ``.json`` (``.failed`` while a failed pretraining's
+runs are told to stop waiting), ``runs/<dataset>/<baseline>.json``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from .protocol import SweepConfig, SweepMismatchError
 from .run import RunResult
 
 __all__ = ["run_id", "check_out_dir", "write_sweep_file", "read_sweep_file", "load_run", "run_paths", "load_runs", "write_run",
-           "load_proba", "proba_path", "read_pretrained", "write_pretrained", "pretrain_record_path"]
+           "load_proba", "proba_path", "read_pretrained", "write_pretrained", "pretrain_record_path",
+           "pretrain_failed_path", "clear_pretrain_failures"]
 
 
 def run_id(lr: float, dropout: float, seed_offset: int = 0) -> str:
@@ -119,6 +121,17 @@ def load_proba(path: Path) -> dict[str, np.ndarray] | None:
 def pretrain_record_path(folder: Path, seed: int) -> Path:
     """The record ({"loss", "steps", "seconds"}) of the pretraining with ``seed`` in a model's folder."""
     return folder / f"pretrained_s{seed}.json"
+
+
+def pretrain_failed_path(folder: Path, seed: int) -> Path:
+    """The marker a failed pretraining with ``seed`` leaves, so that the runs waiting for it fail too."""
+    return folder / f"pretrained_s{seed}.failed"
+
+
+def clear_pretrain_failures(out_dir: Path) -> None:
+    """Remove the markers of an earlier execution's failed pretrainings (they are tried again)."""
+    for marker in Path(out_dir, "runs").glob("*/*/pretrained_s*.failed"):
+        marker.unlink(missing_ok=True)
 
 
 def read_pretrained(folder: Path, seed: int) -> tuple[dict[str, torch.Tensor], dict] | None:

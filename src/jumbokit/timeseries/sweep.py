@@ -9,25 +9,25 @@ between them, never a run), reads every finished run back, scores ensembles and 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 from ..encoders.checks import whole_number
+from ..training.jobs import launch_queue, run_jobs
 from . import store
 from .baselines import parse_baselines
 from .data import ClassificationData, load_dataset
-from .jobs import Job, job_cost, job_done, pending_jobs, sweep_jobs
+from .jobs import (Job, JobContext, SweepPlan, execute_job, job_cost, job_order, pending_jobs, start_pool_worker,
+                   sweep_jobs)
 from .models import HYBRID_MODELS, REFERENCE_MODELS, SERIES_MODELS, check_reference_model
 from .protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
-from .queue import JobQueue, job_order, launch_store, new_queue_key
 from .report import write_reports
 from .results import SweepResult, baseline_columns, ensemble_scores, rank_models, summarize
-from .run import RunResult, check_patches
-from .worker import POLL_SECONDS, JobContext, run_jobs
+from .run import RunResult, check_patches, quiet_training
 
 __all__ = ["SweepPlan", "plan_sweep", "execute_sweep", "run_sweep"]
 
@@ -121,25 +121,6 @@ def _check_request(models: Sequence[str], baseline: str | Sequence[str] | None, 
     return models, baselines
 
 
-@dataclass
-class SweepPlan:
-    """A checked sweep, its datasets loaded and nothing written yet (:func:`plan_sweep`)."""
-
-    datasets: dict[str, ClassificationData]
-    models: list[str]
-    cfg: SweepConfig
-    out_dir: Path
-    lrs: list[float]
-    dropouts: list[float]
-    baselines: list[str]
-    ensemble: int = 1
-    data_dir: str | Path | None = None
-
-    @property
-    def runs_per_model(self) -> int:
-        return len(self.lrs) * len(self.dropouts) * self.cfg.seeds
-
-
 def _check_hybrids(models: Sequence[str], cfg: SweepConfig) -> None:
     """ValueError for a hybrid asked to do what only the plain transformers do (pretraining, branches)."""
     hybrids = [m for m in models if m in HYBRID_MODELS]
@@ -188,8 +169,10 @@ def _result(got: _Gathered, plan: SweepPlan) -> SweepResult:
 
 
 def _start(plan: SweepPlan, todo: list[Job], processes: int) -> None:
-    """sweep.json (once) and the sweep's first lines; main process only."""
+    """sweep.json (once), no failure marker of an earlier execution, and the sweep's first lines; main process
+    only."""
     store.write_sweep_file(plan.out_dir, plan.cfg)
+    store.clear_pretrain_failures(plan.out_dir)
     total = len(plan.datasets) * len(plan.models) * plan.runs_per_model
     logger.info("%d dataset(s) x %d model(s) x %d run(s) = %d runs -> %s", len(plan.datasets), len(plan.models),
                 plan.runs_per_model, total, plan.out_dir)
@@ -203,46 +186,14 @@ def _start(plan: SweepPlan, todo: list[Job], processes: int) -> None:
         logger.info("%s%s", data.summary(), level_scale)
 
 
-def _broadcast(value: Any, state: Any) -> Any:
-    """``value`` of the main process, on every process."""
-    if state.num_processes == 1:
-        return value
-    from accelerate.utils import broadcast_object_list
-
-    box = [value]
-    broadcast_object_list(box, from_process=0)
-    return box[0]
-
-
-def _job_queue(plan: SweepPlan, todo: list[Job] | None, state: Any) -> JobQueue:
-    """The unfinished jobs (``todo``, listed by the main process) in the order they are handed out, shared by the
-    processes of the launch."""
-    todo, key = _broadcast((todo, new_queue_key() if state.is_main_process else None), state)
-    order = job_order(todo, [job_cost(job, plan.datasets[job.dataset], plan.cfg) for job in todo])
-    return JobQueue(order) if state.num_processes == 1 else JobQueue(order, launch_store(), key)
-
-
-def _wait_for_all(jobs: list[Job], plan: SweepPlan, state: Any, tick: Callable[[], None]) -> None:
-    """Return once every run and baseline of the sweep lies in its directory (other processes write theirs);
-    ``tick`` is called while waiting. No collective call: a process may finish long before another."""
-    left = [j for j in jobs if j.kind != "pretrain"]
-    while True:
-        left = [j for j in left if not job_done(j, plan.out_dir, plan.ensemble)]
-        if not left:
-            return
-        if state.num_processes == 1:
-            raise RuntimeError(f"{len(left)} job(s) were left undone, e.g. {left[0].describe()}")
-        tick()
-        time.sleep(POLL_SECONDS)
-
-
 def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False, runs_per_device: int = 1) -> SweepResult:
     """Run (or resume) a planned sweep and write the reports (``result.paths``; none on non-main processes).
 
-    Under a launch of N processes each process takes the next unfinished job whenever it is free (see
-    :mod:`~jumbokit.timeseries.queue`), trains it whole on its own device, alone, and writes it to the sweep
-    directory; every process then reads all of them back (the same result on each) and
-    the main process writes the reports. ``runs_per_device``: jobs run at once by each process (a pool)."""
+    Under a launch of N processes each process takes the next unfinished job whenever it is free (the order of
+    :func:`~jumbokit.timeseries.jobs.job_order`, through :func:`jumbokit.training.jobs.run_jobs`), trains it whole
+    on its own device, alone, and writes it to the sweep directory; every process then reads all of them back (the
+    same result on each) and the main process writes the reports. ``runs_per_device``: jobs run at once by each
+    process (a pool)."""
     from tqdm.auto import tqdm
 
     from ..training import launch_state
@@ -252,30 +203,37 @@ def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False, run
     state = launch_state(cpu)
     state.wait_for_everyone()  # every process has checked --out (plan_sweep) before anything is written there
     jobs = sweep_jobs(plan)
-    todo = pending_jobs(jobs, plan.out_dir, plan.ensemble) if state.is_main_process else None
+    order = None
     if state.is_main_process:
+        todo = pending_jobs(jobs, plan.out_dir, plan.ensemble)
         _start(plan, todo, state.num_processes)
-    queue = _job_queue(plan, todo, state)
+        order = job_order(todo, [job_cost(job, plan.datasets[job.dataset], plan.cfg) for job in todo])
+    queue = launch_queue(order)
     runs = [job.path(plan.out_dir) for job in jobs if job.kind == "run"]
     bar = tqdm(total=len(runs), desc="sweep", unit="run", disable=not (progress and state.is_main_process),
                dynamic_ncols=True)
 
-    def tick(job: Job | None = None) -> None:  # the bar counts the finished runs of every process
+    def tick(*_) -> None:  # the bar counts the finished runs of every process
         bar.update(sum(path.exists() for path in runs) - bar.n)
+
+    def waiting() -> None:
+        bar.set_postfix_str("waiting for the other processes", refresh=False)
+        tick()
 
     ctx = JobContext(plan.datasets, plan.cfg, plan.out_dir, device=str(state.device), data_dir=plan.data_dir,
                      wait=state.num_processes > 1 or runs_per_device > 1)
     tick()
-    run_jobs(queue, ctx, int(runs_per_device), on_start=lambda job: bar.set_postfix_str(job.describe()), on_done=tick)
-    bar.set_postfix_str("waiting for the other processes" if state.num_processes > 1 else "")
-    _wait_for_all(jobs, plan, state, tick)
+    with quiet_training():  # one line per dataset, not per epoch of every run
+        run_jobs(queue, functools.partial(execute_job, ctx=ctx), workers=int(runs_per_device),
+                 setup=functools.partial(start_pool_worker, ctx.device), describe=Job.describe,
+                 on_start=lambda job: bar.set_postfix_str(job.describe()), on_done=tick, on_wait=waiting)
+    bar.set_postfix_str("")
     tick()
     bar.close()
     result = _result(_gather(plan, jobs), plan)
     if state.is_main_process:
         result.paths = write_reports(plan.out_dir, result, plan.cfg)
     return result
-
 
 def run_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, out_dir: str | Path,
               lrs: Sequence[float] = SWEEP_LRS, dropouts: Sequence[float] = SWEEP_DROPOUTS,
