@@ -8,8 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from jumbokit import nas
 from jumbokit.adaptation import jobs
 from jumbokit.adaptation.wild import MethodSettings
 from jumbokit.nas.scoring import CandidateScorer
-from jumbokit.training.jobs import JobQueue
+from launch import launch, torchrun_command
 
 SPACE = nas.search_space("digits")
 
@@ -90,53 +88,23 @@ def test_jobs_split_across_ranks_merge_to_the_one_process_records():
                    for c in ("fog", "gaussian_noise", "contrast")}}
     todo = jobs.job_list("normal", list(domains[5]), [5], ["tent", "sar"])
     stream = jobs.StreamOptions("normal", batch_size=8, seed=0)
-    built = []
-
-    def build(needed):  # what a process builds, in the order it needs it
-        built.append(needed)
-        return {5: {c: domains[5][c] for c, _ in needed}}
-
-    args = (model, todo, jobs.SetsOnDemand(build, list(domains[5])), 10, MethodSettings(), stream)
+    args = (model, todo, domains, 10, MethodSettings(), stream)
     one = jobs.merge_records(todo, jobs.run_jobs(*args))
-    # the jobs read one corrupted set after another: each set is built once, when its first job needs it
-    assert built == [{("fog", 5)}, {("gaussian_noise", 5)}, {("contrast", 5)}]
-    # two processes (threads here) drawing the next job from one store
-    store, answers = torch.distributed.HashStore(), {}
-
-    def process(rank):
-        queue = JobQueue(todo, store, "tta-test", processes=2, rank=rank)
-        answers[rank] = jobs.run_jobs(*args[:2], lambda job: domains[job.severity], *args[3:], queue=queue)
-
-    threads = [threading.Thread(target=process, args=(rank,)) for rank in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert answers[0] == answers[1]
-    two = jobs.merge_records(todo, answers[0])
+    two = jobs.merge_records(todo, [r for rank in range(2) for r in jobs.run_jobs(*args, rank=rank, world_size=2)])
     strip = [{k: v for k, v in r.items() if k != "seconds"} for r in one]
     assert strip == [{k: v for k, v in r.items() if k != "seconds"} for r in two]
     assert [(r["severity"], r["method"]) for r in one] == [(5, "tent"), (5, "sar")]
+    halves = [jobs.needed_sets([todo[i] for i in jobs.share(6, r, 2)], list(domains[5])) for r in range(2)]
+    assert halves == [{("fog", 5), ("gaussian_noise", 5)}, {("gaussian_noise", 5), ("contrast", 5)}]
     shutil.rmtree(source, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ torchrun: real processes on gloo
 def _torchrun(nproc: int, argv: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
-    if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
-        pytest.skip("torch.distributed with gloo is not available: torchrun cannot start CPU processes here")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--standalone",
-           "-m", "jumbokit", *argv]
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        pytest.skip(f"torchrun could not run here: {err}")
-    if "rendezvous" in done.stderr.lower() and done.returncode != 0 and "Traceback" not in done.stderr:
-        pytest.skip(f"torchrun could not start its processes: {done.stderr.strip().splitlines()[-1]}")
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done
+    return launch(torchrun_command(argv, nproc), timeout)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_nas_search_is_the_same_on_one_and_two_processes(tmp_path):
     jumbokit.save(_supernet(), tmp_path / "supernet")
@@ -153,6 +121,7 @@ def test_nas_search_is_the_same_on_one_and_two_processes(tmp_path):
             == json.loads((tmp_path / "p2" / "best_arch.json").read_text()))
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_sar_adapt_is_the_same_on_one_and_two_processes(tmp_path):
     source = _tiny_source(tmp_path / "source")
@@ -165,6 +134,7 @@ def test_sar_adapt_is_the_same_on_one_and_two_processes(tmp_path):
     assert one == two and len(one.splitlines()) == 1 + 2 * 3 * 4
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_supernet_steps_that_miss_a_gene_train_under_two_process_ddp(tmp_path):
     # one architecture per step: every step leaves two of the three global-token genes unused

@@ -5,9 +5,7 @@ launches real processes on gloo."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from jumbokit.encoders import Encoder
 from jumbokit.ssl import (IndexedDataset, embed_shard, extract_features, extract_split_features, fit_batch_size,
                           probe_plan, real_rows, restore_order)
+from launch import jumbokit_command, launch, torchrun_command
 
 
 def _encoder() -> Encoder:
@@ -111,19 +110,10 @@ PROBE = ["linear-probe", "--epochs", "3", "--max-train-samples", "301", "--threa
 
 def _run(argv: list[str], nproc: int = 1, timeout: int = 300) -> subprocess.CompletedProcess:
     """``python -m jumbokit ...`` (one process) or ``torchrun --nproc_per_node N --standalone -m jumbokit ...``."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    launcher = ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--standalone"] if nproc > 1 else []
-    try:
-        done = subprocess.run([sys.executable, *launcher, "-m", "jumbokit", *argv], env=env, capture_output=True,
-                              text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        pytest.skip(f"could not run {argv[0]} on {nproc} process(es) here: {err}")
-    if nproc > 1 and done.returncode != 0 and "Traceback" not in done.stderr:
-        pytest.skip(f"torchrun could not start {nproc} gloo processes: {done.stderr.strip().splitlines()[-1:]}")
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done
+    return launch(torchrun_command(argv, nproc) if nproc > 1 else jumbokit_command(argv), timeout)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_probe_on_two_processes_equals_one(tmp_path):
     """Same global batch (64 x 1 = 32 x 2): results.csv and metrics.jsonl byte for byte, the head bit for bit, and

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +25,7 @@ from jumbokit.training import TrainConfig, classification_loss, evaluate_classif
 from jumbokit.training.accelerator import resolve_precision
 from jumbokit.training.distributed import process_seed
 from jumbokit.training.meters import MetricWindow
+from launch import kill_tree, launch, launch_env, torchrun_command, wait_until
 
 SUPERVISED = ["supervised", "--model", "vit_pico_cls", "--epochs", "1", "--max-train-samples", "256",
               "--log-every", "1", "--checkpoint-every", "0", "--no-progress", "--seed", "0"]
@@ -90,27 +87,8 @@ def test_fit_evaluates_every_sample_once_and_plans_after_sharding(tmp_path):
 
 
 # ------------------------------------------------------------------ torchrun: real processes on gloo
-def _command(nproc: int, argv: list[str]) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--standalone",
-            "-m", "jumbokit", *argv]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
-        pytest.skip("torch.distributed with gloo is not available: torchrun cannot start CPU processes here")
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **extra}
-
-
 def _torchrun(nproc: int, argv: list[str], timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
-    try:
-        done = subprocess.run(_command(nproc, argv), env=_env(**env), capture_output=True, text=True,
-                              timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        pytest.skip(f"torchrun could not run here: {err}")
-    if done.returncode != 0 and "rendezvous" in done.stderr.lower() and "Traceback" not in done.stderr:
-        pytest.skip(f"torchrun could not start 2 gloo processes: {done.stderr.strip().splitlines()[-1]}")
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done
+    return launch(torchrun_command(argv, nproc), timeout, **env)
 
 
 def _records(run: Path, kind: str) -> list[dict]:
@@ -128,6 +106,7 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path / "model.safetensors"))
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_supervised_same_global_batch_on_one_and_two_processes(tmp_path):
     one = _torchrun(1, [*SUPERVISED, "--batch-size", "16", "--out", str(tmp_path / "p1")])
@@ -144,6 +123,7 @@ def test_supervised_same_global_batch_on_one_and_two_processes(tmp_path):
     assert abs(ea["val_top1"] - eb["val_top1"]) <= 100.0 / split_size + 1e-9  # at most one sample on a tie
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_mae_same_global_batch_on_one_and_two_processes(tmp_path):
     _torchrun(1, [*MAE, "--batch-size", "16", "--out", str(tmp_path / "p1")])
@@ -156,6 +136,7 @@ def test_mae_same_global_batch_on_one_and_two_processes(tmp_path):
     assert eb["val_loss"] == pytest.approx(ea["val_loss"], rel=0.01)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_progressive_join_finishes_on_two_processes(tmp_path):
     out = tmp_path / "join"
@@ -170,6 +151,7 @@ def test_progressive_join_finishes_on_two_processes(tmp_path):
     assert jumbokit.load(out / "reparameterized") is not None
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_fsdp_saves_the_model_ddp_saves(tmp_path):
     import jumbokit
@@ -190,37 +172,16 @@ def test_fsdp_saves_the_model_ddp_saves(tmp_path):
         assert float(ra[split]["loss"]) == pytest.approx(float(rb[split]["loss"]), abs=1e-3)
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes started by ``pid`` and by them (torchrun's workers run in sessions of their own)."""
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            found += children
-            todo += children
-    return found
-
-
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_two_process_run_killed_mid_epoch_resumes_bit_identical(tmp_path):
     argv = [*SUPERVISED, "--epochs", "2", "--batch-size", "8", "--checkpoint-steps", "4"]
     _torchrun(2, [*argv, "--out", str(tmp_path / "full")])
     part = tmp_path / "part"
-    proc = subprocess.Popen(_command(2, [*argv, "--out", str(part)]), env=_env(), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 600
-    while not list((part / "checkpoints").glob("step_*")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    for pid in [*_descendants(proc.pid), proc.pid]:  # the training processes, then the launcher
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
+    proc = subprocess.Popen(torchrun_command([*argv, "--out", str(part)], 2), env=launch_env(),
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: any((part / "checkpoints").glob("step_*")), proc, 600, "a mid-epoch checkpoint")
+    kill_tree(proc)
     if not list((part / "checkpoints").glob("step_*")):
         pytest.skip("the 2-process run wrote no mid-epoch checkpoint before it ended")
     assert not (part / "model.safetensors").exists(), "the run finished before it could be killed"

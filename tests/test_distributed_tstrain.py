@@ -6,10 +6,7 @@ accelerator; the torchrun tests launch real gloo processes (one thread each)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +18,10 @@ from jumbokit.timeseries import store as ts_store
 from jumbokit.timeseries.data import load_dataset
 from jumbokit.timeseries.local import LocalAccelerator
 from jumbokit.timeseries.protocol import SweepConfig
+from jumbokit.timeseries.queue import JobQueue, job_order
 from jumbokit.timeseries.run import train_run_with_proba
 from jumbokit.timeseries.sweep import plan_sweep
-from jumbokit.training.jobs import JobQueue
+from launch import jumbokit_command, kill_tree, launch, launch_env, torchrun_command, wait_until
 
 # a tiny sweep: 2 datasets x 2 models x 2 dropouts = 8 runs of 6 steps
 TINY = ["--dataset", "ItalyPowerDemand,GunPoint", "--model", "patchtst,patchtst_jumbo", "--lr", "1e-3",
@@ -44,8 +42,8 @@ def test_jobs_are_handed_out_whole_once_each_pretrainings_first(tmp_path):
     kinds = [j.kind for j in jobs]
     assert kinds.count("run") == 2 * 2 * 2 * 2 and kinds.count("pretrain") == 2 * 2 * 2 and kinds.count("baseline") == 2
     costs = [ts_jobs.job_cost(j, plan.datasets[j.dataset], plan.cfg) for j in jobs]
-    order = ts_jobs.job_order(jobs, costs)
-    assert order == ts_jobs.job_order(list(jobs), list(costs))  # the same list on every process
+    order = job_order(jobs, costs)
+    assert order == job_order(list(jobs), list(costs))  # the same list on every process
     first_run = next(i for i, job in enumerate(order) if job.kind != "pretrain")
     assert {j.kind for j in order[:first_run]} == {"pretrain"} and "pretrain" not in {j.kind for j in order[first_run:]}
     ranked = [costs[jobs.index(j)] for j in order[first_run:]]
@@ -59,7 +57,7 @@ def test_jobs_are_handed_out_whole_once_each_pretrainings_first(tmp_path):
     assert {rank for rank, job in claims if job is not None} == {0, 1}
     assert list(JobQueue(order)) == order and list(JobQueue(order, shared, "sweep-test")) == []
     with pytest.raises(ValueError, match="one cost per job"):
-        ts_jobs.job_order(jobs, costs[:-1])
+        job_order(jobs, costs[:-1])
 
 
 def test_a_free_process_takes_the_next_job_so_the_work_evens_out():
@@ -137,29 +135,14 @@ def test_local_accelerator_refuses_what_it_cannot_do():
 
 
 # ------------------------------------------------------------------ torchrun: real processes on gloo
-def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
 def _command(nproc: int, argv: list[str]) -> list[str]:
-    if nproc == 1:
-        return [sys.executable, "-m", "jumbokit", "tstrain", *argv]
-    if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
-        pytest.skip("torch.distributed with gloo is not available: torchrun cannot start CPU processes here")
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--standalone",
-            "-m", "jumbokit", "tstrain", *argv]
+    """``tstrain argv`` in 1 plain process or ``nproc`` torchrun processes."""
+    argv = ["tstrain", *argv]
+    return torchrun_command(argv, nproc) if nproc > 1 else jumbokit_command(argv)
 
 
 def _tstrain(nproc: int, argv: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
-    """``tstrain argv`` in 1 plain process or ``nproc`` torchrun processes (one thread each)."""
-    try:
-        done = subprocess.run(_command(nproc, argv), env=_env(), capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        pytest.skip(f"torchrun could not run here: {err}")
-    if nproc > 1 and done.returncode != 0 and "rendezvous" in done.stderr.lower() and "Traceback" not in done.stderr:
-        pytest.skip(f"torchrun could not start 2 gloo processes: {done.stderr.strip().splitlines()[-1]}")
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done
+    return launch(_command(nproc, argv), timeout)
 
 
 def _runs(out: Path) -> dict[str, tuple[list, dict[str, np.ndarray]]]:
@@ -182,6 +165,7 @@ def _assert_same_runs(a: Path, b: Path, expected: int) -> None:
         assert set(proba) == {"val", "test"} and all(np.array_equal(proba[k], runs_b[name][1][k]) for k in proba), name
 
 
+@pytest.mark.multiprocess
 def test_a_sweep_on_two_processes_gives_the_runs_of_one(tmp_path):
     _tstrain(1, [*TINY, "--out", str(tmp_path / "one")])
     done = _tstrain(2, [*TINY, "--out", str(tmp_path / "two")])
@@ -196,6 +180,7 @@ def test_a_sweep_on_two_processes_gives_the_runs_of_one(tmp_path):
     assert one["ranks"] == two["ranks"]
 
 
+@pytest.mark.multiprocess
 def test_pretraining_and_branches_train_whole_on_two_processes(tmp_path):
     flags = ["--dataset", "ItalyPowerDemand", "--model", "patchtst_jumbo", "--lr", "1e-3", "--dropout", "0,0.1",
              "--steps", "8", "--batch-size", "32", "--pretrain-epochs", "1", "--branches", "2", "--cpu",
@@ -210,6 +195,7 @@ def test_pretraining_and_branches_train_whole_on_two_processes(tmp_path):
     assert json.loads((folder / "pretrained_s0.json").read_text())["steps"] == 3  # ceil(67 / 32), once
 
 
+@pytest.mark.multiprocess
 def test_runs_packed_on_one_device_give_the_runs_of_one_at_a_time(tmp_path):
     """--runs-per-device 2: a pool of 2 workers takes the next job whenever one is free (a run waits for the
     pretraining the other worker is doing); every run is the one trained alone."""
@@ -220,24 +206,6 @@ def test_runs_packed_on_one_device_give_the_runs_of_one_at_a_time(tmp_path):
     _assert_same_runs(tmp_path / "one", tmp_path / "pool", expected=4)
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL a launcher and every process under it (torchrun starts its workers in sessions of their own)."""
-    import psutil
-
-    try:
-        root = psutil.Process(proc.pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        tree = []
-    for p in tree:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    proc.wait(timeout=30)
-    psutil.wait_procs(tree, timeout=30)
-
-
 def _finished(out: Path) -> dict[str, tuple[int, int]]:
     """(inode, mtime in ns) of every finished run record: a redone run would replace its file."""
     return {str(p.relative_to(out)): (p.stat().st_ino, p.stat().st_mtime_ns)
@@ -245,6 +213,7 @@ def _finished(out: Path) -> dict[str, tuple[int, int]]:
             if not (p.name.startswith(".") or p.name.startswith("pretrained_"))}
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("resume_on", [2, 1])
 def test_a_killed_two_process_sweep_resumes_on_any_process_count(tmp_path, resume_on):
@@ -252,12 +221,10 @@ def test_a_killed_two_process_sweep_resumes_on_any_process_count(tmp_path, resum
              "--dropout", "0,0.1", "--steps", "40", "--batch-size", "32", "--cpu", "--no-progress"]
     _tstrain(1, [*flags, "--out", str(tmp_path / "whole")])
     out = tmp_path / "killed"
-    proc = subprocess.Popen(_command(2, [*flags, "--out", str(out)]), env=_env(), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(_command(2, [*flags, "--out", str(out)]), env=launch_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while len(_finished(out) if (out / "runs").exists() else {}) < 2 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    _kill_tree(proc)
+    wait_until(lambda: (out / "runs").exists() and len(_finished(out)) >= 2, proc, 300, "two finished runs")
+    kill_tree(proc)
     before = _finished(out)
     if not 2 <= len(before) < 8:
         pytest.skip(f"the sweep could not be caught midway ({len(before)} of 8 runs finished when killed)")
