@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from jumbokit import nas
 from jumbokit.adaptation import jobs
 from jumbokit.adaptation.wild import MethodSettings
 from jumbokit.nas.scoring import CandidateScorer
+from jumbokit.training.jobs import JobQueue
 from launch import launch, torchrun_command
 
 SPACE = nas.search_space("digits")
@@ -88,14 +90,33 @@ def test_jobs_split_across_ranks_merge_to_the_one_process_records():
                    for c in ("fog", "gaussian_noise", "contrast")}}
     todo = jobs.job_list("normal", list(domains[5]), [5], ["tent", "sar"])
     stream = jobs.StreamOptions("normal", batch_size=8, seed=0)
-    args = (model, todo, domains, 10, MethodSettings(), stream)
+    built = []
+
+    def build(needed):  # what a process builds, in the order it needs it
+        built.append(needed)
+        return {5: {c: domains[5][c] for c, _ in needed}}
+
+    args = (model, todo, jobs.SetsOnDemand(build, list(domains[5])), 10, MethodSettings(), stream)
     one = jobs.merge_records(todo, jobs.run_jobs(*args))
-    two = jobs.merge_records(todo, [r for rank in range(2) for r in jobs.run_jobs(*args, rank=rank, world_size=2)])
+    # the jobs read one corrupted set after another: each set is built once, when its first job needs it
+    assert built == [{("fog", 5)}, {("gaussian_noise", 5)}, {("contrast", 5)}]
+    # two processes (threads here) drawing the next job from one store
+    store, answers = torch.distributed.HashStore(), {}
+
+    def process(rank):
+        queue = JobQueue(todo, store, "tta-test", processes=2, rank=rank)
+        answers[rank] = jobs.run_jobs(*args[:2], lambda job: domains[job.severity], *args[3:], queue=queue)
+
+    threads = [threading.Thread(target=process, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers[0] == answers[1]
+    two = jobs.merge_records(todo, answers[0])
     strip = [{k: v for k, v in r.items() if k != "seconds"} for r in one]
     assert strip == [{k: v for k, v in r.items() if k != "seconds"} for r in two]
     assert [(r["severity"], r["method"]) for r in one] == [(5, "tent"), (5, "sar")]
-    halves = [jobs.needed_sets([todo[i] for i in jobs.share(6, r, 2)], list(domains[5])) for r in range(2)]
-    assert halves == [{("fog", 5), ("gaussian_noise", 5)}, {("gaussian_noise", 5), ("contrast", 5)}]
     shutil.rmtree(source, ignore_errors=True)
 
 

@@ -18,9 +18,9 @@ from jumbokit.timeseries import store as ts_store
 from jumbokit.timeseries.data import load_dataset
 from jumbokit.timeseries.local import LocalAccelerator
 from jumbokit.timeseries.protocol import SweepConfig
-from jumbokit.timeseries.queue import JobQueue, job_order
 from jumbokit.timeseries.run import train_run_with_proba
 from jumbokit.timeseries.sweep import plan_sweep
+from jumbokit.training.jobs import JobQueue
 from launch import jumbokit_command, kill_tree, launch, launch_env, torchrun_command, wait_until
 
 # a tiny sweep: 2 datasets x 2 models x 2 dropouts = 8 runs of 6 steps
@@ -42,8 +42,8 @@ def test_jobs_are_handed_out_whole_once_each_pretrainings_first(tmp_path):
     kinds = [j.kind for j in jobs]
     assert kinds.count("run") == 2 * 2 * 2 * 2 and kinds.count("pretrain") == 2 * 2 * 2 and kinds.count("baseline") == 2
     costs = [ts_jobs.job_cost(j, plan.datasets[j.dataset], plan.cfg) for j in jobs]
-    order = job_order(jobs, costs)
-    assert order == job_order(list(jobs), list(costs))  # the same list on every process
+    order = ts_jobs.job_order(jobs, costs)
+    assert order == ts_jobs.job_order(list(jobs), list(costs))  # the same list on every process
     first_run = next(i for i, job in enumerate(order) if job.kind != "pretrain")
     assert {j.kind for j in order[:first_run]} == {"pretrain"} and "pretrain" not in {j.kind for j in order[first_run:]}
     ranked = [costs[jobs.index(j)] for j in order[first_run:]]
@@ -57,7 +57,7 @@ def test_jobs_are_handed_out_whole_once_each_pretrainings_first(tmp_path):
     assert {rank for rank, job in claims if job is not None} == {0, 1}
     assert list(JobQueue(order)) == order and list(JobQueue(order, shared, "sweep-test")) == []
     with pytest.raises(ValueError, match="one cost per job"):
-        job_order(jobs, costs[:-1])
+        ts_jobs.job_order(jobs, costs[:-1])
 
 
 def test_a_free_process_takes_the_next_job_so_the_work_evens_out():
