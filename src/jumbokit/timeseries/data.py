@@ -277,26 +277,27 @@ def zero_tails(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def encode_labels(train_labels: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """Classes (sorted unique train labels, as strings) and int64 codes of each given label array.
 
-    Labels of other splits must be train classes."""
-    train_labels = np.asarray(train_labels).astype(str)
-    classes = np.unique(train_labels)
-    lookup = {c: i for i, c in enumerate(classes)}
+    Labels of other splits must be train classes (scikit-learn's ``LabelEncoder``)."""
+    from sklearn.preprocessing import LabelEncoder
+
+    encoder = LabelEncoder().fit(np.asarray(train_labels).astype(str))
     codes = []
     for labels in (train_labels, *others):
         labels = np.asarray(labels).astype(str)
-        unknown = sorted(set(labels) - set(lookup))
+        unknown = np.setdiff1d(labels, encoder.classes_).tolist()
         if unknown:
             raise ValueError(f"labels {unknown[:5]} do not occur in the training split (classes: "
-                             f"{list(classes)[:10]})")
-        codes.append(np.array([lookup[v] for v in labels], dtype=np.int64))
-    return classes, codes
+                             f"{list(encoder.classes_)[:10]})")
+        codes.append(encoder.transform(labels).astype(np.int64))
+    return encoder.classes_, codes
 
 
 def stratified_half_split(labels: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Split indices 50/50 per class (fixed seed): (first_half, second_half), sorted.
 
     Per class of n members, n//2 go to one side and the rest to the other; which side receives the odd
-    member alternates across classes so the halves stay balanced."""
+    member alternates across classes so the halves stay balanced. Kept rather than scikit-learn's
+    ``train_test_split(stratify=...)``, which draws another split for the same seed (every reported number)."""
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)
     first, second = [], []
