@@ -40,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="normalisation std, one value or one per channel (default: the source's)")
     add_data_args(p, augment=False)  # --dataset, --img-size, --in-chans, --num-workers, --skip-corrupt
     _set_help(p, "dataset", "clean dataset: digits | fashion-mnist[:DIR] | folder:PATH | hf:NAME[:split]; "
-                            "corruptions are generated from "
-                            "its --split, EATA's Fisher uses its --fisher-split (default: the source's dataset)")
+                            "corruptions are generated from its --split, EATA's Fisher uses its --fisher-split "
+                            "(default: the source's dataset)")
     _set_help(p, "img_size", "evaluate at this input side in pixels (default: the source's)")
     _set_help(p, "num_workers", "DataLoader workers (default: 0 for generated corruptions, min(8, cpus) for an "
                                 "ImageNet-C tree)")
