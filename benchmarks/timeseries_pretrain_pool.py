@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from jumbokit.timeseries import cli
+from jumbokit.recipes import tstrain as cli
 from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.pretrain import PRETRAIN_DEFAULTS
 from jumbokit.timeseries.protocol import RECIPES

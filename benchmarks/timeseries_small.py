@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from jumbokit.timeseries import cli
+from jumbokit.recipes import tstrain as cli
 from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.models import PATCHTST_MODELS
 from jumbokit.timeseries.baselines import BASELINES

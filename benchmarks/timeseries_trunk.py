@@ -57,7 +57,7 @@ from pathlib import Path
 
 import torch
 
-from jumbokit.timeseries import cli
+from jumbokit.recipes import tstrain as cli
 from jumbokit.timeseries import store
 from jumbokit.timeseries.data import ClassificationData, load_dataset, local_datasets
 from jumbokit.timeseries.models import HYBRID_MODELS, REFERENCE_MODELS

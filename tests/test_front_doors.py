@@ -23,8 +23,6 @@ def main_of(command: str):
     """``main(argv)`` of ``jumbokit COMMAND``."""
     from jumbokit.recipes import COMMANDS
 
-    if command == "tstrain":
-        return importlib.import_module("jumbokit.timeseries.cli").main
     return importlib.import_module(f"jumbokit.recipes.{COMMANDS[command]}").main
 
 

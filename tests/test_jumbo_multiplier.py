@@ -9,7 +9,7 @@ import pytest
 
 import jumbokit
 from jumbokit.encoders.flops import matching_registers, prop1_layer_macs
-from jumbokit.timeseries import cli
+from jumbokit.recipes import tstrain as cli
 from jumbokit.timeseries import protocol as ts_protocol
 from jumbokit.timeseries.run import global_token_options
 

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from jumbokit.timeseries import cli, pool
+from jumbokit.recipes import tstrain as cli
+from jumbokit.timeseries import pool
 
 
 def test_pool_reads_only_training_splits_of_other_sets(monkeypatch):

@@ -71,14 +71,12 @@ def test_mae_recipe_imports_no_heavy_optional_packages():
 
 
 def _front_door_parsers():
-    """``jumbokit COMMAND`` -> its argparse parser, for every image command and tstrain."""
+    """``jumbokit COMMAND`` -> its argparse parser, for every front door."""
     import importlib
 
     from jumbokit.recipes import COMMANDS
 
-    parsers = {cmd: importlib.import_module(f"jumbokit.recipes.{mod}").build_parser for cmd, mod in COMMANDS.items()}
-    parsers["tstrain"] = importlib.import_module("jumbokit.timeseries.cli").build_parser
-    return parsers
+    return {cmd: importlib.import_module(f"jumbokit.recipes.{mod}").build_parser for cmd, mod in COMMANDS.items()}
 
 
 @pytest.mark.parametrize("command", sorted(_front_door_parsers()))

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from jumbokit.timeseries import cli
+from jumbokit.recipes import tstrain as cli
 from jumbokit.timeseries.results import rank_values, rank_models, summarize
 
 OUTPUTS = ("results.csv", "results.json", "report.md", "accuracy.png", "sweep.json")

@@ -12,7 +12,8 @@ import torch
 
 import jumbokit
 from jumbokit.ssl import MaskedAutoencoder, masked_series_loss, observed_masking
-from jumbokit.timeseries import cli
+from jumbokit.recipes import tstrain as cli
+from jumbokit.timeseries import flags
 from jumbokit.timeseries import baselines as ts_baselines
 from jumbokit.timeseries import protocol as ts_protocol
 from jumbokit.timeseries import report as ts_report
@@ -600,16 +601,16 @@ def test_level_scale_auto_run_equals_the_explicit_flags_run():
 
 
 def test_sweep_settings_resolve_a_command_line_as_tstrain_does(tmp_path):
-    """``cli.sweep_settings`` gives the settings tstrain stores for the same flags (the rank benchmark compares
+    """``flags.sweep_settings`` gives the settings tstrain stores for the same flags (the rank benchmark compares
     recorded commands by them), reads no data (an unknown set is fine) and refuses what tstrain refuses."""
     argv = ["--recipe", "small-data-trunk", "--steps", "1", "--seeds", "1", "--ensemble", "1"]
     out = tmp_path / "sweep"
     assert cli.main(tiny(out, *argv)) == 0
-    settings = cli.sweep_settings(["--dataset", "NoSuchSet", "--lr", "1e-3", "--dropout", "0.1", *argv])
+    settings = flags.sweep_settings(["--dataset", "NoSuchSet", "--lr", "1e-3", "--dropout", "0.1", *argv])
     assert settings.config.identity() == json.loads((out / "sweep.json").read_text())
     assert (settings.lrs, settings.dropouts, settings.ensemble) == ((1e-3,), (0.1,), 1)
     with pytest.raises(ValueError, match="--lr must be > 0"):
-        cli.sweep_settings(["--lr", "-1"])
+        flags.sweep_settings(["--lr", "-1"])
 
 
 def test_layer_scale_starts_every_block_at_its_value_and_is_stored_only_when_set(tmp_path):
@@ -692,8 +693,8 @@ def test_weight_decay_flag_reaches_the_optimizer_and_the_default_keeps_old_sweep
     defined exactly as before (0.02, the protocol's value); a negative value is refused before anything is written."""
     from jumbokit.timeseries.run import train_config
 
-    assert cli.sweep_settings(["--recipe", "small-data-trunk"]).config.weight_decay == 0.02
-    cfg = cli.sweep_settings(["--weight-decay", "0.1"]).config
+    assert flags.sweep_settings(["--recipe", "small-data-trunk"]).config.weight_decay == 0.02
+    cfg = flags.sweep_settings(["--weight-decay", "0.1"]).config
     assert train_config(cfg, lr=1e-3, epochs=1).weight_decay == 0.1
     assert cli.main(tiny(tmp_path / "decayed", "--epochs", "1", "--weight-decay", "0.1")) == 0
     assert json.loads((tmp_path / "decayed" / "sweep.json").read_text())["weight_decay"] == 0.1

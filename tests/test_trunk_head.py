@@ -86,12 +86,12 @@ def test_refused_without_a_trunk_and_on_images():
 def test_the_sweep_gives_the_head_to_the_transformers_not_to_the_trunk_alone():
     """``--recipe small-data-trunk`` turns the head on; ``series_cnn`` already classifies from the trunk's mean
     token, so its model is built without a second one."""
-    from jumbokit.timeseries import cli
+    from jumbokit.timeseries import flags
     from jumbokit.timeseries.run import head_options
 
-    cfg = cli.sweep_settings(["--recipe", "small-data-trunk"]).config
+    cfg = flags.sweep_settings(["--recipe", "small-data-trunk"]).config
     assert cfg.trunk_head is True
     assert head_options("patchtst_jumbo", cfg) == {"jumbo_pool": "segments", "trunk_head": True}
     assert head_options("patchtst", cfg) == {"trunk_head": True}
     assert head_options("series_cnn", cfg) == {}
-    assert cli.sweep_settings(["--recipe", "small-data-trunk", "--no-trunk-head"]).config.trunk_head is False
+    assert flags.sweep_settings(["--recipe", "small-data-trunk", "--no-trunk-head"]).config.trunk_head is False

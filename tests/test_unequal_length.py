@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from jumbokit.timeseries import cli
+from jumbokit.recipes import tstrain as cli
 from jumbokit.timeseries import protocol as ts_protocol
 from jumbokit.timeseries.data import lengths_of, load_dataset, pad_series, resample_to_length, zero_tails
 

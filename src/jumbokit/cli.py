@@ -12,8 +12,6 @@ from typing import Sequence
 
 from .recipes import COMMANDS
 
-TSTRAIN = "tstrain"
-
 
 def _summary(module_name: str) -> str:
     """The first line of a front door's module docstring."""
@@ -23,7 +21,7 @@ def _summary(module_name: str) -> str:
 
 def usage() -> str:
     """The command list printed by ``jumbokit --help``."""
-    names = {**{cmd: f"jumbokit.recipes.{mod}" for cmd, mod in COMMANDS.items()}, TSTRAIN: "jumbokit.timeseries.cli"}
+    names = {cmd: f"jumbokit.recipes.{mod}" for cmd, mod in COMMANDS.items()}
     width = max(map(len, names))
     lines = [f"  {cmd:<{width}}  {_summary(mod)}" for cmd, mod in names.items()]
     return ("usage: jumbokit COMMAND [flags]   (jumbokit COMMAND --help for its flags)\n\n"
@@ -38,19 +36,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage(), end="")
         return 0
     command, rest = argv[0], argv[1:]
-    if command == TSTRAIN:
-        from .timeseries.cli import main as tstrain_main
-
-        return tstrain_main(rest)
     if command not in COMMANDS:
-        print(f"jumbokit: unknown command {command!r}; expected one of {', '.join([*COMMANDS, TSTRAIN])}",
-              file=sys.stderr)
+        print(f"jumbokit: unknown command {command!r}; expected one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     from .training.cli import run_cli
 
     module = import_module(f"jumbokit.recipes.{COMMANDS[command]}")
-    run_cli(lambda: module.main(rest))
-    return 0
+    outcome = []
+    run_cli(lambda: outcome.append(module.main(rest)))
+    # tstrain's main returns its exit status (it reports its own errors); the others return their summary
+    return outcome[0] if isinstance(outcome[0], int) else 0
 
 
 if __name__ == "__main__":

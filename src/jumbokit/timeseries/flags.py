@@ -1,20 +1,24 @@
-"""``tstrain``'s flags: the parser, its value types and the recipe-dependent help (see :mod:`.cli`)."""
+"""``tstrain``'s command line: its flags (parser, value types, recipe-dependent help) and the sweep settings they
+resolve to (:func:`sweep_settings`); the front door itself is :mod:`jumbokit.recipes.tstrain`."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
-from ..encoders.series_trunk import TRUNKS
+from .models.trunk import TRUNKS
 from ..training.cli import ema_decay_arg, fraction_arg
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
-from .models import HEAD_FEATURES, JUMBO_MULTIPLIER, PATCHTST_MODELS, SERIES_MODELS
 from .data import UNEQUAL_LENGTHS
+from .models import (HEAD_FEATURES, JUMBO_MODELS, JUMBO_MULTIPLIER, JUMBO_MULTIPLIER_MODELS, PATCHTST_MODELS,
+                     SERIES_MODELS)
 from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
-from .protocol import JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS
+from .protocol import (JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS,
+                       SweepConfig)
 
-__all__ = ["build_parser", "PROTOCOLS"]
+__all__ = ["build_parser", "PROTOCOLS", "SweepSettings", "settings_from_args", "sweep_settings"]
 
 DESCRIPTION = """\
 Time-series classification on the UCR (univariate) and UEA (multivariate) archives with the Jumbo
@@ -342,3 +346,136 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """ValueError for a model, learning rate or dropout the sweep cannot use."""
+    unknown = [m for m in args.model if m not in SERIES_MODELS]
+    if unknown:
+        raise ValueError(f"unknown model(s) {unknown}; expected one or several of {', '.join(SERIES_MODELS)}")
+    if args.jumbo_pool != "segments" and not set(args.model) & set(JUMBO_MODELS):
+        raise ValueError(f"--jumbo-pool sets the feature of the Jumbo models ({', '.join(JUMBO_MODELS)}); --model "
+                         f"names none of them ({', '.join(args.model)})")
+    if args.jumbo_multiplier != JUMBO_MULTIPLIER and not set(args.model) & set(JUMBO_MULTIPLIER_MODELS):
+        raise ValueError(f"--jumbo-multiplier sets J of the Jumbo models ({', '.join(JUMBO_MODELS)}) and the "
+                         f"registers matched to it (patchtst_registers); --model names none of them "
+                         f"({', '.join(args.model)})")
+    for value in args.lr or []:
+        if value <= 0:
+            raise ValueError(f"--lr must be > 0, got {value:g}")
+    for value in args.dropout or []:
+        if not 0 <= value < 1:
+            raise ValueError(f"--dropout must be in [0, 1), got {value:g}")
+
+
+def _normalize_arg(args: argparse.Namespace, recipe: dict, level_scale: bool | str) -> str:
+    """--normalize, else train where the model reads level and scale (they are what per-series normalisation
+    removes), else the recipe's."""
+    if level_scale and args.normalize in ("instance", "auto"):
+        given = "--level-scale" if args.level_scale else f"--recipe {args.recipe} (--level-scale {level_scale})"
+        raise ValueError(f"{given} reads each series' level and scale, and --normalize {args.normalize} can "
+                         "remove them series by series; leave --normalize out, pass --normalize train, or add "
+                         "--level-scale off")
+    if args.normalize:
+        return args.normalize
+    return "train" if level_scale else recipe["normalize"]
+
+
+def _pool_arg(args: argparse.Namespace) -> str | None:
+    """``--pretrain-on`` as a canonical comma list (None when not given); ValueError for names that are not
+    available locally or for a pool without ``--pretrain-epochs``."""
+    from .data import local_datasets
+    from .pool import parse_pool
+
+    names = parse_pool(args.pretrain_on)
+    if not names:
+        return None
+    if not args.pretrain_epochs:
+        raise ValueError("--pretrain-on needs --pretrain-epochs N (the pretraining length, in passes over the "
+                         "target's training split)")
+    available = set(local_datasets(data_dir=args.data_dir))
+    missing = [n for n in names if n not in available]
+    if missing:
+        raise ValueError(f"--pretrain-on: {', '.join(missing)} not available locally; available: "
+                         f"{', '.join(sorted(available))}")
+    return ",".join(names)
+
+
+def _trunk_fields(args: argparse.Namespace, recipe: dict) -> dict:
+    """trunk, trunk_width, trunk_depth, trunk_diff and trunk_head of the SweepConfig: the flags, else the recipe's;
+    with no trunk, SweepConfig's defaults (ValueError for a trunk flag given without a trunk)."""
+    trunk = args.trunk if args.trunk is not None else recipe["trunk"]
+    if trunk in (None, "none"):
+        needs_trunk = {"--diff": (args.diff, "feeds the first difference to"),
+                       "--trunk-mix": (args.trunk_mix, "sets how the channels are read by"),
+                       "--trunk-head": (args.trunk_head, "adds a second head on"),
+                       "--trunk-width": (args.trunk_width is not None, "sets the filters of"),
+                       "--trunk-depth": (args.trunk_depth is not None, "sets the blocks of")}
+        for flag, (given, what) in needs_trunk.items():
+            if given:
+                raise ValueError(f"{flag} {what} a convolutional trunk; add --trunk inception or --trunk resnet")
+        return dict(trunk=None)
+    return dict(trunk=trunk,
+                trunk_width=args.trunk_width if args.trunk_width is not None else recipe["trunk_width"],
+                trunk_depth=args.trunk_depth if args.trunk_depth is not None else recipe["trunk_depth"],
+                trunk_diff=args.diff if args.diff is not None else recipe["trunk_diff"],
+                trunk_head=args.trunk_head if args.trunk_head is not None else recipe["trunk_head"])
+
+
+def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> SweepConfig:
+    """The SweepConfig of the flags, the recipe filling what was not given."""
+    def pick(name: str):
+        value = getattr(args, name)
+        return value if value is not None else recipe[name]
+
+    steps = args.steps if args.steps is not None else (None if args.epochs is not None else recipe["steps"])
+    trunk_fields = _trunk_fields(args, recipe)
+    level_scale = pick("level_scale")
+    return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
+                       **trunk_fields, trunk_mix=args.trunk_mix,
+                       token_stats=args.token_stats,
+                       level_scale=level_scale, rel_pos_bias=args.rel_pos, length_embed=args.length_embed,
+                       epochs=args.epochs, min_steps=args.min_steps, normalize=_normalize_arg(args, recipe, level_scale),
+                       branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
+                       protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,
+                       mixed_precision=args.mixed_precision, recipe=args.recipe,
+                       steps=steps, augment=augment, mixup_alpha=args.mixup or 0.2,
+                       pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
+                       pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema,
+                       grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
+                       jumbo_multiplier=args.jumbo_multiplier, layer_scale=args.layer_scale, pos_embed=args.pos_embed,
+                       layers=args.layers, drop_path=args.drop_path, weight_decay=args.weight_decay,
+                       dim=args.dim, unequal_length=args.unequal_length)
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """What a ``tstrain`` command line asks for, before any data is read: the sweep's settings, its grid and the
+    ensemble size."""
+
+    config: SweepConfig
+    lrs: tuple[float, ...]
+    dropouts: tuple[float, ...]
+    ensemble: int
+
+
+def settings_from_args(args: argparse.Namespace) -> SweepSettings:
+    """The settings of parsed flags, the recipe filling what was not given (ValueError for flags it cannot use)."""
+    from .augment import parse_augment
+
+    recipe = RECIPES[args.recipe]
+    if args.patches is None:
+        args.patches = recipe["patches"]
+    names = parse_augment(args.augment if args.augment is not None else recipe["augment"])
+    if args.mixup:
+        names = parse_augment((*names, "mixup"))
+    _check_args(args)
+    return SweepSettings(config=_sweep_config(args, recipe, ",".join(names) or "none"),
+                         lrs=tuple(args.lr) if args.lr else tuple(recipe["lrs"]),
+                         dropouts=tuple(args.dropout) if args.dropout else tuple(recipe["dropouts"]),
+                         ensemble=args.ensemble if args.ensemble is not None else recipe["ensemble"])
+
+
+def sweep_settings(argv: Sequence[str]) -> SweepSettings:
+    """The settings of a ``tstrain`` command line (``argv`` without the program name), exactly as ``tstrain`` would
+    resolve them, without reading data or training: e.g. to tell whether two recorded commands train the same
+    runs."""
+    return settings_from_args(build_parser().parse_args(list(argv)))
