@@ -23,6 +23,7 @@ from jumbokit.data import (
     parse_dataset_spec,
     read_data_info,
 )
+from jumbokit.data.sources import FolderSource
 from jumbokit.training.cli import one_line
 
 torch.set_num_threads(1)
@@ -204,6 +205,24 @@ def test_plain_class_folder_serves_every_split_with_warning(image_tree):
     assert len(build_dataset(f"folder:{root}", "train", img_size=8)) == 6
     with pytest.warns(UserWarning, match="whole folder"):
         assert len(build_dataset(f"folder:{root}", "val", "eval", img_size=8)) == 6
+
+
+def test_folder_order_classes_sorted_files_by_path_hidden_and_empty_left_out(tmp_path):
+    """torchvision's ImageFolder reads the tree in the order of the earlier reader: classes that hold an image,
+    sorted; within a class every file (nested folders too) sorted by its path; hidden files and folders left out."""
+    files = ["cat/b.png", "cat/a.JPG", "cat/sub/x.png", "cat/sub-2/y.png", "cat/z.png", "cat/._a.jpg",
+             "cat-1/q.png", "cat-1/.hidden/r.png", ".git/s.png", "dog/0.png", "dog/sub/deep/2.png"]
+    for name in files:
+        write_image(tmp_path / name)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "dog" / "notes.txt").write_text("x")
+    with pytest.warns(UserWarning, match=r"ignoring 1 class folder\(s\) without images .*\['empty'\]"):
+        source = FolderSource(tmp_path, "train")
+    expected = ["cat/a.JPG", "cat/b.png", "cat/sub-2/y.png", "cat/sub/x.png", "cat/z.png", "cat-1/.hidden/r.png",
+                "cat-1/q.png", "dog/0.png", "dog/sub/deep/2.png"]
+    assert source.classes == ["cat", "cat-1", "dog"] and source.targets == [0] * 5 + [1] * 2 + [2] * 2
+    assert source.paths == [str(tmp_path / name) for name in expected]
+    assert source.describe(1) == str(tmp_path / "cat/b.png") and source.load(0).mode == "RGB"
 
 
 def test_missing_split_folder_is_an_error(tmp_path):

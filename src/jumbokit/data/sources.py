@@ -1,4 +1,5 @@
-"""Raw image sources: scikit-learn digits (embedded), ImageFolder trees, Hugging Face datasets.
+"""Raw image sources: scikit-learn digits (embedded), ImageFolder trees (torchvision's ``ImageFolder``), Hugging
+Face datasets.
 
 A source knows its samples and classes and loads one raw PIL image at a time; it applies no transform.
 Every source has ``classes`` (list[str]), ``targets`` (list[int]), ``__len__``, ``load(i) -> PIL.Image``,
@@ -14,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from .errors import DataError, SplitNotFoundError
-
-IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 SPLITS = ("train", "val", "test")
 # directory / hub split names tried for each requested split, in order
@@ -90,7 +91,8 @@ class DigitsSource:
 # --------------------------------------------------------------------------------------------------- folders
 
 
-def _is_image_file(name: str) -> bool:
+def _is_image_path(path: str) -> bool:
+    name = os.path.basename(path)
     return name.lower().endswith(IMG_EXTENSIONS) and not name.startswith(".")
 
 
@@ -119,8 +121,12 @@ def resolve_split_dir(root: Path, split: str) -> Path:
     return root
 
 
-class FolderSource:
-    """torchvision ``ImageFolder`` layout: ``root[/split]/<class>/<image>``; classes sorted by folder name."""
+class FolderSource(ImageFolder):
+    """torchvision's ``ImageFolder`` over ``root[/split]/<class>/<image>``, images read as stored (no conversion).
+
+    Classes are the sorted class folders that hold an image (hidden files and folders left out; empty class
+    folders are skipped with a warning); within a class, files are sorted by path.
+    """
 
     in_memory = False
     native_chans = 3
@@ -132,48 +138,47 @@ class FolderSource:
             raise DataError(f"dataset folder {root} does not exist")
         if not root.is_dir():
             raise DataError(f"dataset path {root} is not a folder (expected an ImageFolder tree <class>/<image>)")
-        self.root = resolve_split_dir(root, split)
-        classes = _class_dirs(self.root)
-        if not classes:
-            raise DataError(
-                f"folder {self.root} has no class subfolders (expected <class>/<image> files, "
-                f"e.g. {self.root}/cat/001.jpg)"
-            )
-        samples: list[tuple[str, int]] = []
-        used: list[str] = []
-        for name in classes:
-            files = sorted(
-                os.path.join(dirpath, f)
-                for dirpath, _, fnames in os.walk(self.root / name, followlinks=True)
-                for f in fnames
-                if _is_image_file(f)
-            )
-            if files:
-                samples.extend((f, len(used)) for f in files)
-                used.append(name)
-        if not samples:
+        super().__init__(resolve_split_dir(root, split), loader=_open_image, is_valid_file=_is_image_path,
+                         allow_empty=True)
+        found = sorted({target for _, target in self.samples})
+        if not found:
             raise DataError(
                 f"no image files ({', '.join(IMG_EXTENSIONS)}) found under {self.root} "
-                f"(class folders: {', '.join(classes[:5])}{'...' if len(classes) > 5 else ''})"
+                f"(class folders: {', '.join(self.classes[:5])}{'...' if len(self.classes) > 5 else ''})"
             )
-        if len(used) < len(classes):
-            empty = sorted(set(classes) - set(used))
+        if len(found) < len(self.classes):
+            empty = sorted(set(self.classes) - {self.classes[t] for t in found})
             warnings.warn(f"ignoring {len(empty)} class folder(s) without images under {self.root}: {empty[:5]}")
-        self.classes = used
-        self.paths = [p for p, _ in samples]
-        self.targets = [t for _, t in samples]
+        renumber = {old: new for new, old in enumerate(found)}
+        self.classes = [self.classes[t] for t in found]
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        self.samples = sorted(((path, renumber[t]) for path, t in self.samples), key=lambda s: (s[1], s[0]))
+        self.imgs = self.samples
+        self.targets = [t for _, t in self.samples]
 
-    def __len__(self) -> int:
-        return len(self.paths)
+    def find_classes(self, directory: str | os.PathLike) -> tuple[list[str], dict[str, int]]:
+        classes = _class_dirs(Path(directory))
+        if not classes:
+            raise DataError(f"folder {directory} has no class subfolders (expected <class>/<image> files, "
+                            f"e.g. {directory}/cat/001.jpg)")
+        return classes, {name: i for i, name in enumerate(classes)}
+
+    @property
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.samples]
 
     def load(self, i: int) -> Image.Image:
-        with open(self.paths[i], "rb") as fh:
-            img = Image.open(fh)
-            img.load()
-        return img
+        return self.loader(self.samples[i][0])
 
     def describe(self, i: int) -> str:
-        return self.paths[i]
+        return self.samples[i][0]
+
+
+def _open_image(path: str) -> Image.Image:
+    with open(path, "rb") as fh:
+        img = Image.open(fh)
+        img.load()
+    return img
 
 
 # --------------------------------------------------------------------------------------------------- HF datasets
