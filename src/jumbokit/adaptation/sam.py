@@ -6,6 +6,9 @@ lets the base optimizer update with the gradient taken at the perturbed point. `
 returns to ``w`` without any update (used when the second loss selects no sample).
 The optimizer state (momentum buffers) lives in the base optimizer; ``state_dict`` and
 ``load_state_dict`` round-trip it exactly.
+
+Kept as our own: neither timm nor torch ships SAM, and SAR's reference copies a single-file SAM that this one
+matches step for step (plus ``restore`` and the exact state round trip).
 """
 from __future__ import annotations
 

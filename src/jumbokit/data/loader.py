@@ -1,5 +1,9 @@
 """Training and evaluation loaders: ``EpochSampler`` (order and augmentation depend on (seed, epoch) only) and
-``make_loader``."""
+``make_loader``.
+
+``EpochSampler`` stays ours: torch's ``RandomSampler`` / ``DistributedSampler`` fix the order but not each sample's
+augmentation seed, which a killed and resumed run needs to see the very batches of an uninterrupted one.
+"""
 from __future__ import annotations
 
 import math
