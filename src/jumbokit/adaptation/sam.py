@@ -7,8 +7,8 @@ returns to ``w`` without any update (used when the second loss selects no sample
 The optimizer state (momentum buffers) lives in the base optimizer; ``state_dict`` and
 ``load_state_dict`` round-trip it exactly.
 
-Kept as our own: neither timm nor torch ships SAM, and SAR's reference copies a single-file SAM that this one
-matches step for step (plus ``restore`` and the exact state round trip).
+Kept as our own: neither timm nor torch ships SAM; SAR's reference brings its own single-file SAM, whose two
+steps this one follows (adding ``restore`` and the exact state round trip).
 """
 from __future__ import annotations
 
