@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import jumbokit
-from jumbokit.encoders import Encoder, SeriesPatchTokenizer, create_model, list_models, random_keep
+from jumbokit.encoders import Encoder, create_model, list_models, random_keep
 from jumbokit.encoders.flops import count_params
+from jumbokit.timeseries.models import SeriesPatchTokenizer
 
 torch.manual_seed(0)
 

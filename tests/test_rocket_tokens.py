@@ -14,7 +14,7 @@ import torch
 from jumbokit import create_model
 from jumbokit.export import check_exportable
 from jumbokit.recipes import tstrain as cli
-from jumbokit.timeseries.rocket_tokens import MiniRocketFeatures, RocketHybrid, build_rocket_hybrid
+from jumbokit.timeseries.models.rocket import MiniRocketFeatures, RocketHybrid, build_rocket_hybrid
 from jumbokit.timeseries.run import augmented_forward, build_series_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import jumbokit
 from jumbokit.encoders import Encoder
-from jumbokit.encoders.series_length import LengthEmbed, series_span
+from jumbokit.timeseries.models.length import LengthEmbed, series_span
 from jumbokit.recipes import tstrain as cli
 from jumbokit.timeseries import protocol as ts_protocol
 from jumbokit.timeseries.models import PATCHTST_MODELS

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import jumbokit
-from jumbokit.encoders.series_scale import LevelScale
-from jumbokit.encoders.series_trunk import TokenStats, TrunkPatchFeatures, first_difference
-from jumbokit.encoders.tokenizers import SeriesPatchTokenizer
+from jumbokit.timeseries.models.scale import LevelScale
+from jumbokit.timeseries.models.trunk import TokenStats, TrunkPatchFeatures, first_difference
+from jumbokit.timeseries.models.tokenizer import SeriesPatchTokenizer
 
 FRONTS = [dict(trunk="inception"), dict(trunk="inception", trunk_depth=3, trunk_diff=True, token_stats=True),
           dict(trunk="resnet", trunk_width=8, trunk_depth=2), dict(token_stats=True),
@@ -143,7 +143,7 @@ def test_image_encoders_refuse_series_options():
 def test_relative_position_bias_is_added_by_patch_offset():
     """With the table at zero the model equals the one without it; a bias on offset 0 changes it; offsets follow
     kept positions under token drop; branches refuse it."""
-    from jumbokit.encoders.rel_pos import RelativePositionBias
+    from jumbokit.timeseries.models.rel_pos import RelativePositionBias
 
     torch.manual_seed(0)
     kw = dict(num_classes=3, in_chans=2, seq_len=40, patches=8)

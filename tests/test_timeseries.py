@@ -9,7 +9,7 @@ import torch
 
 import jumbokit
 from jumbokit.encoders import flops
-from jumbokit.encoders.tokenizers import series_patch_count
+from jumbokit.timeseries.models.tokenizer import series_patch_count
 from jumbokit.timeseries import bundled
 from jumbokit.timeseries import data as tsdata
 from jumbokit.timeseries import normalize as tsnorm
@@ -296,7 +296,7 @@ def test_padded_steps_do_not_change_outputs(name):
 
 
 def test_conv_stem_pools_observed_steps_within_each_patch():
-    from jumbokit.encoders.tokenizers import ConvPatchFeatures
+    from jumbokit.timeseries.models.tokenizer import ConvPatchFeatures
 
     torch.manual_seed(0)
     stem = ConvPatchFeatures(8, 16, patch_len=6, stride=3)

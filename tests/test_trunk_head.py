@@ -7,7 +7,7 @@ from torch import nn
 
 import jumbokit
 from jumbokit.encoders import Encoder
-from jumbokit.encoders.trunk_head import mean_probability_logits
+from jumbokit.encoders.extras import mean_probability_logits
 from jumbokit.timeseries.models import PATCHTST_MODELS
 from jumbokit.training import classification_loss
 

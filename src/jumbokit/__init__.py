@@ -9,7 +9,7 @@
 from .encoders import EncoderOutput, create_model, list_models, save
 from .encoders.branches import reparameterize
 from .pretrained import load  # a saved model with its data config (model.pretrained_cfg)
-from .timeseries import models as _timeseries_models  # noqa: F401  (registers the PatchTST family in the zoo)
+from .timeseries import models as _series_models  # noqa: F401  (the series tokenizer and models join the zoo)
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,5 @@
-"""The encoder core: tokenizers, global-token plug-ins, blocks, the Encoder, the zoo, timm interop, FLOPs."""
+"""The encoder core: the image tokenizer and tokenizer kinds, global-token plug-ins, blocks, the Encoder, the zoo,
+timm interop, FLOPs. Series models plug in from ``jumbokit.timeseries.models``."""
 
 from . import flops
 from .attention import Attention
@@ -16,14 +17,17 @@ from .global_tokens import (
     masked_mean,
 )
 from .timm_compat import from_timm
-from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens, sincos_pos_embed_1d, sincos_pos_embed_2d
+from .extras import EncoderExtra, TokenizerKind, register_tokenizer
+from .tokenizers import ImagePatchTokenizer, Tokens, sincos_pos_embed_1d, sincos_pos_embed_2d
 from .io import atomic_write, load_state_dict_checked
-from .zoo import build_model, create_model, list_models, load, load_config, model_config, register_model, save
+from .zoo import (build_model, create_model, list_models, load, load_config, model_config, register_architecture,
+                  register_model, save)
 
 __all__ = [
     "Attention", "Block", "DropPath", "LayerScale", "Mlp", "DEFAULT_CONFIG", "Encoder", "EncoderOutput",
     "gather_tokens", "random_keep", "GLOBAL_TOKEN_KINDS", "ClsToken", "GlobalTokens", "Jumbo", "NoGlobalTokens",
     "Registers", "make_global_tokens", "masked_mean", "from_timm", "ImagePatchTokenizer",
-    "SeriesPatchTokenizer", "Tokens", "sincos_pos_embed_1d", "sincos_pos_embed_2d", "build_model", "create_model", "list_models", "load", "load_config",
-    "load_state_dict_checked", "model_config", "atomic_write", "register_model", "save", "flops", "MultiStageEncoder",
+    "Tokens", "sincos_pos_embed_1d", "sincos_pos_embed_2d", "build_model", "create_model", "list_models", "load",
+    "load_config", "load_state_dict_checked", "model_config", "atomic_write", "register_model", "register_architecture",
+    "save", "flops", "MultiStageEncoder", "EncoderExtra", "TokenizerKind", "register_tokenizer",
 ]

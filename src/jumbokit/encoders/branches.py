@@ -40,7 +40,7 @@ import torch.nn as nn
 from .branch_blocks import BranchedAttention, BranchedBlock, BranchedMlp
 from .branch_layers import BranchAffine, BranchLinear, BranchScale
 from .collapse import check_joined, collapsed_config, fold_layernorm_into_linear
-from .encoder import DEFAULT_CONFIG, Encoder
+from .encoder import Encoder, full_config
 from .io import load_state_dict_checked
 from .join import JOIN_SCHEDULES, join_lambda_at, join_schedule_value, resolve_schedule
 
@@ -82,7 +82,7 @@ class BranchedEncoder(Encoder):
         join_rescale: bool = True,
         join_lambda: float = 0.0,
     ) -> None:
-        cfg = {**DEFAULT_CONFIG, **config}
+        cfg = full_config(config)
         depth = int(cfg["depth"])
         if isinstance(branches, bool) or not isinstance(branches, int) or branches < 2:
             raise ValueError(f"branches must be an integer >= 2, got {branches!r}")

@@ -2,7 +2,10 @@
 
 ``input -> tokenizer -> (B', N, D) patch tokens + positions -> [keep subset] -> global tokens join ->
 Block x L -> norm -> EncoderOutput``. One class serves images and series; its constructor takes a flat,
-JSON-able config (kept in ``model.config``) so a saved model rebuilds from its config alone.
+JSON-able config (kept in ``model.config``) so a saved model rebuilds from its config alone: the shared keys of
+:data:`DEFAULT_CONFIG` plus the options of the tokenizer kind it names (``tokenizer="image"``: ``img_size``,
+``patch_size``, ...; ``"series"``: the :class:`~jumbokit.timeseries.models.config.SeriesModelConfig` options).
+The kind may bring plug-ins the encoder runs through hooks (:mod:`jumbokit.encoders.extras`).
 """
 
 from __future__ import annotations
@@ -15,38 +18,15 @@ import torch
 from torch import nn
 
 from .blocks import Block
+from .extras import mean_probability_logits, tokenizer_kind, tokenizer_kinds
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
-from .rel_pos import RelativePositionBias
-from .series_length import LengthEmbed
-from .tokenizers import ImagePatchTokenizer, SeriesPatchTokenizer, Tokens, exporting
-from .trunk_head import TrunkHead, mean_probability_logits
+from .tokenizers import Tokens, exporting
 
-__all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "gather_tokens", "random_keep", "unknown_options"]
+__all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "encoder_options", "full_config", "gather_tokens", "random_keep",
+           "unknown_options"]
 
 DEFAULT_CONFIG: dict[str, Any] = {
-    "tokenizer": "image",
-    # image tokenizer
-    "img_size": 224,
-    "patch_size": 16,
-    "dynamic_img_size": True,
-    "dynamic_img_pad": False,
-    # series tokenizer
-    "seq_len": None,
-    "patch_len": None,
-    "stride": None,
-    "pad_end": True,
-    "conv_stem": 0,  # width of convolutional patch features added to the linear projection (0 = none)
-    "trunk": None,  # full-resolution convolutional trunk whose window features join each token: inception | resnet
-    "trunk_width": 16,  # filters per branch (inception, 4 branches) or per layer (resnet)
-    "trunk_depth": 3,  # inception modules / residual blocks
-    "trunk_diff": False,  # the first difference of each channel as a second trunk input
-    "trunk_mix": False,  # one trunk over all channels of a series (added to every channel's tokens)
-    "trunk_head": False,  # a second head on the trunk's mean token, trained beside the main one (trunk_head.py)
-    "token_stats": False,  # each window's observed mean and std, projected and added to its token
-    "level_scale": False,  # normalise each channel inside the model; its mean and std join every token
-    "rel_pos_bias": False,  # a learned per-head bias by patch offset in every layer's attention (eRPE-like)
-    "length_embed": False,  # each series' length (relative to seq_len) added to the global tokens
-    # shared
+    "tokenizer": "image",  # a registered tokenizer kind; its own options sit beside these (extras.TokenizerKind)
     "in_chans": 3,
     "pos_embed": "learn",
     "dim": 192,
@@ -93,7 +73,7 @@ class EncoderOutput:
     pad_mask: (B', K) bool, True = padded / missing token, or None.
     channels: C for channel-independent series (B' = B * C), 1 for images.
     grid: the patch grid of the input ((Hp, Wp) for images, (N,) for series).
-    token_mean: (B', D) each sequence's mean tokenizer token, before any block (only with ``trunk_head``).
+    token_mean: (B', D) each sequence's mean tokenizer token, before any block (only with an auxiliary head).
     """
 
     feature: torch.Tensor
@@ -140,32 +120,40 @@ def random_keep(
     return shuffle[:, :keep_count], restore
 
 
-def build_tokenizer(cfg: dict[str, Any]) -> ImagePatchTokenizer | SeriesPatchTokenizer:
-    """The tokenizer of a full encoder config: image patches, or series patches with their optional features."""
-    if cfg["tokenizer"] == "image":
-        series_only = [k for k in ("conv_stem", "trunk", "trunk_diff", "trunk_mix", "trunk_head", "token_stats",
-                                    "level_scale", "rel_pos_bias", "length_embed")
-                       if cfg[k]]
-        if series_only:
-            verb = "applies" if len(series_only) == 1 else "apply"
-            raise ValueError(f"{', '.join(series_only)} {verb} to series tokenizers only, got "
-                             f"{', '.join(f'{k}={cfg[k]!r}' for k in series_only)} with tokenizer='image'")
-        return ImagePatchTokenizer(
-            cfg["img_size"], cfg["patch_size"], cfg["in_chans"], int(cfg["dim"]),
-            dynamic_img_size=cfg["dynamic_img_size"], dynamic_img_pad=cfg["dynamic_img_pad"],
-        )
-    if cfg["tokenizer"] == "series":
-        missing = [k for k in ("seq_len", "patch_len", "stride") if cfg[k] is None]
-        if missing:
-            raise ValueError(f"a series encoder needs {missing}; got seq_len={cfg['seq_len']}, "
-                             f"patch_len={cfg['patch_len']}, stride={cfg['stride']}")
-        return SeriesPatchTokenizer(
-            cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg["in_chans"], int(cfg["dim"]), pad_end=cfg["pad_end"],
-            conv_stem=cfg["conv_stem"], trunk=cfg["trunk"], trunk_width=cfg["trunk_width"],
-            trunk_depth=cfg["trunk_depth"], trunk_diff=cfg["trunk_diff"], token_stats=cfg["token_stats"],
-            trunk_mix=cfg["trunk_mix"], level_scale=cfg["level_scale"],
-        )
-    raise ValueError(f"unknown tokenizer {cfg['tokenizer']!r}; expected 'image' or 'series'")
+def encoder_options(tokenizer: str | None = DEFAULT_CONFIG["tokenizer"]) -> dict[str, Any]:
+    """Every option of an encoder with tokenizer kind ``tokenizer``, with its default: the shared keys of
+    :data:`DEFAULT_CONFIG` and the kind's own options (``None``: the options of every registered kind)."""
+    kinds = tokenizer_kinds().values() if tokenizer is None else [tokenizer_kind(tokenizer)]
+    return {**DEFAULT_CONFIG, **{k: v for kind in kinds for k, v in kind.options.items()}}
+
+
+def full_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with every default filled in: the shared keys and the options of its tokenizer kind.
+
+    Options of another kind are refused unless they hold that kind's default (configs saved before the kinds
+    owned their options carried every kind's keys, at their defaults)."""
+    kind_name = config.get("tokenizer", DEFAULT_CONFIG["tokenizer"])
+    kind = tokenizer_kind(kind_name)
+    config = dict(config)
+    foreign: dict[str, list[str]] = {}
+    for name, other in tokenizer_kinds().items():
+        if name == kind_name:
+            continue
+        for key in [k for k in config if k in other.options and k not in kind.options]:
+            if config[key] == other.options[key]:
+                del config[key]
+            else:
+                foreign.setdefault(name, []).append(key)
+    for name, keys in foreign.items():
+        verb = "applies" if len(keys) == 1 else "apply"
+        raise ValueError(f"{', '.join(keys)} {verb} to {name} tokenizers only, got "
+                         f"{', '.join(f'{k}={config[k]!r}' for k in keys)} with tokenizer={kind_name!r}")
+    known = encoder_options(kind_name)
+    unknown = set(config) - set(known)
+    if unknown:
+        raise ValueError(f"unknown encoder option(s) {unknown_options(unknown, known)} (the keys of DEFAULT_CONFIG "
+                         f"and the {kind_name!r} tokenizer's options)")
+    return {**known, **config}
 
 
 class Encoder(nn.Module):
@@ -178,17 +166,14 @@ class Encoder(nn.Module):
 
     def __init__(self, **config: Any) -> None:
         super().__init__()
-        unknown = set(config) - set(DEFAULT_CONFIG)
-        if unknown:
-            raise ValueError(f"unknown encoder option(s) {unknown_options(unknown, DEFAULT_CONFIG)} "
-                             "(the keys of DEFAULT_CONFIG)")
-        cfg = {**DEFAULT_CONFIG, **config}
+        cfg = full_config(config)
         self.config = cfg
         dim, depth = int(cfg["dim"]), int(cfg["depth"])
         self.embed_dim = dim
         self.depth = depth
 
-        self.patch_embed = build_tokenizer(cfg)
+        kind = tokenizer_kind(cfg["tokenizer"])
+        self.patch_embed = kind.build(cfg)
         self.num_patches = self.patch_embed.num_patches
 
         if cfg["pos_embed"] not in ("learn", "sincos", "none"):
@@ -209,10 +194,10 @@ class Encoder(nn.Module):
             init_values=cfg["init_values"] if cfg["jumbo_init_values"] is None else cfg["jumbo_init_values"],
         )
         self.num_global_tokens = self.global_tokens.num_tokens
-        self.rel_pos = (RelativePositionBias(cfg["num_heads"], self.num_patches, self.num_global_tokens)
-                        if cfg["rel_pos_bias"] else None)
-        self.length_embed = (LengthEmbed(cfg["seq_len"], self.num_global_tokens, dim)
-                             if cfg["length_embed"] else None)
+        extras = kind.extras(cfg, self.num_global_tokens)  # the tokenizer kind's plug-ins (extras.EncoderExtra)
+        for name, module in extras.items():
+            self.add_module(name, module)
+        self._extra_names = tuple(extras)
 
         mlp_hidden = int(cfg["mlp_hidden"] or round(cfg["mlp_ratio"] * dim))
         rates = torch.linspace(0, cfg["drop_path_rate"], depth).tolist() if depth else []
@@ -230,14 +215,13 @@ class Encoder(nn.Module):
         self.norm = nn.Identity() if use_fc_norm else nn.LayerNorm(dim, eps=1e-6)
         self.fc_norm = nn.LayerNorm(self.num_features, eps=1e-6) if use_fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(cfg["head_drop_rate"]) if cfg["head_drop_rate"] > 0 else nn.Identity()
-        self.head_in_features = self.num_features * (cfg["in_chans"] if cfg["tokenizer"] == "series" else 1)
+        self.channel_independent = kind.channel_independent
+        self.head_in_features = self.num_features * (cfg["in_chans"] if self.channel_independent else 1)
         self.num_classes = int(cfg["num_classes"])
         self.head = nn.Linear(self.head_in_features, self.num_classes) if self.num_classes > 0 else nn.Identity()
-        if cfg["trunk_head"] and not cfg["trunk"]:
-            raise ValueError(f"trunk_head needs a convolutional trunk (trunk='resnet' or 'inception'), got "
-                             f"trunk={cfg['trunk']!r}")
-        self.trunk_head = self._make_trunk_head()
-        self._aux_logits: torch.Tensor | None = None  # the trunk head's logits of the last training forward
+        self._aux_head_name = kind.aux_head_name
+        self._set_aux_head()
+        self._aux_logits: torch.Tensor | None = None  # the auxiliary head's logits of the last training forward
 
         self.apply(_init_linear)
         self._plugin_keys = set(self.global_tokens.state_dict().keys())
@@ -263,16 +247,20 @@ class Encoder(nn.Module):
         self.head = nn.Linear(self.head_in_features, num_classes).to(device) if num_classes > 0 else nn.Identity()
         if num_classes > 0:
             _init_linear(self.head)
-        self.trunk_head = self._make_trunk_head()
-        if self.trunk_head is not None:
-            self.trunk_head.to(device)
+        self._set_aux_head()
+        if self.aux_head is not None:
+            self.aux_head.to(device)
 
-    def _make_trunk_head(self) -> TrunkHead | None:
-        """The second head of ``trunk_head=True`` (None without it, or without classes)."""
-        cfg = self.config
-        if not cfg["trunk_head"] or self.num_classes <= 0:
-            return None
-        return TrunkHead(int(cfg["dim"]), int(cfg["in_chans"]), self.num_classes, cfg["head_drop_rate"])
+    @property
+    def aux_head(self) -> nn.Module | None:
+        """The tokenizer kind's auxiliary head (e.g. a series encoder's ``trunk_head``), or None."""
+        return getattr(self, self._aux_head_name) if self._aux_head_name else None
+
+    def _set_aux_head(self) -> None:
+        """(Re)build the auxiliary head for the current classes, under the kind's attribute name."""
+        if self._aux_head_name:
+            kind = tokenizer_kind(self.config["tokenizer"])
+            setattr(self, self._aux_head_name, kind.aux_head(self.config, self.num_classes))
 
     def tokenize(self, x: torch.Tensor) -> Tokens:
         """Patch tokens with position embeddings added: Tokens.tokens is (B', N, D)."""
@@ -294,7 +282,7 @@ class Encoder(nn.Module):
         tok = self.tokenize(x)
         tokens, mask = tok.tokens, tok.pad_mask
         num_tokens = tokens.shape[1]
-        token_mean = masked_mean(tokens, mask) if self.trunk_head is not None else None
+        token_mean = masked_mean(tokens, mask) if self.aux_head is not None else None
         if pad_mask is not None:
             if pad_mask.shape != tokens.shape[:2]:
                 raise ValueError(f"pad_mask must have shape {tuple(tokens.shape[:2])}, got {tuple(pad_mask.shape)}")
@@ -304,9 +292,10 @@ class Encoder(nn.Module):
             tokens = gather_tokens(tokens, keep)
             if mask is not None:
                 mask = mask.gather(1, keep)
-        if self.length_embed is not None:
-            lengths = self.length_embed(x)
-            global_offset = lengths if global_offset is None else global_offset + lengths
+        for extra in self._extras():
+            offset = extra.global_offset(x)
+            if offset is not None:
+                global_offset = offset if global_offset is None else global_offset + offset
         x = self.global_tokens.join(tokens, global_offset)
         attn_mask = self._attention_mask(mask, num_tokens, keep, x.dtype)
         inplace = not torch.is_grad_enabled()  # x is this call's own buffer: residuals may go in place
@@ -323,8 +312,8 @@ class Encoder(nn.Module):
 
     def _attention_mask(self, mask: torch.Tensor | None, num_tokens: int, keep: torch.Tensor | None,
                         dtype: torch.dtype) -> torch.Tensor | None:
-        """None, a bool mask (B', 1, 1, T) (True = may attend), or with ``rel_pos_bias`` a float mask
-        (B' or 1, heads, T, T): the relative-position bias, -inf where attention is not allowed."""
+        """None, a bool mask (B', 1, 1, T) (True = may attend), or with a plug-in's attention bias a float mask
+        (B' or 1, heads, T, T): the bias, -inf where attention is not allowed."""
         allowed = None
         if mask is not None:
             if self.num_global_tokens == 0 and not exporting() and bool(mask.all(dim=1).any()):
@@ -332,32 +321,41 @@ class Encoder(nn.Module):
                                  "drop fully-missing samples/channels or use a global-token plug-in")
             full = torch.cat([mask.new_zeros(mask.shape[0], self.num_global_tokens), mask], dim=1)
             allowed = (~full)[:, None, None, :]
-        if self.rel_pos is None:
+        bias = None
+        for extra in self._extras():
+            term = extra.attention_bias(num_tokens, keep)
+            if term is not None:
+                bias = term if bias is None else bias + term
+        if bias is None:
             return allowed
-        bias = self.rel_pos(num_tokens, keep).to(dtype)
+        bias = bias.to(dtype)
         return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
+
+    def _extras(self) -> list[nn.Module]:
+        return [getattr(self, name) for name in self._extra_names]
 
     def forward_head(self, out: EncoderOutput, pre_logits: bool = False) -> torch.Tensor:
         """Pooled feature -> logits (B, num_classes); series features are concatenated over channels."""
         feature = out.feature
-        if out.channels > 1 or self.config["tokenizer"] == "series":
+        if out.channels > 1 or self.channel_independent:
             feature = feature.reshape(-1, out.channels * feature.shape[-1])
         feature = self.head_drop(feature)
         return feature if pre_logits else self.head(feature)
 
     def classify(self, out: EncoderOutput) -> torch.Tensor:
-        """Logits (B, num_classes) of :meth:`forward_head`. With a trunk head, a training forward keeps the trunk
-        head's logits for :meth:`take_aux_logits` (the loss) and an evaluation returns the logits of the two heads'
-        mean probabilities."""
+        """Logits (B, num_classes) of :meth:`forward_head`. With an auxiliary head (``trunk_head``), a training
+        forward keeps its logits for :meth:`take_aux_logits` (the loss) and an evaluation returns the logits of the
+        two heads' mean probabilities."""
         logits = self.forward_head(out)
-        if self.trunk_head is None:
+        aux_head = self.aux_head
+        if aux_head is None:
             return logits
-        aux = self.trunk_head(out.token_mean, out.channels)
+        aux = aux_head(out.token_mean, out.channels)
         self._aux_logits = aux if self.training else None
         return logits if self.training else mean_probability_logits(logits, aux)
 
     def take_aux_logits(self) -> torch.Tensor | None:
-        """The trunk head's logits (B, num_classes) of the last training forward, once (then None)."""
+        """The auxiliary head's logits (B, num_classes) of the last training forward, once (then None)."""
         aux, self._aux_logits = self._aux_logits, None
         return aux
 

@@ -13,11 +13,8 @@ from typing import Any
 
 from torch import nn
 
+from .extras import tokenizer_kind
 from .stages import multistage_config_check, stage_grids
-from .series_length import length_embed_flops
-from .series_scale import level_scale_flops
-from .series_trunk import token_stats_flops, trunk_flops
-from .tokenizers import conv_stem_flops, series_patch_count
 
 __all__ = ["LayerFlops", "layer_flops", "encoder_flops", "multistage_flops", "matching_registers", "count_params",
            "prop1_layer_macs"]
@@ -94,47 +91,11 @@ def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int 
         config.get("class_token", True), config.get("jumbo_multiplier", 0), hidden,
         config.get("jumbo_mlp_ratio", 4.0), config.get("qk_dim"), config.get("v_dim"),
     ).total
-    if config.get("tokenizer", "image") == "image":
-        patch = config.get("patch_size", 16)
-        ph, pw = (patch, patch) if isinstance(patch, int) else patch
-        embed = 2 * num_patches * dim * ph * pw * config.get("in_chans", 3)
-        seqs = 1
-    else:
-        seqs = channels if channels is not None else config.get("in_chans", 1)
-        embed = _series_embed_flops(config, num_patches, dim)
-        if config.get("trunk_mix"):  # one trunk pass per sample over all its channels
-            return seqs * (depth * per_layer + embed) + _series_trunk_flops(config, num_patches, dim, seqs)
-    return seqs * (depth * per_layer + embed)
-
-
-def _series_trunk_flops(config: dict[str, Any], num_patches: int, dim: int, in_series: int = 1) -> int:
-    """One pass of the series trunk over ``in_series`` series (a channel, or all channels when mixing)."""
-    return trunk_flops(config["trunk"], config.get("trunk_width", 16), config.get("trunk_depth", 3),
-                       _padded_steps(config), num_patches, dim, bool(config.get("trunk_diff", False)), in_series)
-
-
-def _padded_steps(config: dict[str, Any]) -> int:
-    """The steps the series convolutions run over: the series plus the end padding of one stride."""
-    return config["seq_len"] + (config["stride"] if config.get("pad_end", True) else 0)
-
-
-def _series_embed_flops(config: dict[str, Any], num_patches: int, dim: int) -> int:
-    """Series tokenizer FLOPs per channel-series: the linear patch projection plus the optional conv stem,
-    channel-independent trunk and token statistics (the convolutions run over the padded series)."""
-    embed = 2 * num_patches * dim * config["patch_len"]
-    if config.get("conv_stem", 0):
-        embed += conv_stem_flops(config["conv_stem"], _padded_steps(config), num_patches, dim)
-    if config.get("trunk") and not config.get("trunk_mix"):
-        embed += _series_trunk_flops(config, num_patches, dim)
-    if config.get("token_stats"):
-        embed += token_stats_flops(num_patches, dim)
-    if config.get("level_scale"):
-        embed += level_scale_flops(dim)
-    if config.get("length_embed"):
-        embed += length_embed_flops(global_token_count(
-            config.get("global_tokens", "cls"), config.get("num_registers", 0), config.get("class_token", True),
-            config.get("jumbo_multiplier", 0)), dim)
-    return embed
+    kind = tokenizer_kind(config.get("tokenizer", "image"))
+    sequences = 1
+    if kind.channel_independent:
+        sequences = channels if channels is not None else config.get("in_chans", 1)
+    return sequences * depth * per_layer + kind.flops(config, num_patches, sequences)
 
 
 def multistage_flops(model_or_config: nn.Module | dict[str, Any], img_size: int | tuple[int, int] | None = None,
@@ -179,12 +140,7 @@ def multistage_flops(model_or_config: nn.Module | dict[str, Any], img_size: int 
 
 
 def _num_patches(config: dict[str, Any]) -> int:
-    if config.get("tokenizer", "image") == "image":
-        img, patch = config.get("img_size", 224), config.get("patch_size", 16)
-        ih, iw = (img, img) if isinstance(img, int) else img
-        ph, pw = (patch, patch) if isinstance(patch, int) else patch
-        return math.ceil(ih / ph) * math.ceil(iw / pw)
-    return series_patch_count(config["seq_len"], config["patch_len"], config["stride"], config.get("pad_end", True))
+    return tokenizer_kind(config.get("tokenizer", "image")).num_patches(config)
 
 
 def prop1_layer_macs(dim: int, num_patches: int, registers: int = 0, jumbo_multiplier: int = 0) -> int:

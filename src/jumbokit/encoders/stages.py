@@ -28,12 +28,12 @@ from torch import nn
 from .blocks import Block, masked_layer_norm
 from .encoder import DEFAULT_CONFIG, EncoderOutput, _add_plugin_prefix, _init_linear, _strip_plugin_prefix, unknown_options
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
-from .tokenizers import ImagePatchTokenizer, resample_pos_embed, sincos_pos_embed_2d, to_2tuple
+from .tokenizers import IMAGE_OPTIONS, ImagePatchTokenizer, resample_pos_embed, sincos_pos_embed_2d, to_2tuple
 
 __all__ = ["MULTISTAGE_CONFIG", "MultiStageEncoder", "ConvStem", "ResidualSpatialReduction", "Stage",
            "multistage_config_check"]
 
-# options with the same meaning as in the plain encoder (and its defaults)
+# options with the same meaning as in the plain encoder with an image tokenizer (and its defaults)
 _SHARED_OPTIONS = ("in_chans", "dynamic_img_size", "pos_embed", "qkv_bias", "init_values", "drop_rate",
                    "attn_drop_rate", "drop_path_rate", "head_drop_rate", "global_tokens", "num_registers", "class_token",
                    "jumbo_multiplier", "jumbo_mlp_ratio", "jumbo_share", "jumbo_lora_rank", "jumbo_pool",
@@ -51,7 +51,7 @@ MULTISTAGE_CONFIG: dict[str, Any] = {
     "heads": [[3] * 4, [6] * 4, [12] * 4],  # per block of each stage
     "mlp_hidden": [[768] * 4, [1536] * 4, [3072] * 4],  # per block of each stage (absolute sizes)
     "patch_head": False,  # the paper's token-labeling head: Linear(d_last, num_classes) on every last-stage patch
-    **{key: DEFAULT_CONFIG[key] for key in _SHARED_OPTIONS},
+    **{key: {**DEFAULT_CONFIG, **IMAGE_OPTIONS}[key] for key in _SHARED_OPTIONS},
 }
 
 

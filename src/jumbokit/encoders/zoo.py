@@ -20,12 +20,13 @@ import torch
 from torch import nn
 
 from .branches import build_branched_encoder
-from .encoder import DEFAULT_CONFIG, Encoder, unknown_options
+from .encoder import Encoder, encoder_options, unknown_options
 from .io import (MODEL_FILE, atomic_write, load_state_dict_checked, read_safetensors, resolve_model_file,
                  unreadable_file_error)
 from .stages import MULTISTAGE_CONFIG, MultiStageEncoder
 
-__all__ = ["load_config", "register_model", "create_model", "list_models", "model_config", "build_model", "save",
+__all__ = ["load_config", "register_model", "register_architecture", "create_model", "list_models", "model_config",
+           "build_model", "save",
            "load", "load_data_config", "CONFIG_FILE", "DATA_CONFIG_KEY"]
 
 CONFIG_FILE = "model_config.json"
@@ -42,6 +43,7 @@ class _Entry:
 
 
 _REGISTRY: dict[str, _Entry] = {}
+_ARCHITECTURES: dict[str, Callable[[dict[str, Any]], nn.Module]] = {}
 
 
 def register_model(
@@ -56,6 +58,12 @@ def register_model(
     removed from ``overrides`` by the builder). Without a builder, overrides must be encoder keys.
     """
     _REGISTRY[name] = _Entry(dict(config), builder, description)
+
+
+def register_architecture(name: str, build: Callable[[dict[str, Any]], nn.Module]) -> None:
+    """Configs with ``encoder=name`` are built (and rebuilt on load) by ``build(config)``: models that wrap an
+    encoder (the series ROCKET hybrid) register themselves so."""
+    _ARCHITECTURES[name] = build
 
 
 def list_models(pattern: str | None = None) -> list[str]:
@@ -84,7 +92,8 @@ def model_config(name: str, **overrides: Any) -> dict[str, Any]:
     overrides = {k: v for k, v in overrides.items() if k not in _BRANCH_KEYS}
     if entry.builder is not None:
         return entry.builder(dict(entry.config), dict(overrides))
-    defaults = MULTISTAGE_CONFIG if entry.config.get("encoder") == "multistage" else DEFAULT_CONFIG
+    # an option of another tokenizer kind passes here; the encoder names the kind it belongs to
+    defaults = MULTISTAGE_CONFIG if entry.config.get("encoder") == "multistage" else encoder_options(None)
     unknown = set(overrides) - set(defaults)
     if unknown:
         raise ValueError(f"unknown option(s) {unknown_options(unknown, defaults)} for model {name!r}")
@@ -132,6 +141,8 @@ def build_model(config: dict[str, Any]) -> nn.Module:
         return build_branched_encoder(config, **branched)
     if config.get("encoder") == "multistage":
         return MultiStageEncoder(**config)
+    if config.get("encoder") in _ARCHITECTURES:
+        return _ARCHITECTURES[config["encoder"]](config)
     return Encoder(**config)
 
 

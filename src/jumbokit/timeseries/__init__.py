@@ -21,7 +21,7 @@ One module per job:
 - ``augment``: series augmentation (jitter, scaling, magnitude/time warping, window slicing, mixup).
 - ``pretrain``: ``pretrain_series``, masked-patch self-supervised pretraining of a series encoder; ``pool``: the
   cross-dataset pretraining pool (other sets' training splits).
-- ``rocket_tokens``: the hybrid ``patchtst_jumbo_rocket`` (MiniRocket features in the first Jumbo segment).
+- ``models.rocket``: the hybrid ``patchtst_jumbo_rocket`` (MiniRocket features in the first Jumbo segment).
 - ``estimator``: ``PatchTSTClassifier``, an aeon classifier.
 
 Importing this package is cheap (aeon and the runtime load on first use of a name below).

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from timm.data.mixup import mixup_target
 
-from ..encoders.series_scale import observed_mean_var
+from .models.scale import observed_mean_var
 
 __all__ = ["AUGMENTATIONS", "DEFAULT_AUGMENT", "SeriesAugment", "SeriesMixup", "observed_std", "parse_augment",
            "series_lengths", "resample_series"]

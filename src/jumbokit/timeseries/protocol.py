@@ -21,7 +21,7 @@ import numpy as np
 
 from jumbokit.encoders.checks import is_integer
 from jumbokit.encoders.global_tokens import Jumbo
-from jumbokit.encoders.series_trunk import TRUNKS
+from jumbokit.timeseries.models.trunk import TRUNKS
 from jumbokit.training.optim import epochs_for_min_steps
 
 from .data import UNEQUAL_LENGTHS

@@ -109,11 +109,11 @@ def build_series_model(name: str, data: ClassificationData, patches: int, dropou
     ``branches=n > 1``: the progressive-join training form with n times the layers in blocks of n parallel
     branches, which collapses exactly into the plain model's depth (``model.reparameterize()``).
     A hybrid name (``patchtst_jumbo_rocket``) wraps its transformer with MiniRocket features fitted on
-    ``data.train`` only (``rocket_seed``; see ``jumbokit.timeseries.rocket_tokens``)."""
+    ``data.train`` only (``rocket_seed``; see ``jumbokit.timeseries.models.rocket``)."""
     from ..encoders import create_model, model_config
 
     if name in HYBRID_MODELS:
-        from .rocket_tokens import build_rocket_hybrid
+        from .models.rocket import build_rocket_hybrid
 
         if branches > 1:
             raise ValueError(f"{name} cannot train progressive-join branches; use branches=1")

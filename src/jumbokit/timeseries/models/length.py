@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...encoders.extras import EncoderExtra
+
 __all__ = ["LengthEmbed", "last_observed_index", "length_embed_flops", "series_span"]
 
 
@@ -33,7 +35,7 @@ def series_span(x: torch.Tensor) -> torch.Tensor:
     return (last_observed_index(~torch.isnan(x)) + 1).reshape(-1)
 
 
-class LengthEmbed(nn.Module):
+class LengthEmbed(EncoderExtra):
     """(B, C, L) series -> (B*C, G, D) offsets of the global tokens from each channel's length.
 
     Args:
@@ -60,6 +62,9 @@ class LengthEmbed(nn.Module):
             x = x[:, None]
         offset = nn.functional.linear(self.features(x), self.weight)  # (B*C, G*D)
         return offset.reshape(-1, self.num_global, self.dim)
+
+    def global_offset(self, x: torch.Tensor) -> torch.Tensor:
+        return self(x)
 
 
 def length_embed_flops(num_global: int, dim: int) -> int:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...encoders.extras import EncoderExtra
+
 __all__ = ["RelativePositionBias"]
 
 
-class RelativePositionBias(nn.Module):
+class RelativePositionBias(EncoderExtra):
     """(heads, 2N - 1) learned offsets -> an additive attention bias (B' or 1, heads, G + K, G + K).
 
     Args:
@@ -39,3 +41,6 @@ class RelativePositionBias(nn.Module):
         patch_bias = self.table[:, index].transpose(0, 1)  # (B' or 1, heads, K, K)
         g = self.num_global
         return nn.functional.pad(patch_bias, (g, 0, g, 0))  # zeros for pairs with a global token
+
+    def attention_bias(self, num_tokens: int, keep: torch.Tensor | None) -> torch.Tensor:
+        return self(num_tokens, keep)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import whole_number
+from ...encoders.checks import whole_number
 
 __all__ = ["TRUNKS", "TrunkPatchFeatures", "TokenStats", "window_max_mean", "trunk_flops", "token_stats_flops"]
 

@@ -4,18 +4,17 @@ With ``trunk_head=True`` a series encoder with a convolutional trunk gets a smal
 of the tokenizer's tokens (before any transformer block), as a ResNet classifier's global average pooling
 reads its last feature map. Training adds this head's cross-entropy to the main one (the encoder hands its
 logits to :func:`jumbokit.training.classification_loss` through ``take_aux_logits``), so the trunk is pushed to be a
-classifier on its own; evaluation returns the log of the two heads' mean class probabilities, one model that
+classifier on its own; evaluation returns the log of the two heads' mean class probabilities
+(:func:`jumbokit.encoders.extras.mean_probability_logits`), one model that
 scores like an ensemble of the trunk alone and the transformer on top of it.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
-__all__ = ["TrunkHead", "mean_probability_logits"]
+__all__ = ["TrunkHead"]
 
 
 class TrunkHead(nn.Module):
@@ -35,9 +34,3 @@ class TrunkHead(nn.Module):
     def forward(self, token_mean: torch.Tensor, channels: int) -> torch.Tensor:
         feature = self.norm(token_mean)
         return self.fc(self.drop(feature.reshape(-1, channels * feature.shape[-1])))
-
-
-def mean_probability_logits(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
-    """Logits (B, K) whose softmax is the mean of the softmax of ``first`` and of ``second`` (both (B, K))."""
-    pair = torch.stack([first.log_softmax(-1), second.log_softmax(-1)])
-    return torch.logsumexp(pair, dim=0) - math.log(2.0)
