@@ -1,8 +1,11 @@
 """The job runner (``jumbokit.training.jobs``): an ordered job list, each job claimed once from a store shared by
-the processes (simulated here by threads on one ``HashStore``), every result back in job order on every process,
-and a job that raises failing every process with the job named, never a hang."""
+the processes (simulated by threads on one ``HashStore``, and once for real with torchrun), every result back in
+job order on every process, and a job that raises failing every process with the job named, never a hang."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -97,3 +100,54 @@ def test_a_local_pool_does_the_jobs_whole_and_names_a_failure():
         run_jobs(JobQueue(["3", "1", "x", "5"]), int, workers=2)
     with pytest.raises(ValueError, match="positive integer"):
         run_jobs(JobQueue(["1"]), int, workers=0)
+
+
+_LAUNCHED = '''
+import sys
+
+import torch.distributed as dist
+
+from jumbokit.training.jobs import launch_queue, run_jobs
+
+dist.init_process_group("gloo")
+failing = int(sys.argv[1])
+
+
+def times_ten(job):
+    if job == failing:
+        raise ValueError(f"cannot do {job}")
+    return 10 * job
+
+
+try:
+    results = run_jobs(launch_queue(list(range(8)) if dist.get_rank() == 0 else None), times_ten,
+                       describe=lambda job: f"job {job}")
+    print("results", dist.get_rank(), results)
+finally:
+    dist.destroy_process_group()
+'''
+
+
+@pytest.mark.multiprocess
+def test_two_torchrun_processes_share_the_jobs_and_a_failure_reaches_the_main_process(tmp_path):
+    if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
+        pytest.skip("torch.distributed with gloo is not available: torchrun cannot start CPU processes here")
+    script = tmp_path / "jobs.py"
+    script.write_text(_LAUNCHED)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone", str(script)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    runs = {}
+    for failing in (-1, 5):
+        try:
+            runs[failing] = subprocess.run([*command, str(failing)], capture_output=True, text=True, timeout=180,
+                                           env=env)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"hang: the 2-process launch with job {failing} failing ran past 180 s", pytrace=False)
+    ok, failed = runs[-1], runs[5]
+    expected = [10 * j for j in range(8)]
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert sorted(ok.stdout.splitlines()) == [f"results {rank} {expected}" for rank in (0, 1)]
+    assert failed.returncode != 0 and "results" not in failed.stdout
+    # every process, the main one included, names the job, the process that ran it and its error
+    assert failed.stderr.count("JobFailed: job 6 of 8 (job 5) failed on process") == 2, failed.stderr[-3000:]
+    assert "ValueError: cannot do 5" in failed.stderr
