@@ -11,7 +11,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "jumbokit"
 
-LIBRARY = {"encoders", "heads", "data", "training", "ssl", "adaptation", "timeseries", "nas", "export", "logs"}
+LIBRARY = {"encoders", "heads", "data", "training", "ssl", "adaptation", "timeseries", "nas", "export", "logs",
+           "pretrained", "hub", "inference"}
 # Which parts of jumbokit each part may import ("jumbokit" = the top-level package: the zoo facade and the
 # registry of named time-series models). Modules named ``cli`` are front doors and may import any library part.
 ALLOWED: dict[str, set[str]] = {
@@ -25,7 +26,10 @@ ALLOWED: dict[str, set[str]] = {
     "adaptation": {"jumbokit", "encoders", "heads", "data", "training", "logs"},
     "nas": {"jumbokit", "encoders", "heads", "data", "training", "logs"},
     "export": {"jumbokit", "encoders", "logs", "nas"},  # nas: exporting an extracted subnet
-    "jumbokit": {"encoders", "timeseries"},
+    "hub": {"encoders", "data", "training", "logs"},  # the Hugging Face Hub: push a run, fetch a snapshot
+    "pretrained": {"encoders", "data", "hub"},  # jumbokit.load: a saved model with its data config
+    "inference": {"encoders", "data", "training", "pretrained"},  # a trained classifier in use (predict, validate)
+    "jumbokit": {"encoders", "timeseries", "pretrained", "hub"},
     "recipes": {"jumbokit"} | LIBRARY,
     "benchmarking": {"jumbokit", "recipes"} | LIBRARY,  # benchmark support and rank statistics, over the rest
     "cli": {"jumbokit", "recipes"} | LIBRARY,

@@ -8,12 +8,13 @@ either has no ``pretrained_cfg``, and ``data_config(model)`` is None.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["load", "data_config"]
+__all__ = ["load", "data_config", "local_path"]
 
 
 def load(source: str | os.PathLike, map_location: str | torch.device = "cpu", **overrides: Any) -> nn.Module:
@@ -25,8 +26,9 @@ def load(source: str | os.PathLike, map_location: str | torch.device = "cpu", **
     from jumbokit.data.data_config import check_data_config, read_run_data_config
     from jumbokit.encoders import load as load_saved
 
-    model = load_saved(source, map_location=map_location, **overrides)
-    config = getattr(model, "pretrained_cfg", None) or read_run_data_config(source)
+    path = local_path(source)
+    model = load_saved(path, map_location=map_location, **overrides)
+    config = getattr(model, "pretrained_cfg", None) or read_run_data_config(path)
     if config:
         model.pretrained_cfg = check_data_config(config)
     return model
@@ -35,3 +37,8 @@ def load(source: str | os.PathLike, map_location: str | torch.device = "cpu", **
 def data_config(model: nn.Module) -> dict[str, Any] | None:
     """The data config of a loaded model (``model.pretrained_cfg``), None when it has none."""
     return getattr(model, "pretrained_cfg", None) or None
+
+
+def local_path(source: str | os.PathLike) -> Path:
+    """The local run directory or ``.safetensors`` file that ``source`` names."""
+    return Path(source).expanduser()

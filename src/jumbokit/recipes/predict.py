@@ -1,0 +1,88 @@
+"""Predict the classes of images with a saved image classifier: a CSV of the top-k labels and probabilities.
+
+    jumbokit predict --checkpoint runs/supervised_vit_pico_jumbo_digits photos/     # every image under photos/
+    jumbokit predict --checkpoint RUN a.png b.jpg "scans/**/*.png" --topk 3 --out labels.csv
+
+Inputs are image files, folders (searched recursively) and glob patterns. Each image gets the model's own
+evaluation transform (its data config: size, normalisation, crop) and must have the model's channels (gray for a
+1-channel model, colour for a 3-channel one) unless --convert converts it as training does. The CSV has one row
+per image, in input order: file, then top1_label, top1_prob, ..., topK_label, topK_prob (softmax probabilities,
+class names from the model's data config). It is written only when every image was read (a temp file renamed at
+the end); an unreadable image, an image of the wrong channels or a missing checkpoint stops with one line.
+Time-series checkpoints are refused for now.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("jumbokit.recipes.predict")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jumbokit predict", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders or glob patterns")
+    p.add_argument("--checkpoint", required=True, metavar="RUN",
+                   help="the saved classifier: a run directory or a .safetensors file")
+    p.add_argument("--topk", type=int, default=5, help="labels per image, best first (default: %(default)s)")
+    p.add_argument("--out", default="predictions.csv", metavar="CSV", help="the CSV to write (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")
+    p.add_argument("--num-workers", type=int, default=0, metavar="N",
+                   help="DataLoader workers reading images (default: %(default)s)")
+    p.add_argument("--convert", action="store_true",
+                   help="convert images of other channels to the model's (luminance, or gray replicated) instead "
+                        "of stopping (default: off)")
+    p.add_argument("--cpu", action="store_true", help="predict on CPU even when a GPU is present (default: off)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: shown)")
+    p.add_argument("--debug", action="store_true", help="print the full traceback of errors (default: off)")
+    return p
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """One-line errors for out-of-range flags, before any work."""
+    for flag, value, low in (("--topk", args.topk, 1), ("--batch-size", args.batch_size, 1),
+                             ("--num-workers", args.num_workers, 0)):
+        if value < low:
+            raise ValueError(f"{flag} must be >= {low}, got {value}")
+    out = Path(args.out)
+    if out.suffix.lower() != ".csv":
+        raise ValueError(f"--out must name a .csv file, got {args.out}")
+    if out.is_dir():
+        raise ValueError(f"--out {args.out} is a folder; name the .csv file to write")
+
+
+def summary(rows: list[dict[str, Any]], checkpoint: str, out: Path, shown: int = 10) -> str:
+    """The lines printed after a prediction: counts, the most frequent labels, the mean top-1 probability."""
+    from jumbokit.inference import label_counts
+
+    counts = label_counts(rows)
+    mean_prob = sum(r["top1_prob"] for r in rows) / len(rows)
+    top = ", ".join(f"{label} {n}" for label, n in list(counts.items())[:shown])
+    more = f", ... ({len(counts)} labels)" if len(counts) > shown else ""
+    return (f"predicted {len(rows)} image(s) with {checkpoint} -> {out}\n"
+            f"top-1 labels: {top}{more}\nmean top-1 probability: {mean_prob:.3f}")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    import torch
+
+    from jumbokit.inference import ImageFiles, find_images, load_classifier, predict_topk
+    from jumbokit.logs import configure_logging
+    from jumbokit.training.rundir import atomic_write_text, csv_text
+
+    configure_logging()
+    args = build_parser().parse_args(argv)
+    check_flags(args)
+    device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
+    model, cfg = load_classifier(args.checkpoint, device=device)
+    files = ImageFiles(find_images(args.inputs), cfg, convert=args.convert)
+    rows = predict_topk(model, files, cfg, topk=args.topk, batch_size=args.batch_size, num_workers=args.num_workers,
+                        progress=not args.no_progress)
+    out = Path(args.out)
+    atomic_write_text(out, csv_text(rows))
+    print(summary(rows, str(args.checkpoint), out))
+    return {"rows": rows, "out": str(out)}

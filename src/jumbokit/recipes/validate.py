@@ -1,0 +1,106 @@
+"""Evaluate a saved image classifier on a dataset split: top-1 / top-5 / loss and a confusion matrix.
+
+    jumbokit validate --checkpoint runs/supervised_vit_pico_jumbo_digits          # the run's dataset, test split
+    jumbokit validate --checkpoint RUN --dataset folder:/data/digits28 --split val --out eval/
+    accelerate launch -m jumbokit validate --checkpoint RUN --dataset folder:/data/imagenet --split val
+
+The images get the model's own evaluation transform (its data config: size, channels, normalisation, crop) and
+the dataset's classes must be the model's. On N processes each process scores its shard and the per-image results
+are gathered once, so the numbers equal a one-process run's. Writes into --out (default: RUN/validate_<dataset>_
+<split>): results.csv (model, dataset, split, top1 and top5 in percent, loss, n), confusion.csv (rows: true class,
+columns: predicted class) and confusion.png; prints one summary line. Time-series checkpoints are refused for now.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("jumbokit.recipes.validate")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from jumbokit.data import SPLITS
+
+    p = argparse.ArgumentParser(prog="jumbokit validate", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--checkpoint", required=True, metavar="RUN",
+                   help="the saved classifier: a run directory or a .safetensors file")
+    p.add_argument("--dataset", default=None, metavar="SPEC",
+                   help="digits | fashion-mnist[:DIR] | folder:PATH | hf:NAME[:split] (default: the run's dataset, "
+                        "from its config.json)")
+    p.add_argument("--split", default="test", choices=SPLITS, help="the split to evaluate (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=256, help="per-process batch (default: %(default)s)")
+    p.add_argument("--num-workers", type=int, default=None, metavar="N",
+                   help="DataLoader workers (default: 0 for digits, min(8, cpus) for files)")
+    p.add_argument("--skip-corrupt", action="store_true",
+                   help="decode every image first and leave out unreadable files (default: off, they stop the run)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="folder for results.csv and the confusion matrix (default: RUN/validate_<dataset>_<split>)")
+    p.add_argument("--cpu", action="store_true", help="evaluate on CPU even when a GPU is present (default: off)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: shown)")
+    p.add_argument("--debug", action="store_true", help="print the full traceback of errors (default: off)")
+    return p
+
+
+def run_dataset(checkpoint: str, dataset: str | None) -> str:
+    """``dataset``, else the dataset the run at ``checkpoint`` was trained on."""
+    from jumbokit.pretrained import local_path
+    from jumbokit.training.rundir import read_data_record
+
+    if dataset:
+        return dataset
+    recorded = read_data_record(local_path(checkpoint)).get("dataset")
+    if not recorded:
+        raise ValueError(f"{checkpoint} has no run record naming its dataset; pass --dataset")
+    return str(recorded)
+
+
+def default_out(checkpoint: str, dataset: str, split: str) -> Path:
+    """``RUN/validate_<dataset kind>[-<folder name>]_<split>`` (the folder of a weights file for RUN)."""
+    from jumbokit.pretrained import local_path
+
+    path = local_path(checkpoint)
+    kind, _, rest = dataset.partition(":")
+    slug = kind + (f"-{Path(rest).name}" if rest else "")
+    return (path if path.is_dir() else path.parent) / f"validate_{slug.replace('/', '-')}_{split}"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from jumbokit.data import make_loader
+    from jumbokit.inference import (class_names, confusion_matrix, confusion_rows, eval_dataset, load_classifier,
+                                    plot_confusion)
+    from jumbokit.logs import configure_logging
+    from jumbokit.training import RunDir, TrainConfig, evaluate_classifier
+    from jumbokit.training.accelerator import make_accelerator
+    from jumbokit.training.report import RESULT_COLUMNS
+
+    configure_logging()
+    args = build_parser().parse_args(argv)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    acc = make_accelerator(TrainConfig(cpu=args.cpu, mixed_precision="no"))
+    model, cfg = load_classifier(args.checkpoint, device=acc.device)
+    dataset = run_dataset(args.checkpoint, args.dataset)
+    progress = not args.no_progress and acc.is_main_process
+    num_classes = int(model.num_classes)
+    ds = eval_dataset(dataset, args.split, cfg, num_classes, skip_corrupt=args.skip_corrupt, progress=progress)
+    loader = acc.prepare_data_loader(make_loader(ds, args.batch_size, num_workers=args.num_workers))
+    metrics = evaluate_classifier(model, loader, accelerator=acc, return_predictions=True, progress=progress,
+                                  desc=f"validate {args.split}")
+    if not acc.is_main_process:
+        return {}
+    names = class_names(cfg, num_classes)
+    matrix = confusion_matrix(metrics.pop("targets"), metrics.pop("predictions"), num_classes)
+    out = Path(args.out) if args.out else default_out(args.checkpoint, dataset, args.split)
+    row = {"model": str(args.checkpoint), "dataset": dataset, "split": args.split, **metrics}
+    run = RunDir(out)
+    run.write_results_csv([row], RESULT_COLUMNS)
+    run.write_results_csv(confusion_rows(matrix, names), name="confusion.csv")
+    plot_confusion(matrix, names, out / "confusion.png", f"{Path(str(args.checkpoint)).name}: {dataset} {args.split}")
+    top5 = f"  top-5 {metrics['top5']:.2f}%" if "top5" in metrics else ""
+    print(f"{args.checkpoint} on {dataset} {args.split} ({metrics['n']} images, {acc.num_processes} process(es)): "
+          f"top-1 {metrics['top1']:.2f}%{top5}  loss {metrics['loss']:.4f}  -> {out}")
+    return {**row, "confusion": matrix.tolist(), "out": str(out)}
