@@ -3,6 +3,8 @@
 FLOPs count matrix multiplications only (2 FLOPs per multiply-add), which is what
 ``torch.utils.flop_counter.FlopCounterMode`` counts; norms, softmax and GELU are left out.
 Proposition 1 of the Jumbo paper (Appendix A.3.3) counts multiply-adds: half of these FLOPs.
+Kept analytic beside ``FlopCounterMode`` (the tests hold the two equal): a config's cost, e.g. the NAS search's
+budget over thousands of candidates, is known without building or running a model, per layer and to the digit.
 """
 
 from __future__ import annotations
