@@ -284,6 +284,38 @@ def test_series_save_load_round_trip(tmp_path):
     assert torch.equal(model(x), jumbokit.load(tmp_path).eval()(x))
 
 
+def test_encoder_config_is_modality_agnostic_and_kinds_own_their_options():
+    """DEFAULT_CONFIG holds only shared keys; a model's config holds its own kind's options and no other kind's."""
+    from jumbokit.encoders import DEFAULT_CONFIG
+    from jumbokit.timeseries.models import ENCODER_KEYS
+
+    assert not set(DEFAULT_CONFIG) & {"img_size", "patch_size", *ENCODER_KEYS}
+    image, series = tiny("vit_pico_cls"), series_model("jumbo")
+    assert "patch_size" in image.config and not set(image.config) & set(ENCODER_KEYS)
+    assert set(ENCODER_KEYS) <= set(series.config) and "img_size" not in series.config
+
+
+def test_configs_saved_with_every_kinds_keys_still_load(tmp_path):
+    """Configs saved before the tokenizer kinds owned their options carry every kind's keys at their defaults."""
+    legacy_image = dict(img_size=224, patch_size=16, dynamic_img_size=True, dynamic_img_pad=False)
+    legacy_series = dict(seq_len=None, patch_len=None, stride=None, pad_end=True, conv_stem=0, trunk=None,
+                         trunk_width=16, trunk_depth=3, trunk_diff=False, trunk_mix=False, trunk_head=False,
+                         token_stats=False, level_scale=False, rel_pos_bias=False, length_embed=False)
+    from safetensors.torch import load_file, save_file
+
+    cases = [(tiny("vit_pico_jumbo"), torch.randn(2, 3, 16, 16)), (series_model("jumbo"), torch.randn(2, 3, 40))]
+    for model, x in cases:
+        jumbokit.save(model, tmp_path / "run")
+        path = tmp_path / "run" / "model_config.json"
+        config = json.loads(path.read_text())
+        old = {**legacy_image, **legacy_series, **config}
+        path.unlink()
+        weights = tmp_path / "run" / "model.safetensors"
+        save_file(load_file(str(weights)), str(weights), metadata={"jumbokit_config": json.dumps(old)})
+        loaded = jumbokit.load(tmp_path / "run").eval()
+        assert loaded.config == model.config and torch.equal(loaded(x), model.eval()(x))
+
+
 def test_load_checkpoint_of_a_different_config(tmp_path):
     jumbokit.save(tiny("vit_pico_jumbo"), tmp_path)
     other = tiny("vit_pico_reg16")

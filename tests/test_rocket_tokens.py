@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import jumbokit
 from jumbokit import create_model
 from jumbokit.export import check_exportable
 from jumbokit.recipes import tstrain as cli
@@ -59,6 +60,26 @@ def test_hybrid_starts_as_the_transformer_and_learns_its_projection():
         encoder.forward_features(x, global_offset=offset[:, :1])
     with pytest.raises(ValueError, match="cannot be exported to ONNX"):
         check_exportable(hybrid)
+
+
+def test_create_model_builds_the_hybrid_and_a_saved_one_loads_without_data(tmp_path):
+    """create_model + fit_features is build_rocket_hybrid in two steps (same weights, same fitted state), and
+    jumbokit.load rebuilds a fitted hybrid from its directory alone."""
+    x = _series(12, 2, 60)
+    torch.manual_seed(0)
+    hybrid = create_model("patchtst_jumbo_rocket", num_classes=3, in_chans=2, seq_len=60, patches=4, dim=32,
+                          depth=1, num_heads=2, mlp_hidden=32, rocket_features=200, rocket_seed=2)
+    assert isinstance(hybrid, RocketHybrid) and not hybrid.feature_mean.any()  # not fitted yet
+    hybrid.fit_features(x)
+    reference = build_rocket_hybrid(_encoder(), x, seed=2, num_features=200)
+    ours, theirs = hybrid.state_dict(), reference.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    with torch.no_grad():
+        hybrid.rocket_proj.weight.normal_()
+    series = torch.from_numpy(_series(4, 2, 60, seed=1))
+    jumbokit.save(hybrid, tmp_path)
+    loaded = jumbokit.load(tmp_path)
+    torch.testing.assert_close(loaded.eval()(series), hybrid.eval()(series), rtol=0, atol=0)
 
 
 def test_sweep_model_fits_rocket_on_the_training_split_only():

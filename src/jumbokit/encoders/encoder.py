@@ -22,8 +22,8 @@ from .extras import mean_probability_logits, tokenizer_kind, tokenizer_kinds
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
 from .tokenizers import Tokens, exporting
 
-__all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "encoder_options", "full_config", "gather_tokens", "random_keep",
-           "unknown_options"]
+__all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "encoder_options", "full_config", "gather_tokens",
+           "random_keep", "unknown_options"]
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "tokenizer": "image",  # a registered tokenizer kind; its own options sit beside these (extras.TokenizerKind)

@@ -35,7 +35,6 @@ from typing import Any
 from ...encoders import flops, model_config, register_model
 from ...encoders.checks import whole_number
 from ...encoders.encoder import encoder_options, unknown_options
-from . import kind  # noqa: F401  (registers the series tokenizer before any model of this family is built)
 from .tokenizer import series_patch_count
 
 __all__ = ["PATCHTST_MODELS", "REFERENCE_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS",
