@@ -25,12 +25,9 @@ Prints a table and writes JSON (--json) and a markdown copy beside it.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,10 +35,10 @@ import torch
 from torch import nn
 
 import jumbokit
-from jumbokit.encoders.branches import build_branched_encoder
 from jumbokit.encoders.flops import count_params, encoder_flops
+from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
 from jumbokit.export import export_onnx
-from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
+from jumbokit.training.rundir import markdown_table
 
 COLLAPSE_BRANCHES = (2, 3, 4)
 BASELINE, SIX, REGISTERS, JUMBO = "ViT-Tiny 12 layers", "collapsed 6 layers (n=2)", "ViT-Tiny R=16", "ViT-Tiny J=6"
@@ -65,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "exporter's)")
     p.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     p.add_argument("--work-dir", type=Path, default=None, help="where the .onnx files go (default: a temp dir)")
-    p.add_argument("--json", type=Path, default=Path("benchmarks/results/deploy.json"), help="(default: %(default)s)")
+    p.add_argument("--json", type=Path, default=result_path("deploy"), help="(default: %(default)s)")
     args = p.parse_args(argv)
     for name in ("threads", "img_size", "repeats", "latency_iters", "throughput_batch", "throughput_iters"):
         if getattr(args, name) < 1:
@@ -150,20 +147,11 @@ def time_runtimes(calls: dict[tuple[str, str], Callable], batch, iters: int,
 
 
 def time_rounds(calls: dict[tuple[str, str], Callable], batch, iters: int, args) -> dict[tuple[str, str], list[float]]:
-    """Seconds per call of every pair, one value per round; rounds interleave the pairs (ABBA order)."""
-    for call in calls.values():
-        for _ in range(args.warmup):
-            call(batch)
-    seconds: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
-    for round_idx in range(args.repeats):
-        order = list(calls.items())
-        for key, call in (order if round_idx % 2 == 0 else order[::-1]):
-            time.sleep(args.settle)  # the previous call's spinning worker threads go to sleep first
-            start = time.perf_counter()
-            for _ in range(iters):
-                call(batch)
-            seconds[key].append((time.perf_counter() - start) / iters)
-    return seconds
+    """Seconds per call of every pair, one value per round; rounds interleave the pairs (ABBA order), each
+    block after a pause of ``--settle`` (the previous call's spinning worker threads go to sleep first)."""
+    timings = time_interleaved({key: lambda c=call: c(batch) for key, call in calls.items()}, args.repeats, iters,
+                               warmup=args.warmup, alternate=True, settle=args.settle)
+    return {key: list(timing.rounds) for key, timing in timings.items()}
 
 
 def summarise(latency, throughput, records, args) -> tuple[list[dict], dict[str, Any]]:
@@ -202,9 +190,8 @@ def summarise(latency, throughput, records, args) -> tuple[list[dict], dict[str,
 def environment(args) -> dict[str, Any]:
     import onnxruntime
 
-    return {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "torch": torch.__version__,
-            "onnxruntime": onnxruntime.__version__, "python": platform.python_version(),
-            "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "threads": args.threads,
+    return {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+            "machine": machine_record(threads=args.threads, device="cpu"), "onnxruntime": onnxruntime.__version__,
             "img_size": args.img_size, "repeats": args.repeats, "settle_s": args.settle,
             "latency_iters": args.latency_iters,
             "throughput_batch": args.throughput_batch, "throughput_iters": args.throughput_iters, "dtype": "float32",
@@ -221,7 +208,8 @@ def report(rows: list[dict], ratios: dict[str, Any], env: dict[str, Any]) -> str
     lines = ["# Deployment speed: ONNX Runtime vs PyTorch eager (CPU, fp32)", "",
              f"`{env['command']}`: {env['threads']} threads, {env['img_size']} px, latency at batch 1, throughput "
              f"at batch {env['throughput_batch']}, median of {env['repeats']} interleaved rounds per runtime; torch "
-             f"{env['torch']}, onnxruntime {env['onnxruntime']}, {env['cpu_count']} CPUs ({env['cpu']}).", "",
+             f"{env['machine']['torch']}, onnxruntime {env['onnxruntime']}, {env['machine']['cores']} CPUs "
+             f"({env['machine']['cpu']}).", "",
              markdown_table(rows, COLUMNS, digits=4),
              markdown_table([{"ratio": k, "value": v} for k, v in ratios.items()
                              if k != "targets_met" and not k.endswith("_rounds")])]
@@ -251,9 +239,7 @@ def main(argv=None) -> dict[str, Any]:
     result = {"benchmark": "deploy", "environment": env, "rows": rows, "ratios": ratios}
     text = report(rows, ratios, env)
     print(text)
-    atomic_write_json(args.json, result)
-    atomic_write_text(args.json.with_suffix(".md"), text)
-    print(f"wrote {args.json} and {args.json.with_suffix('.md')}")
+    write_result(args.json, result, text)
     return result
 
 

@@ -19,21 +19,18 @@ import collections
 import json
 import os
 import sys
-import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import deploy  # noqa: E402  (the benchmark's models, built the same way)
-
-from jumbokit.encoders.flops import encoder_flops  # noqa: E402
-from jumbokit.export import export_onnx  # noqa: E402
-from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table  # noqa: E402
+import deploy  # the sibling script (this folder is on the path of a script run from it): its models and sessions
+from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
+from jumbokit.encoders.flops import encoder_flops
+from jumbokit.export import export_onnx
+from jumbokit.training.rundir import markdown_table
 
 MODELS = (deploy.BASELINE, deploy.SIX)
 
@@ -46,7 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=10, help="unprofiled calls first (default: %(default)s)")
     p.add_argument("--transformer-optimizer", action="store_true",
                    help="also profile the graphs after onnxruntime.transformers.optimizer (model type vit)")
-    p.add_argument("--json", type=Path, default=Path("benchmarks/results/deploy_profile.json"),
+    p.add_argument("--json", type=Path, default=result_path("deploy_profile"),
                    help="(default: %(default)s)")
     args = p.parse_args(argv)
     for name in ("threads", "calls"):
@@ -81,13 +78,8 @@ def wall_us(path: Path, batch: np.ndarray, args) -> float:
     """Median wall microseconds of one batch-1 call, profiler off (the time a user sees)."""
     session = deploy.ort_session(path, args.threads)
     feed = {session.get_inputs()[0].name: batch}
-    seconds = []
-    for i in range(args.warmup + args.calls):
-        start = time.perf_counter()
-        session.run(None, feed)
-        if i >= args.warmup:
-            seconds.append(time.perf_counter() - start)
-    return 1e6 * statistics.median(seconds)
+    timing = time_interleaved({"call": lambda: session.run(None, feed)}, args.calls, warmup=args.warmup)["call"]
+    return 1e6 * timing.median
 
 
 def profile(paths: dict[str, Path], batch: np.ndarray, args) -> list[dict[str, Any]]:
@@ -125,6 +117,7 @@ def main(argv=None) -> dict[str, Any]:
     built = deploy.build_models(deploy.parse_args(["--img-size", str(args.img_size)]))
     batch = torch.randn(1, 3, args.img_size, args.img_size, generator=torch.Generator().manual_seed(1)).numpy()
     result: dict[str, Any] = {"benchmark": "deploy_profile", "command": " ".join(sys.argv), "threads": args.threads,
+                              "machine": machine_record(threads=args.threads, device="cpu"),
                               "img_size": args.img_size, "calls": args.calls}
     result["gflops"] = {name: round(encoder_flops(built[name]) / 1e9, 4) for name in MODELS}
     result["flops_ratio"] = round(result["gflops"][deploy.SIX] / result["gflops"][deploy.BASELINE], 4)
@@ -138,9 +131,7 @@ def main(argv=None) -> dict[str, Any]:
             result["optimised"] = profile(optimised, batch, args)
     text = report(result)
     print(text)
-    atomic_write_json(args.json, result)
-    atomic_write_text(args.json.with_suffix(".md"), text)
-    print(f"wrote {args.json} and {args.json.with_suffix('.md')}")
+    write_result(args.json, result, text)
     return result
 
 

@@ -23,36 +23,15 @@ from typing import Any
 
 import torch
 
+from jumbokit.benchmarking import RESULTS_DIR, machine_record, time_interleaved, write_result
+from jumbokit.training.rundir import markdown_table as table
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-
-def table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
-    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return "" if v is None else str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
 
 
 def write(out: Path, part: str, payload: dict[str, Any], markdown: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"mae_{part}.json").write_text(json.dumps(payload, indent=2) + "\n")
-    (out / f"mae_{part}.md").write_text(markdown)
     print(markdown)
-    print(f"wrote {out / f'mae_{part}.json'} and {out / f'mae_{part}.md'}")
-
-
-def environment() -> dict[str, Any]:
-    env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count()}
-    if torch.cuda.is_available():
-        env["gpu"] = torch.cuda.get_device_name(0)
-    return env
+    write_result(out / f"mae_{part}.json", payload, markdown)
 
 
 # ------------------------------------------------------------------------------------------------- speed
@@ -77,22 +56,9 @@ def time_ratios(model, images: torch.Tensor, ratios: tuple[float, ...], steps: i
     """Seconds per training step for each mask ratio: rounds alternate between the ratios and the fastest
     round counts, so load from other processes on a shared machine biases neither side."""
     step = make_step(model, images, amp)
-    cuda = images.is_cuda
-    for ratio in ratios:
-        for _ in range(warmup):
-            step(ratio)
-    best = {ratio: float("inf") for ratio in ratios}
-    for _ in range(rounds):
-        for ratio in ratios:
-            if cuda:
-                torch.cuda.synchronize()
-            started = time.perf_counter()
-            for _ in range(steps):
-                step(ratio)
-            if cuda:
-                torch.cuda.synchronize()
-            best[ratio] = min(best[ratio], (time.perf_counter() - started) / steps)
-    return best
+    timings = time_interleaved({ratio: lambda r=ratio: step(r) for ratio in ratios}, rounds, steps, warmup=warmup,
+                               sync=torch.cuda.synchronize if images.is_cuda else None)
+    return {ratio: timing.fastest for ratio, timing in timings.items()}
 
 
 def run_speed(args: argparse.Namespace) -> dict[str, Any]:
@@ -132,7 +98,7 @@ def run_speed(args: argparse.Namespace) -> dict[str, Any]:
             if cuda:
                 torch.cuda.empty_cache()
     device_name = torch.cuda.get_device_name(0) if cuda else f"CPU ({torch.get_num_threads()} threads)"
-    payload = {"part": "speed", "device": device_name, "env": environment(), "steps": args.steps,
+    payload = {"part": "speed", "device": device_name, "machine": machine_record(device=device.type), "steps": args.steps,
                "rounds": args.rounds, "rows": rows,
                "target_speedup": 3.0}
     markdown = (f"## MAE training-step speed, mask 0.75 vs 0.0 ({device_name})\n\n"
@@ -245,14 +211,14 @@ def run_probe(args: argparse.Namespace) -> dict[str, Any]:
             print(json.dumps(rows[-1]))
     baselines = logistic_regression_baselines()
     selected = select_on_validation(rows)
-    payload = {"part": "probe", "env": environment(), "mae_args": args.mae_args, "probe_args": args.probe_args,
+    payload = {"part": "probe", "machine": machine_record(), "mae_args": args.mae_args, "probe_args": args.probe_args,
                "epochs": args.epochs, "rows": rows, "selected_on_val": selected, "baselines": baselines,
                "work": str(work)}
     sources = (f"MAE runs: {', '.join(args.checkpoints)}" if args.checkpoints
                else f"MAE flags: `--epochs {args.epochs} {' '.join(args.mae_args)}`")
     markdown = ("## Digits linear probe (test split: 360 images; val: 180)\n\n"
                 f"{sources}; probe flags: `{' '.join(args.probe_args) or '(defaults)'}`; "
-                f"device: {environment().get('gpu', 'CPU')}\n\n" + table(rows) + "\n"
+                f"device: {payload['machine']['device']}\n\n" + table(rows) + "\n"
                 + ("Probe flags chosen on validation, per encoder:\n\n" + table(selected) + "\n"
                    if len(args.probe_variants) > 1 else "")
                 + table(baselines))
@@ -292,7 +258,7 @@ def run_ddp(args: argparse.Namespace) -> dict[str, Any]:
     steps1, steps2 = dict(curves[1]["train"]), dict(curves[2]["train"])
     common_steps = sorted(set(steps1) & set(steps2))
     diffs = [abs(steps1[s] - steps2[s]) / max(abs(steps1[s]), 1e-12) for s in common_steps]
-    payload = {"part": "ddp", "env": environment(), "global_batch": global_batch, "epochs": args.epochs,
+    payload = {"part": "ddp", "machine": machine_record(device="cpu"), "global_batch": global_batch, "epochs": args.epochs,
                "mae_args": args.mae_args, "rows": rows, "step_curves": {str(k): v["train"] for k, v in curves.items()},
                "mean_rel_step_diff": sum(diffs) / max(len(diffs), 1), "wall_s": timings}
     markdown = (f"## 1 vs 2 CPU processes, global batch {global_batch}\n\n"
@@ -308,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("part", choices=("speed", "probe", "ddp", "all"))
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="where JSON/markdown go")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where JSON/markdown go")
     parser.add_argument("--models", type=lambda s: [m for m in s.split(",") if m], default=None,
                         help="comma-separated zoo names (default: vit_base_* on GPU, vit_pico_* on CPU)")
     parser.add_argument("--img-size", type=int, default=None)

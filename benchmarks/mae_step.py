@@ -14,31 +14,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "recipes"))
+from jumbokit.benchmarking import RESULTS_DIR, machine_record, time_interleaved, write_result
+from jumbokit.training.rundir import markdown_table
 
 
 def gemm_gflops(size: int, repeats: int = 20) -> float:
     """fp32 GFLOP/s of a (size x size) @ (size x size) matmul, best of ``repeats``."""
     a, b = torch.randn(size, size), torch.randn(size, size)
-    for _ in range(3):
-        a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t)
-    return 2 * size**3 / best / 1e9
+    timing = time_interleaved({"gemm": lambda: a @ b}, repeats, warmup=3)["gemm"]
+    return 2 * size**3 / timing.fastest / 1e9
 
 
 def step_flops(model: torch.nn.Module, images: torch.Tensor) -> tuple[int, int]:
@@ -129,7 +120,7 @@ def main() -> None:
     parser.add_argument("--gemm", type=int, default=1024, help="side of the reference matmul (default: %(default)s)")
     parser.add_argument("--label", default="", help="row label, e.g. before / after")
     parser.add_argument("--append", action="store_true", help="add to the rows already in the results files")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="results folder")
+    parser.add_argument("--out", default=str(RESULTS_DIR), help="results folder (default: %(default)s)")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -140,26 +131,22 @@ def main() -> None:
         except ImportError:  # a tree without the thread policy: torch's default
             pass
     row = measure(args)
-    row["torch"] = torch.__version__
-    row["cpus"] = os.cpu_count()
+    row["machine"] = machine_record(device="cpu")
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     json_path = out / "mae_step.json"
     rows = json.loads(json_path.read_text())["rows"] if args.append and json_path.exists() else []
     rows.append(row)
-    json_path.write_text(json.dumps({"rows": rows}, indent=2) + "\n")
     columns = ["label", "model", "threads", "s_step", "img_s", "s_data", "s_forward", "s_backward", "s_optimizer",
                "gflop_step", "gflops_fwd", "gflops_bwd", "gflops_gemm", "compute_vs_gemm"]
     lines = ["# MAE step of the main job: data / forward / backward / optimizer (CPU, fp32)", "",
              "Median seconds per step; GFLOP/s achieved by forward and backward vs a plain fp32 "
              f"{args.gemm}x{args.gemm} matmul in the same process.", "",
-             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
-    markdown = "\n".join(lines) + "\n"
-    (out / "mae_step.md").write_text(markdown)
+             markdown_table(rows, columns)]
+    markdown = "\n".join(lines)
     print(json.dumps(row))
     print(markdown)
+    write_result(json_path, {"rows": rows}, markdown)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ process (interleaved rounds, median), so the ratio is taken on the same machine 
     python benchmarks/multistage.py --seeds 0 --pairs pico
 
 Finished training runs are reused (runs/bench_multistage/<model>_s<seed>/results.csv; --redo retrains).
-Prints a table and JSON; writes benchmarks/results/multistage.{json,md}.
+Prints a table and JSON; writes benchmarks/results/multistage.json and .md (--json).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -29,9 +28,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import jumbokit
-from jumbokit.encoders import atomic_write
+from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
 from jumbokit.encoders.flops import count_params
 from jumbokit.encoders.zoo import small_image_patch_size
+from jumbokit.training.rundir import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {"pico": ("vit_pico_cls", "vit_res_pico"), "nano": ("vit_nano_cls", "vit_res_nano")}
@@ -46,7 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--redo", action="store_true", help="retrain runs that already have results")
     p.add_argument("--batch-size", type=int, default=256, help="throughput batch (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=7, help="interleaved timed rounds (default: %(default)s)")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "multistage")
+    p.add_argument("--json", type=Path, default=result_path("multistage"), help="(default: %(default)s)")
     return p.parse_args(argv)
 
 
@@ -78,16 +78,8 @@ def train(name: str, seed: int, args) -> dict:
 @torch.no_grad()
 def throughput(models: dict[str, torch.nn.Module], batch: int, repeats: int) -> dict[str, float]:
     x = torch.randn(batch, 1, 32, 32)
-    for m in models.values():
-        m.eval()
-        m(x)
-    times: dict[str, list[float]] = {n: [] for n in models}
-    for _ in range(repeats):
-        for name, m in models.items():
-            start = time.perf_counter()
-            m(x)
-            times[name].append(time.perf_counter() - start)
-    return {n: batch / statistics.median(t) for n, t in times.items()}
+    timings = time_interleaved({name: lambda m=m.eval(): m(x) for name, m in models.items()}, repeats)
+    return {n: batch / t.median for n, t in timings.items()}
 
 
 def mean_std(values: list[float]) -> str:
@@ -99,7 +91,7 @@ def mean_std(values: list[float]) -> str:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     torch.manual_seed(0)
-    report = {"seeds": args.seeds, "epochs": args.epochs, "threads": torch.get_num_threads(), "pairs": {}}
+    report = {"seeds": args.seeds, "epochs": args.epochs, "machine": machine_record(device="cpu"), "pairs": {}}
     rows = []
     for pair in args.pairs:
         plain, multi = PAIRS[pair]
@@ -121,17 +113,13 @@ def main(argv=None) -> dict:
                          "CPU img/s": f"{speed[name]:.0f}", "speed vs plain": f"{entry[name]['speed_vs_plain']:.2f}x",
                          "train s": f"{entry[name]['train_time_s']:.0f}"})
         report["pairs"][pair] = entry
-    columns = list(rows[0])
-    table = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-    table += "".join("| " + " | ".join(str(r[c]) for c in columns) + " |\n" for r in rows)
+    table = markdown_table(rows)
     print(table)
     print(json.dumps(report, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(args.out.with_suffix(".json"), lambda tmp: Path(tmp).write_text(json.dumps(report, indent=2) + "\n"))
     note = (f"digits 32 px, supervised recipe defaults, {args.epochs} epochs, seeds {args.seeds}; throughput: "
             f"batch {args.batch_size}, fp32, {torch.get_num_threads()} CPU threads, median of {args.repeats} "
             "interleaved rounds\n\n")
-    atomic_write(args.out.with_suffix(".md"), lambda tmp: Path(tmp).write_text(note + table))
+    write_result(args.json, report, note + table)
     return report
 
 

@@ -12,7 +12,7 @@ Then, with the supervised recipe's defaults (30 epochs):
 - retrains --random architectures drawn at random from the same FLOPs window (seed 0 each; median reported);
 - trains --tau-archs architectures spread over 0.3-1.0x the supernet's FLOPs standalone and compares their
   test accuracy with their inherited-weight val accuracy (Kendall tau).
-Finished runs are reused (--redo retrains). Prints a table and JSON; writes benchmarks/results/nas.{json,md}.
+Finished runs are reused (--redo retrains). Prints a table and JSON; writes benchmarks/results/nas.json and .md (--json).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 from scipy.stats import kendalltau
 
 from jumbokit import nas
+from jumbokit.benchmarking import machine_record, result_path, write_result
 from jumbokit.data import build_dataset, make_loader
 from jumbokit.encoders import atomic_write
 from jumbokit.training import evaluate_classifier
@@ -44,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tau-archs", type=int, default=8, help="architectures for Kendall tau (default: %(default)s)")
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--redo", action="store_true")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "nas")
+    p.add_argument("--json", type=Path, default=result_path("nas"), help="(default: %(default)s)")
     return p.parse_args(argv)
 
 
@@ -102,7 +103,8 @@ def main(argv=None) -> dict:
     report = {"budget_mflops": budget / 1e6, "searched": {"arch": best["arch"], "mflops": best["flops"] / 1e6,
                                                           "inherited_val": best["val_top1"], "test": searched},
               "random_test": randoms, "random_median": statistics.median(randoms), "kendall_tau": tau,
-              "tau_archs": tau_rows, "epochs": args.epochs, "seeds": args.seeds}
+              "tau_archs": tau_rows, "epochs": args.epochs, "seeds": args.seeds,
+              "machine": machine_record()}
     table = ("| model | MFLOPs | test top-1 (%) |\n|---|---|---|\n"
              f"| searched ({best['arch']['global_tokens']}, dims {'/'.join(map(str, best['arch']['dims']))}) | "
              f"{best['flops'] / 1e6:.1f} | {statistics.mean(searched):.2f} ± "
@@ -114,9 +116,7 @@ def main(argv=None) -> dict:
     text = f"{table}\nKendall tau (inherited val vs standalone test, {len(tau_rows)} archs): {tau:.2f}\n\n{tau_table}"
     print(text)
     print(json.dumps(report, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(args.out.with_suffix(".json"), lambda tmp: Path(tmp).write_text(json.dumps(report, indent=2) + "\n"))
-    atomic_write(args.out.with_suffix(".md"), lambda tmp: Path(tmp).write_text(text))
+    write_result(args.json, report, text)
     return report
 
 

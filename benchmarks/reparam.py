@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -39,7 +37,7 @@ import jumbokit
 from jumbokit.encoders import Encoder
 from jumbokit.encoders.branches import build_branched_encoder
 from jumbokit.encoders.flops import count_params
-from jumbokit.training import atomic_write_text
+from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
 
 TINY = dict(dim=192, depth=12, num_heads=3, mlp_ratio=4.0)
 IMAGE = dict(tokenizer="image", img_size=224, patch_size=16, in_chans=3)
@@ -64,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--throughput-repeats", type=int, default=3, help="timed batch-64 rounds (default: 3)")
     p.add_argument("--img-size", type=int, default=224)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", type=Path, default=Path("benchmarks/results/reparam.json"))
+    p.add_argument("--json", type=Path, default=result_path("reparam"), help="(default: %(default)s)")
     acc = p.add_argument_group("accuracy sections (digits, ucr)")
     acc.add_argument("--device", default="cpu", help="cpu or cuda for the trainings (default: cpu)")
     acc.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (default: 0)")
@@ -202,21 +200,11 @@ def speed_models(args) -> dict[str, nn.Module]:
     return {name: m.eval() for name, m in models.items()}
 
 
-def time_models(
-    models: dict[str, nn.Module], x: torch.Tensor, rounds: int, iters: int, desc: str
-) -> dict[str, list[float]]:
+def time_models(models: dict[str, nn.Module], x: torch.Tensor, rounds: int, iters: int) -> dict[str, list[float]]:
     """Seconds per forward, one value per round; rounds interleaved across models."""
-    times: dict[str, list[float]] = {name: [] for name in models}
     with torch.inference_mode():
-        for model in models.values():  # warm-up
-            model(x)
-        for _ in tqdm(range(rounds), desc=desc, file=sys.stderr):
-            for name, model in models.items():
-                start = time.perf_counter()
-                for _ in range(iters):
-                    model(x)
-                times[name].append((time.perf_counter() - start) / iters)
-    return times
+        timings = time_interleaved({name: lambda m=model: m(x) for name, model in models.items()}, rounds, iters)
+    return {name: list(t.rounds) for name, t in timings.items()}
 
 
 def speed(args) -> list[dict]:
@@ -224,8 +212,9 @@ def speed(args) -> list[dict]:
     gen = torch.Generator().manual_seed(args.seed)
     x1 = example_input("image", 1, args.img_size, gen)
     xb = example_input("image", args.throughput_batch, args.img_size, gen)
-    lat = time_models(models, x1, args.repeats, args.latency_iters, "latency batch 1")
-    thr = time_models(models, xb, args.throughput_repeats, 1, f"throughput batch {args.throughput_batch}")
+    print("timing latency at batch 1 and throughput at batch", args.throughput_batch, file=sys.stderr)
+    lat = time_models(models, x1, args.repeats, args.latency_iters)
+    thr = time_models(models, xb, args.throughput_repeats, 1)
     ref_name = "ViT-Tiny 12 layers"
     ref_flops = forward_flops(models[ref_name], x1)
     ref_lat = statistics.median(lat[ref_name])
@@ -330,7 +319,7 @@ def accuracy_ucr(args) -> dict:
     steps_per_epoch = math.ceil(len(data.train.y) / cfg.batch_size)
     steps = args.ucr_epochs * steps_per_epoch
     warmup = max(1, round(args.join_fraction * steps))
-    common = dict(num_classes=data.num_classes, in_chans=data.channels, seq_len=data.seq_len, patches=cfg.patches)
+    common = dict(num_classes=data.num_classes, in_chans=data.channels, seq_len=data.seq_len, patches=cfg.model.patches)
     variants = {
         "PatchTST 6 layers": dict(depth=6),
         "2 branches joined -> 3 layers": dict(depth=6, branches=2, join_warmup_steps=warmup,
@@ -377,9 +366,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     report: dict = {
-        "environment": dict(torch=torch.__version__, python=platform.python_version(), machine=platform.machine(),
-                            processor=platform.processor() or platform.machine(), threads=args.threads,
-                            cpu_count=os.cpu_count(), dtype="float32"),
+        "machine": machine_record(threads=args.threads, device="cpu"), "dtype": "float32",
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
     }
     md: list[str] = []
@@ -416,9 +403,7 @@ def main(argv=None) -> int:
     print(text)
     print()
     print("\n".join(md))
-    atomic_write_text(args.json, text + "\n")
-    atomic_write_text(args.json.with_suffix(".md"), "\n".join(md) + "\n")
-    print(f"wrote {args.json} and {args.json.with_suffix('.md')}", file=sys.stderr)
+    write_result(args.json, report, "\n".join(md))
     if "exactness" in report and not all(r["ok"] for r in report["exactness"]):
         print("exactness target missed (max abs diff > 1e-5)", file=sys.stderr)
         return 1

@@ -8,7 +8,7 @@
     python benchmarks/throughput.py --device cuda --compile --bf16 --batch-size 512
     python benchmarks/throughput.py --device cuda --tf32 --batch-size 256 --img-size 224   # fp32 on TF32 cores
 
-Prints a table and JSON (also written to --json).
+Prints a table and JSON (also written to --json, and a markdown copy beside it).
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 import jumbokit
+from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
 from jumbokit.encoders import from_timm
 from jumbokit.encoders.flops import count_params, encoder_flops
+from jumbokit.training.rundir import markdown_table
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -47,7 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "plain fp32)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--skip-memory", action="store_true", help="skip the per-model peak-memory subprocesses")
-    p.add_argument("--json", type=Path, default=Path("benchmarks/results/throughput.json"))
+    p.add_argument("--json", type=Path, default=result_path("throughput"), help="(default: %(default)s)")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -96,24 +96,14 @@ def sync(args) -> None:
 
 
 def time_group(models: dict[str, torch.nn.Module], args) -> dict[str, list[float]]:
-    """Images per second for each model, rounds interleaved so drift hits all models alike; the order
-    alternates every round (ABBA) because the first model of a round measurably runs faster here."""
+    """Images per second for each model, one value per round; rounds interleaved so drift hits all models alike,
+    the order alternating every round (ABBA) because the first model of a round measurably runs faster here."""
     x = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=args.device)
-    rates: dict[str, list[float]] = {name: [] for name in models}
     with torch.inference_mode(), autocast(args):
-        for model in models.values():
-            for _ in range(args.warmup):
-                model(x)
-        for round_idx in range(args.repeats):
-            order = list(models.items())
-            for name, model in (order if round_idx % 2 == 0 else order[::-1]):
-                sync(args)
-                start = time.perf_counter()
-                for _ in range(args.iters):
-                    model(x)
-                sync(args)
-                rates[name].append(args.batch_size * args.iters / (time.perf_counter() - start))
-    return rates
+        timings = time_interleaved({name: lambda m=model: m(x) for name, model in models.items()}, args.repeats,
+                                   args.iters, warmup=args.warmup, alternate=True,
+                                   sync=lambda: sync(args))
+    return {name: [args.batch_size / seconds for seconds in t.rounds] for name, t in timings.items()}
 
 
 def peak_memory_mib(name: str, args) -> float:
@@ -187,9 +177,7 @@ def main(argv=None) -> None:
         rows += summarise(group, rates, models, args)
     result = {
         "settings": {k: v for k, v in vars(args).items() if k not in ("json", "memory_child")},
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-                    "threads": torch.get_num_threads(),
-                    "device_name": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"},
+        "machine": machine_record(device=args.device),
         "rows": rows,
     }
     header = f"{'group':28} {'model':26} {'img/s':>9} {'ratio':>7} {'spread%':>8} {'params M':>9} {'GFLOPs':>7} {'peak MiB':>9}"
@@ -199,9 +187,9 @@ def main(argv=None) -> None:
         print(f"{r['group']:28} {r['model']:26} {r['images_per_s']:9.1f} {r['ratio_vs_first']:7.3f} "
               f"{r['spread_pct']:8.1f} {r['params_m']:9.2f} {r['gflops_per_image'] or float('nan'):7.3f} "
               f"{r['peak_mem_mib'] if r['peak_mem_mib'] is not None else float('nan'):9.1f}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
+    write_result(args.json, result, f"# Inference throughput ({result['machine']['device']}, batch {args.batch_size}, "
+                 f"{args.img_size} px)\n\n{markdown_table(rows)}")
 
 
 if __name__ == "__main__":

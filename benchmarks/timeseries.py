@@ -7,7 +7,7 @@
 Accuracy: the paper's protocol through ``tstrain``'s sweep (validation-selected best run and sweep mean on
 the test half, MiniRocket on the same test half and on the full official test set), mean ranks, wall time
 per dataset. Speed: training-step time (forward + backward + AdamW step) of each model at batch 256 on each
-dataset's shapes, median of timed steps, and PatchTST+Jumbo's speed relative to PatchTST's.
+dataset's shapes, the fastest of interleaved rounds of timed steps, and PatchTST+Jumbo's speed relative to PatchTST's.
 Writes ``benchmark.json`` and ``benchmark.md`` (plus the sweep's reports) into ``--out`` and prints a table.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -23,9 +22,11 @@ from pathlib import Path
 
 import torch
 
+from jumbokit.benchmarking import machine_record, time_interleaved
 from jumbokit.timeseries.data import load_dataset
 from jumbokit.timeseries.normalize import NORMALIZATIONS
 from jumbokit.timeseries.models import PATCHTST_MODELS
+from jumbokit.timeseries.models.config import SeriesModelConfig
 from jumbokit.timeseries.protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
 from jumbokit.timeseries.report import format_summary
 from jumbokit.timeseries.run import build_series_model
@@ -36,30 +37,24 @@ DATASETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "BasicMotions", "Japane
 MINIROCKET_REFERENCE = {"ArrowHead": 0.863, "GunPoint": 0.993, "ItalyPowerDemand": 0.963, "BasicMotions": 1.000}
 
 
-def step_time_ms(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, warmup: int) -> float:
-    """Median milliseconds of one training step (forward, cross-entropy, backward, AdamW step)."""
-    device = x.device
+def train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
+    """One training step (forward, cross-entropy, backward, AdamW step) of ``model`` on (x, y), as a call."""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.02)
-    times = []
-    for i in range(warmup + steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+
+    def step() -> None:
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        if i >= warmup:
-            times.append(1000 * (time.perf_counter() - start))
-    return statistics.median(times)
+
+    return step
 
 
 def measure_speed(datasets, patches: int, batch_size: int, steps: int, warmup: int, rounds: int,
                   compile: bool = False) -> dict:
-    """{dataset: {model: ms}} with rounds interleaved across models (fairer on a shared machine).
+    """{dataset: {model: ms per step}}: the fastest of ``rounds`` rounds interleaved across models (fairer on a
+    shared machine), each the mean of ``steps`` steps, after ``warmup`` steps of each model.
 
     compile: time ``torch.compile``-d models (the warm-up steps absorb the compilation)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -75,11 +70,9 @@ def measure_speed(datasets, patches: int, batch_size: int, steps: int, warmup: i
             models[m] = build_series_model(m, data, patches, dropout=0.1).to(device)
             if compile:
                 models[m] = torch.compile(models[m])
-        samples = {m: [] for m in PATCHTST_MODELS}
-        for _ in range(rounds):
-            for m in PATCHTST_MODELS:
-                samples[m].append(step_time_ms(models[m], x, y, steps, warmup))
-        out[name] = {m: min(v) for m, v in samples.items()}
+        timings = time_interleaved({m: train_step(models[m], x, y) for m in PATCHTST_MODELS}, rounds, steps,
+                                   warmup=warmup, sync=torch.cuda.synchronize if device.type == "cuda" else None)
+        out[name] = {m: 1000 * t.fastest for m, t in timings.items()}
         out[name]["tokens"] = {m: int(models[m].num_patches + models[m].num_global_tokens) for m in PATCHTST_MODELS}
     return {"device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(0),
             "batch_size": batch_size, "compile": compile, "per_dataset": out}
@@ -113,14 +106,11 @@ def main(argv=None) -> int:
 
     datasets = [d for d in args.datasets.split(",") if d]
     out = Path(args.out)
-    report: dict = {"datasets": datasets, "patches": args.patches, "torch": torch.__version__,
-                    "threads": torch.get_num_threads(),
-                    "python": platform.python_version(),
-                    "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+    report: dict = {"datasets": datasets, "patches": args.patches, "machine": machine_record()}
     lines = []
     if not args.speed_only:
-        cfg = SweepConfig(patches=args.patches, epochs=args.epochs, seed=args.seed, min_steps=args.min_steps,
-                          normalize=args.normalize)
+        cfg = SweepConfig(model=SeriesModelConfig(patches=args.patches), epochs=args.epochs, seed=args.seed,
+                          min_steps=args.min_steps, normalize=args.normalize)
         lrs = tuple(float(v) for v in args.lr.split(",")) if args.lr else SWEEP_LRS
         dropouts = tuple(float(v) for v in args.dropout.split(",")) if args.dropout else SWEEP_DROPOUTS
         start = time.perf_counter()

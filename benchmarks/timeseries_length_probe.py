@@ -20,17 +20,16 @@ import numpy as np
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.neighbors import KNeighborsClassifier
 
-from jumbokit.training.rundir import markdown_table
+from jumbokit.benchmarking import result_path, write_result
 from jumbokit.timeseries.data import DatasetNotFoundError, lengths_of, load_raw, local_datasets
-
-from timeseries_rank import write_record
+from jumbokit.training.rundir import markdown_table
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", default=None,
                    help="comma-separated (default: every local set whose series differ in length)")
-    p.add_argument("--json", type=Path, default=Path("benchmarks/results/timeseries_length_probe.json"),
+    p.add_argument("--json", type=Path, default=result_path("timeseries_length_probe"),
                    help="(default: %(default)s)")
     return p.parse_args(argv)
 
@@ -69,9 +68,10 @@ def main(argv=None) -> int:
     if not rows:
         raise SystemExit(f"none of {', '.join(names)} has series of different lengths; nothing to probe")
     text = markdown_table(rows, formats={k: ".1f" for k in ("nearest_neighbour", "random_forest", "majority_class")})
-    write_record(args.json, {"rows": rows}, ("rows",),
-                 "# Length-only classifiers on the unequal-length sets\n\nOfficial train/test splits; test "
-                 "accuracy (%) of a classifier that sees only each series' length.", text)
+    print(text)
+    write_result(args.json, {"rows": rows}, "# Length-only classifiers on the unequal-length sets\n\nOfficial "
+                 "train/test splits; test accuracy (%) of a classifier that sees only each series' length.\n\n"
+                 + text)
     return 0
 
 

@@ -17,20 +17,18 @@ benchmark resumes (finished runs are kept in OUT). Prints a table; writes JSON a
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from jumbokit.recipes import tstrain as cli
+from jumbokit.benchmarking import machine_record, run_tstrain, write_result
 from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.pretrain import PRETRAIN_DEFAULTS
 from jumbokit.timeseries.protocol import RECIPES
 from jumbokit.timeseries.results import summarize
 from jumbokit.timeseries.store import load_runs
-from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
+from jumbokit.training.rundir import markdown_table
 
 SETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "PickupGestureWiimoteZ")
 MODEL = "patchtst_jumbo"
@@ -87,9 +85,7 @@ def run_arms(datasets: list[str], commands: dict[str, list[str]]) -> None:
     start = time.perf_counter()
     for name in datasets:
         for arm, common in commands.items():
-            with contextlib.redirect_stdout(io.StringIO()):
-                if cli.main(["--dataset", name, *common]) != 0:
-                    raise SystemExit(f"tstrain failed on {name} ({arm})")
+            run_tstrain(["--dataset", name, *common])
             print(f"{name}, {arm}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
@@ -115,13 +111,13 @@ def write_report(args: argparse.Namespace, commands: dict[str, str], pool: str, 
                  seconds: float | None) -> None:
     """The JSON record at --json and its markdown copy beside it."""
     record = {"recipe": args.recipe, "mask_ratio": args.mask_ratio, "commands": commands, "pool": pool,
-              "threads": args.threads, "rows": rows, "seconds": seconds}
-    atomic_write_json(Path(args.json), record)
+              "threads": args.threads, "machine": machine_record(threads=args.threads, device="cpu"), "rows": rows,
+              "seconds": seconds}
     arms = "\n".join(f"- `{command}` ({arm})" for arm, command in commands.items())
     text = (f"# Cross-dataset pretraining, `--recipe {args.recipe}`, mask ratio {args.mask_ratio:g}\n\n{arms}\n\n"
             f"2-core CPU, fp32, {args.threads} thread(s) per run; test accuracy (%), best = the run chosen on "
             f"validation.\n\n{markdown_table(rows)}\n")
-    atomic_write_text(Path(args.json).with_suffix(".md"), text)
+    write_result(args.json, record, text)
 
 
 def main(argv=None) -> int:

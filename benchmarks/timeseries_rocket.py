@@ -14,23 +14,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from jumbokit.timeseries.baselines import BASELINES, rocket_baseline
 from jumbokit.timeseries.data import load_dataset, local_datasets
-from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
+from jumbokit.benchmarking import machine_record, result_path, write_result
+from jumbokit.training.rundir import markdown_table
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", default=None, help="comma-separated (default: every local UCR/UEA set)")
     p.add_argument("--threads", type=int, default=2, help="threads per classifier (default: %(default)s)")
-    p.add_argument("--json", default="benchmarks/results/timeseries_rocket.json", help="(default: %(default)s)")
+    p.add_argument("--json", default=str(result_path("timeseries_rocket")), help="(default: %(default)s)")
     args = p.parse_args(argv)
     if args.threads < 1:
         p.error(f"--threads expects an integer >= 1, got {args.threads}")
@@ -83,14 +82,11 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(summary_row(name, model, result))
     text = table(rows)
     command = "python benchmarks/timeseries_rocket.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    record = {"command": command,
-              "device": f"CPU ({platform.processor() or platform.machine()}), {args.threads} threads",
-              "torch": torch.__version__, "summary": rows, "skipped": skipped}
-    out = Path(args.json)
-    atomic_write_json(out, record)
-    atomic_write_text(out.with_suffix(".md"), f"`{record['command']}`\n\n{text}")
+    record = {"command": command, "machine": machine_record(threads=args.threads, device="cpu"), "summary": rows,
+              "skipped": skipped}
     print(json.dumps({"summary": rows, "skipped": skipped}, indent=1))
     print(text)
+    write_result(args.json, record, f"`{record['command']}`\n\n{text}")
     return 0
 
 

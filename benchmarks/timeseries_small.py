@@ -26,11 +26,7 @@ Writes ``benchmark.json`` and ``benchmark.md`` into ``--out`` and prints the tab
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -38,12 +34,11 @@ from pathlib import Path
 
 import torch
 
-from jumbokit.recipes import tstrain as cli
+from jumbokit.benchmarking import machine_record, run_tstrain, write_result
 from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.models import PATCHTST_MODELS
 from jumbokit.timeseries.baselines import BASELINES
 from jumbokit.timeseries.protocol import steps_text
-from jumbokit.training.rundir import atomic_write_text
 
 PRETRAIN_SETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "PickupGestureWiimoteZ")
 
@@ -94,29 +89,17 @@ def wait_for(lock: Path | None, log) -> float:
     return waited
 
 
-def tstrain(args: list[str], quiet: bool = True) -> tuple[int, str]:
-    """Run ``tstrain`` in this process; returns (exit status, what it printed)."""
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf) if quiet else contextlib.nullcontext():
-        code = cli.main(args)
-    return code, buf.getvalue()
-
-
 def run_in_chunks(datasets: list[str], common: list[str], lock: Path | None, log) -> dict:
     """One tstrain call per dataset (pausing for the lock between them), then one over all of them."""
     contended = {}
     for name in datasets:
         wait_for(lock, log)
         start = time.perf_counter()
-        code, _ = tstrain(["--dataset", name, *common])
-        if code != 0:
-            raise SystemExit(f"tstrain failed on {name} (exit {code})")
+        run_tstrain(["--dataset", name, *common])
         contended[name] = bool(lock is not None and lock.exists())
         log(f"  {name}: {time.perf_counter() - start:.0f} s" + (" (the lock appeared meanwhile)"
                                                                  if contended[name] else ""))
-    code, printed = tstrain(["--dataset", ",".join(datasets), *common])
-    if code != 0:
-        raise SystemExit(f"tstrain failed (exit {code})")
+    printed = run_tstrain(["--dataset", ",".join(datasets), *common])
     return {"printed": printed, "lock_seen_after": contended}
 
 
@@ -268,7 +251,7 @@ def longer_training_study(args: argparse.Namespace, long_sets: list[str], out: P
 def header_lines(args: argparse.Namespace, report: dict, results: dict, lock_seen: dict) -> list[str]:
     """The report's title and the line saying what ran, how long, and whether another job's lock appeared."""
     header = ["# Small UCR/UEA sets: PatchTST family (small-data recipe) vs MiniRocket, MultiRocket, Hydra", "",
-              f"CPU only ({args.threads} threads, fp32, {os.cpu_count()} cores); {report['command']}; "
+              f"CPU only ({args.threads} threads, fp32, {report['machine']['cores']} cores); {report['command']}; "
               f"sweep per set and model: lr {', '.join(f'{v:g}' for v in results['lrs'])} x dropout "
               f"{', '.join(f'{v:g}' for v in results['dropouts'])} x {results['sweep'].get('seeds', 1)} seeds, "
               f"{steps_text(results['sweep']['steps'])}. Main sweep and baselines as recorded: "
@@ -282,12 +265,9 @@ def header_lines(args: argparse.Namespace, report: dict, results: dict, lock_see
 
 def write_report(out: Path, results_stem: str, report: dict, text: str) -> None:
     """benchmark.json/.md into ``out``, and a copy to ``results_stem``.json/.md unless it is ''."""
-    out.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps(report, indent=2, default=float) + "\n"
     stems = [out / "benchmark"] + ([Path(results_stem)] if results_stem else [])
     for stem in stems:
-        atomic_write_text(stem.with_suffix(".json"), payload)
-        atomic_write_text(stem.with_suffix(".md"), text + "\n")
+        write_result(stem.with_suffix(".json"), report, text, quiet=True)
 
 
 def main(argv=None) -> int:
@@ -299,8 +279,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     log = lambda msg: print(msg, flush=True)  # noqa: E731
 
-    report: dict = {"datasets": datasets, "torch": torch.__version__, "python": platform.python_version(),
-                    "device": "cpu (fp32)", "threads": args.threads, "cpu_count": os.cpu_count()}
+    report: dict = {"datasets": datasets, "machine": machine_record(threads=args.threads, device="cpu"),
+                    "device": "cpu (fp32)", "threads": args.threads}
     started = time.perf_counter()
     common = ["--recipe", "small-data", "--baseline", ",".join(BASELINES), "--threads", str(args.threads), "--cpu",
               "--no-progress", "--out", str(out / "main"), *args.tstrain_args.split()]

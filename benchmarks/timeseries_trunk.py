@@ -45,10 +45,7 @@ Writes JSON and a markdown copy.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
-import platform
 import statistics
 import sys
 import time
@@ -57,14 +54,14 @@ from pathlib import Path
 
 import torch
 
-from jumbokit.recipes import tstrain as cli
+from jumbokit.benchmarking import machine_record, result_path, run_tstrain, write_result
 from jumbokit.timeseries import store
 from jumbokit.timeseries.data import ClassificationData, load_dataset, local_datasets
 from jumbokit.timeseries.models import HYBRID_MODELS, REFERENCE_MODELS
 from jumbokit.timeseries.protocol import RECIPES, SweepConfig
 from jumbokit.timeseries.results import SummaryRow, ensemble_scores, summarize
 from jumbokit.timeseries.run import RunResult
-from jumbokit.training.rundir import atomic_write_json, atomic_write_text, markdown_table
+from jumbokit.training.rundir import markdown_table
 
 # Published test accuracy (%), full official test sets. ResNet: hfawaz/dl-4-tsc results/results-ucr-128.csv
 # (UCRArchive_2018, mean of 5 iterations) and results/results-mts.csv (mean of 10); InceptionTime (ensemble
@@ -106,7 +103,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="under --recipe small-data-trunk: JSON files of this benchmark holding the recipe's own "
                         "runs, the comparison column (default: the files of the recipe's rank table, "
                         "benchmarks/results/timeseries_trunk_recipe_ranks.json)")
-    p.add_argument("--json", default="benchmarks/results/timeseries_trunk.json", help="(default: %(default)s)")
+    p.add_argument("--json", default=str(result_path("timeseries_trunk")), help="(default: %(default)s)")
     p.add_argument("--gpu", type=int, default=0, metavar="K",
                    help="train on the default device (a GPU where there is one), K runs at a time (default: CPU)")
     p.add_argument("--collect-only", action="store_true",
@@ -133,14 +130,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def tstrain(args: list[str]) -> None:
-    """Run ``tstrain`` in this process, its table silenced; a failure stops the benchmark."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = cli.main(args)
-    if code != 0:
-        raise SystemExit(f"tstrain {' '.join(args)} failed (exit {code})")
-
-
 def reference_rows(paths: list[Path]) -> dict[tuple[str, str], dict]:
     """(dataset, model) -> {"best", "avg", "ens", "seconds", "source"} in percent from the small-data (or ROCKET)
     benchmark's JSON files; a later file's row replaces an earlier one's."""
@@ -158,7 +147,7 @@ def recipe_rows(args: argparse.Namespace, ref: dict) -> dict[tuple[str, str], di
     docstring); under small-data that is ``ref``, the small-data benchmark's rows."""
     if args.recipe == "small-data":
         return ref
-    from timeseries_rank import load_rows  # this folder's rank script: one rule for "the same runs"
+    from jumbokit.benchmarking.rank_tables import load_rows  # one rule for "the same runs"
 
     _, rows = load_rows([Path(f) for f in args.recipe_runs], f"tstrain --recipe {args.recipe}")
     return {key: {"best": r["arm_best"], "avg": r["arm_avg"], "seconds": r.get("arm_seconds"), "source": r["source"]}
@@ -302,17 +291,17 @@ def device_label(args: argparse.Namespace) -> str:
 def train(args: argparse.Namespace, sets: list[str], common: list[str]) -> None:
     """The sweep: one set at a time on CPU (a line per set), all sets in one pool on a GPU."""
     if args.gpu:
-        tstrain(["--dataset", ",".join(sets), *common])
+        run_tstrain(["--dataset", ",".join(sets), *common])
         return
     for name in sets:
         t0 = time.perf_counter()
-        tstrain(["--dataset", name, *common])
+        run_tstrain(["--dataset", name, *common])
         print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    tstrain(["--dataset", ",".join(sets), *common])
+    run_tstrain(["--dataset", ",".join(sets), *common])
 
 
-def write_markdown(args: argparse.Namespace, record: dict, sets: list[str], models: list[str], text: str) -> None:
-    """The markdown copy of ``record`` beside ``--json``: title, device and command, the table, then notes on
+def markdown(args: argparse.Namespace, record: dict, sets: list[str], models: list[str], text: str) -> str:
+    """The markdown copy of ``record``: title, device and command, the table, then notes on
     missing rows, pooled sweeps and where the recipe's runs come from."""
     front = " ".join([f"--recipe {args.recipe}"] * (args.recipe != "small-data") + args.trunk_args.split())
     title = f"{', '.join(models)} with `{front}`" if front else ", ".join(models)
@@ -327,8 +316,8 @@ def write_markdown(args: argparse.Namespace, record: dict, sets: list[str], mode
     sources = sorted({r["recipe_source"] for r in rows if r["recipe_source"]})
     note += (f"\n\nThe recipe's runs: {', '.join(sources)} (their own device and threads, so wall times compare "
              "only where those match)." if sources else "")
-    atomic_write_text(Path(args.json).with_suffix(".md"), f"# {title} vs the {args.recipe} recipe\n\n"
-                      f"{record['device']}, {args.threads} threads. `{record['command']}`\n\n{text}{note}\n")
+    return (f"# {title} vs the {args.recipe} recipe\n\n{record['device']}, {args.threads} threads. "
+            f"`{record['command']}`\n\n{text}{note}\n")
 
 
 def main(argv=None) -> int:
@@ -349,13 +338,14 @@ def main(argv=None) -> int:
     text = table(rows, f"recipe {args.recipe}")
     command = f"tstrain --recipe {args.recipe} " + " ".join(common[2:-3])  # without --no-progress --out DIR
     record = {"command": command, "datasets": sets, "rows": rows, "sweeps": [str(d) for d, _ in sweeps],
-              "run_seeds": pooled_seeds(sweeps), "torch": args.torch or torch.__version__,
-              "python": platform.python_version(), "device": device_label(args), "threads": args.threads,
+              "run_seeds": pooled_seeds(sweeps), "device": device_label(args), "threads": args.threads,
+              "machine": machine_record(threads=args.threads, device=device_label(args)),
               "benchmark_seconds": None if args.collect_only else time.perf_counter() - start}
+    if args.torch:
+        record["machine"]["torch"] = args.torch
     print(text)
     print(json.dumps(record, indent=1))
-    atomic_write_json(Path(args.json), record)
-    write_markdown(args, record, sets, models, text)
+    write_result(args.json, record, markdown(args, record, sets, models, text), quiet=True)
     return 0
 
 

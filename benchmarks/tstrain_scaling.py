@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -31,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from jumbokit.benchmarking import machine_record, result_path, write_result
 from jumbokit.timeseries import store
-from jumbokit.training.rundir import atomic_write_text, markdown_table
+from jumbokit.training.rundir import markdown_table
 
 # 2 datasets x 2 models x (3 learning rates | 3 seeds) = 12 runs
 COMMON = ["--dataset", "ItalyPowerDemand,GunPoint", "--model", "patchtst,patchtst_jumbo", "--cpu", "--no-progress"]
@@ -102,17 +102,17 @@ def main() -> None:
     steps = args.steps if args.steps is not None else (100 if args.sweep == "short" else None)
     argv = [*SWEEPS[args.sweep], *(["--steps", str(steps)] if steps is not None else [])]
     suffix = "" if args.sweep == "short" else "_" + args.sweep.replace("-", "_")
-    args.json = args.json or f"benchmarks/results/tstrain_scaling{suffix}.json"
+    args.json = args.json or result_path("tstrain_scaling", suffix.lstrip("_"))
     load_before = os.getloadavg()
     timed = {n: launch(n, [*argv, "--out", str(out / f"p{n}")]) for n in (1, args.nproc)}
     seconds = {n: wall for n, (wall, _) in timed.items()}
     load_after = os.getloadavg()
     same, runs = identical(runs_of(out / "p1"), runs_of(out / f"p{args.nproc}"))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    machine = machine_record(threads=1, device="cpu")
+    cores = machine["cores"]
     rows = [{"processes": n, "runs": runs, "wall_s": seconds[n], "cpu_s": timed[n][1],
              "speed-up": seconds[1] / seconds[n]} for n in (1, args.nproc)]
-    result = {"command": "tstrain " + " ".join(argv), "threads_per_process": 1, "cores": cores,
-              "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+    result = {"command": "tstrain " + " ".join(argv), "threads_per_process": 1, "machine": machine,
               "load_average_1min": {"before": load_before[0], "after": load_after[0]},
               "identical_runs": same, "rows": rows, "speed_up": seconds[1] / seconds[args.nproc]}
     loaded = load_before[0] > 0.5 * cores  # the load after includes the benchmark's own processes
@@ -124,9 +124,7 @@ def main() -> None:
     table = markdown_table(rows, formats={"wall_s": ".1f", "cpu_s": ".1f", "speed-up": ".2f"})
     print(table)
     print(f"identical runs on 1 and {args.nproc} processes: {same} ({runs} runs compared); {note}")
-    path = Path(args.json)
-    atomic_write_text(path, json.dumps(result, indent=1) + "\n")
-    atomic_write_text(path.with_suffix(".md"), "\n".join([
+    write_result(args.json, result, "\n".join([
         f"# tstrain on 1 vs {args.nproc} processes", "", f"`{result['command']}`, one CPU thread per process, "
         f"{cores} cores. Each process takes the next unfinished run whenever it is free (long runs first); every "
         "run is trained whole by one process.", "", table, "",

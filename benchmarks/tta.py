@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import subprocess
 import sys
@@ -162,15 +161,12 @@ def main(argv=None) -> int:
     md = ["# Test-time adaptation benchmark", "", "Average top-1 accuracy (%) over the corruptions.", "",
           overview, "## Targets", "", *[f"- {c}" for c in checks], "", "## Throughput and counters", "",
           "\n".join(tput_lines), "", "## Per-corruption tables", "", *detail]
-    out.mkdir(parents=True, exist_ok=True)
-    from jumbokit.training import atomic_write_text
-
-    atomic_write_text(out / "tta.md", "\n".join(md))
-    atomic_write_text(out / "tta.json", json.dumps({"rows": rows, "throughput": throughput, "checks": checks},
-                                             indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else o))
     print(overview)
     print("\n".join(checks))
-    print(f"\nwrote {out / 'tta.md'} and {out / 'tta.json'}")
+    from jumbokit.benchmarking import machine_record, write_result
+
+    write_result(out / "tta.json", {"rows": rows, "throughput": throughput, "checks": checks,
+                                    "machine": machine_record()}, "\n".join(md))
     return 0 if len(summaries) == len(jobs) else 1
 
 

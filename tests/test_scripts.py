@@ -41,6 +41,12 @@ def test_module_docstrings_keep_their_shell_line_continuations():
     assert joined == {}, "write a shell continuation in a docstring as \\\\ (or make the docstring raw)"
 
 
+def test_every_benchmark_is_listed_in_the_benchmarks_readme():
+    text = (ROOT / "benchmarks" / "README.md").read_text()
+    missing = [p.name for p in sorted((ROOT / "benchmarks").glob("*.py")) if f"`{p.name}`" not in text]
+    assert not missing, f"benchmarks/README.md does not list {missing}"
+
+
 def _recipe(name: str):
     import importlib
 
