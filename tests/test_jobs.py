@@ -1,6 +1,6 @@
 """The job runner (``jumbokit.training.jobs``): an ordered job list, each job claimed once from a store shared by
 the processes (simulated by threads on one ``HashStore``, and once for real with torchrun), every result back in
-job order on every process, and a job that raises failing every process with the job named, never a hang."""
+job order on every process, and a job that raises failing every process with its own exception and the job named, never a hang."""
 from __future__ import annotations
 
 import os
@@ -84,20 +84,34 @@ def test_a_failing_job_fails_every_process_with_the_job_named():
     answers = _launch(["a", "b", "bad", "c", "d", "e"], fn, describe=lambda job: f"job {job!r}")
     for rank in (0, 1):
         err = answers[rank]
-        assert isinstance(err, JobFailed), err
-        message = str(err)
-        assert "job 3 of 6 (job 'bad') failed on process" in message
+        assert isinstance(err, ValueError) and str(err) == "cannot do bad", err  # bad input stays a ValueError
+        message = str(err.__cause__)
+        assert isinstance(err.__cause__, JobFailed) and "job 3 of 6 (job 'bad') failed on process" in message
         assert "ValueError: cannot do bad" in message and "Traceback" in message
-    one = run_jobs(JobQueue(["a"]), fn)
-    assert one == ["a"]
-    with pytest.raises(JobFailed, match=r"job 2 of 3 \('bad'\) failed on process 0"):
+    assert run_jobs(JobQueue(["a"]), fn) == ["a"]
+    with pytest.raises(ValueError, match="cannot do bad") as raised:
         run_jobs(JobQueue(["a", "bad", "c"]), fn)
+    assert "job 2 of 3 ('bad') failed on process 0" in str(raised.value.__cause__)
+
+
+class _Unrebuildable(Exception):
+    def __init__(self, a, b):
+        super().__init__(f"{a} and {b}")
+
+
+def test_an_exception_that_cannot_travel_arrives_as_the_job_failure():
+    def fn(job):
+        raise _Unrebuildable(job, 2)
+
+    with pytest.raises(JobFailed, match=r"job 1 of 1 \(1\) failed on process 0:(.|\n)*_Unrebuildable: 1 and 2"):
+        run_jobs(JobQueue([1]), fn)
 
 
 def test_a_local_pool_does_the_jobs_whole_and_names_a_failure():
     assert run_jobs(JobQueue(["3", "1", "2", "5"]), int, workers=2) == [3, 1, 2, 5]
-    with pytest.raises(JobFailed, match=r"job 3 of 4 \('x'\) failed on process 0:(.|\n)*invalid literal"):
+    with pytest.raises(ValueError, match="invalid literal") as raised:
         run_jobs(JobQueue(["3", "1", "x", "5"]), int, workers=2)
+    assert "job 3 of 4 ('x') failed on process 0" in str(raised.value.__cause__)
     with pytest.raises(ValueError, match="positive integer"):
         run_jobs(JobQueue(["1"]), int, workers=0)
 

@@ -15,7 +15,8 @@ results = run_jobs(queue, do_one, describe=str)              # results[i] is do_
 ```
 
 A job that raises stops the claiming on every process; once the jobs already running are done, every process
-raises :class:`JobFailed` naming the first failed job (in job order), where it failed and its traceback.
+raises the first failed job's exception (in job order; its type kept, so bad input still reads as bad input)
+from a :class:`JobFailed` that names the job, the process that ran it and its traceback there.
 ``workers`` K > 1 does K jobs at once in a pool of K spawned processes, each with 1/K of this process's threads
 and outside the launch (a pooled job trains alone).
 """
@@ -45,7 +46,8 @@ MAX_POLL_SECONDS = 0.5
 
 
 class JobFailed(RuntimeError):
-    """A job raised; the message names the job, the process that ran it and its traceback."""
+    """A job raised; the message names the job, the process that ran it and its traceback there. The job's own
+    exception is raised from it (this alone when that exception cannot be sent between processes)."""
 
 
 class _LocalStore:
@@ -118,9 +120,15 @@ class JobQueue(Generic[J]):
         self.store.set(self._name("outcome", index), pickle.dumps((True, result, self.rank)))
 
     def post_failure(self, index: int, error: BaseException) -> None:
-        """Job ``index`` raised ``error`` here: recorded with its traceback, and the claiming stops everywhere."""
+        """Job ``index`` raised ``error`` here: recorded (pickled when it can be rebuilt elsewhere) with its
+        traceback, and the claiming stops everywhere."""
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        self.store.set(self._name("outcome", index), pickle.dumps((False, text, self.rank)))
+        try:
+            sent: bytes | None = pickle.dumps(error)
+            pickle.loads(sent)
+        except Exception:  # e.g. an exception whose arguments do not rebuild it
+            sent = None
+        self.store.set(self._name("outcome", index), pickle.dumps((False, (text, sent), self.rank)))
         self.store.add(self._name("failed"), 1)
 
     def finish(self, on_wait: Callable[[], None] | None = None) -> None:
@@ -135,8 +143,8 @@ class JobQueue(Generic[J]):
             pause = min(2 * pause, MAX_POLL_SECONDS)
 
     def results(self, describe: Callable[[J], str] = repr) -> list[Any]:
-        """Every job's result in job order (after :meth:`finish`); :class:`JobFailed` for the first failed job.
-        The last process to read removes the execution's keys from the store."""
+        """Every job's result in job order (after :meth:`finish`); the first failed job's exception, raised from
+        a :class:`JobFailed` naming it. The last process to read removes the execution's keys from the store."""
         claimed = min(int(self.store.add(self._name("claimed"), 0)), len(self.jobs))
         outcomes = [pickle.loads(self.store.get(self._name("outcome", i))) for i in range(claimed)]
         if int(self.store.add(self._name("read"), 1)) == self.processes:
@@ -144,8 +152,12 @@ class JobQueue(Generic[J]):
                 self.store.delete_key(self._name(name))
         for index, (ok, value, rank) in enumerate(outcomes):
             if not ok:
-                raise JobFailed(f"job {index + 1} of {len(self.jobs)} ({describe(self.jobs[index])}) failed on "
-                                f"process {rank}:\n{value}")
+                text, sent = value
+                failed = JobFailed(f"job {index + 1} of {len(self.jobs)} ({describe(self.jobs[index])}) failed on "
+                                   f"process {rank}:\n{text}")
+                if sent is None:
+                    raise failed
+                raise pickle.loads(sent) from failed
         if claimed < len(self.jobs):
             raise RuntimeError(f"{len(self.jobs) - claimed} of {len(self.jobs)} jobs were never claimed")
         return [value for _, value, _ in outcomes]
@@ -186,8 +198,8 @@ def run_jobs(queue: JobQueue[J], fn: Callable[[J], Any], workers: int = 1, setup
     ``workers``: jobs done at once here; K > 1 runs them in a pool of K spawned processes (``fn`` and ``setup``
     must then pickle; ``setup()`` runs once in each worker before its first job). ``describe(job)`` names a job in
     a failure. ``on_start(job)`` / ``on_done(job, result)`` are told about the jobs done here, ``on_wait()`` is
-    called while the other processes finish theirs. Raises :class:`JobFailed` on every process when a job
-    raised anywhere."""
+    called while the other processes finish theirs. When a job raised anywhere, every process raises its exception
+    from a :class:`JobFailed` naming the job."""
     if int(workers) != workers or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     if workers == 1:
