@@ -141,7 +141,8 @@ def test_validate_predict_and_the_run_report_agree_to_the_last_image(digits_run,
         assert (tmp_path / "val" / name).is_file()
     confusion = torch.tensor(checked["confusion"])
     assert int(confusion.sum()) == 360 and int(confusion.trace()) == round(test_row["top1"] * 360 / 100)
-    assert (tmp_path / "val" / "confusion.csv").read_text().splitlines()[0] == "true \\ predicted," + ",".join("0123456789")
+    header = (tmp_path / "val" / "confusion.csv").read_text().splitlines()[0]
+    assert header == "true \\ predicted," + ",".join("0123456789")
 
     out = tmp_path / "pred.csv"
     predicted = predict.main(["--checkpoint", str(root / "run"), str(root / "png"), "--topk", "3", "--out", str(out),

@@ -8,9 +8,11 @@
 
 from .encoders import EncoderOutput, create_model, list_models, save
 from .encoders.branches import reparameterize
+from .hub import push_to_hub  # a run or model to the Hugging Face Hub (jumbokit.load reads hf-hub: names)
 from .pretrained import load  # a saved model with its data config (model.pretrained_cfg)
 from .timeseries import models as _series_models  # noqa: F401  (the series tokenizer and models join the zoo)
 
 __version__ = "0.1.0"
 
-__all__ = ["create_model", "list_models", "load", "save", "reparameterize", "EncoderOutput", "__version__"]
+__all__ = ["create_model", "list_models", "load", "save", "push_to_hub", "reparameterize", "EncoderOutput",
+           "__version__"]

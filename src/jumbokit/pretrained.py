@@ -1,9 +1,10 @@
 """``jumbokit.load``: a saved model ready for use, with the data config its inputs need.
 
-``load(path)`` rebuilds the model of a run directory or a ``.safetensors`` file (``jumbokit.encoders.load``) and
-sets ``model.pretrained_cfg`` (timm's name; see ``jumbokit.data.data_config``): the block saved with the weights,
-or, for runs written before models carried one, the one derived from the run's ``config.json``. A model without
-either has no ``pretrained_cfg``, and ``data_config(model)`` is None.
+``load(path)`` rebuilds the model of a run directory, a ``.safetensors`` file or an ``hf-hub:ORG/NAME`` name (see
+``jumbokit.hub``) with ``jumbokit.encoders.load`` and sets ``model.pretrained_cfg`` (timm's name; see
+``jumbokit.data.data_config``): the block saved with the weights, or, for runs written before models carried one,
+the one derived from the run's ``config.json``. A model without either has no ``pretrained_cfg``, and
+``data_config(model)`` is None.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ __all__ = ["load", "data_config", "local_path"]
 
 
 def load(source: str | os.PathLike, map_location: str | torch.device = "cpu", **overrides: Any) -> nn.Module:
-    """Rebuild a saved model in one call: a run directory (``model.safetensors`` + its config) or a file.
+    """Rebuild a saved model in one call: a run directory (``model.safetensors`` + its config), a file or an
+    ``hf-hub:ORG/NAME[@REVISION]`` name.
 
     ``overrides`` replace saved model options (``drop_path_rate=0.1``); the returned model exposes its data
     config as ``model.pretrained_cfg`` where one is known.
@@ -40,5 +42,10 @@ def data_config(model: nn.Module) -> dict[str, Any] | None:
 
 
 def local_path(source: str | os.PathLike) -> Path:
-    """The local run directory or ``.safetensors`` file that ``source`` names."""
+    """The local run directory or ``.safetensors`` file that ``source`` names; an ``hf-hub:ORG/NAME`` name is
+    fetched into (or found in) the Hugging Face cache (``jumbokit.hub.snapshot``)."""
+    from jumbokit.hub import HUB_PREFIX, snapshot
+
+    if str(source).startswith(HUB_PREFIX):
+        return snapshot(str(source))
     return Path(source).expanduser()

@@ -14,11 +14,8 @@ Time-series checkpoints are refused for now.
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 from typing import Any
-
-logger = logging.getLogger("jumbokit.recipes.predict")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders or glob patterns")
     p.add_argument("--checkpoint", required=True, metavar="RUN",
-                   help="the saved classifier: a run directory or a .safetensors file")
+                   help="the saved classifier: a run directory, a .safetensors file or hf-hub:ORG/NAME")
     p.add_argument("--topk", type=int, default=5, help="labels per image, best first (default: %(default)s)")
     p.add_argument("--out", default="predictions.csv", metavar="CSV", help="the CSV to write (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")

@@ -13,11 +13,8 @@ columns: predicted class) and confusion.png; prints one summary line. Time-serie
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 from typing import Any
-
-logger = logging.getLogger("jumbokit.recipes.validate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--checkpoint", required=True, metavar="RUN",
-                   help="the saved classifier: a run directory or a .safetensors file")
+                   help="the saved classifier: a run directory, a .safetensors file or hf-hub:ORG/NAME")
     p.add_argument("--dataset", default=None, metavar="SPEC",
                    help="digits | fashion-mnist[:DIR] | folder:PATH | hf:NAME[:split] (default: the run's dataset, "
                         "from its config.json)")
@@ -59,13 +56,17 @@ def run_dataset(checkpoint: str, dataset: str | None) -> str:
 
 
 def default_out(checkpoint: str, dataset: str, split: str) -> Path:
-    """``RUN/validate_<dataset kind>[-<folder name>]_<split>`` (the folder of a weights file for RUN)."""
+    """``RUN/validate_<dataset kind>[-<folder name>]_<split>`` (the folder of a weights file for RUN; for an
+    ``hf-hub:`` model ``validate_<repository name>_...`` in the current folder, not in the Hub cache)."""
+    from jumbokit.hub import HUB_PREFIX, parse_hub_name
     from jumbokit.pretrained import local_path
 
-    path = local_path(checkpoint)
     kind, _, rest = dataset.partition(":")
-    slug = kind + (f"-{Path(rest).name}" if rest else "")
-    return (path if path.is_dir() else path.parent) / f"validate_{slug.replace('/', '-')}_{split}"
+    slug = (kind + (f"-{Path(rest).name}" if rest else "")).replace("/", "-")
+    if str(checkpoint).startswith(HUB_PREFIX):
+        return Path(f"validate_{parse_hub_name(checkpoint)[0].split('/')[1]}_{slug}_{split}")
+    path = local_path(checkpoint)
+    return (path if path.is_dir() else path.parent) / f"validate_{slug}_{split}"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -1,0 +1,164 @@
+"""The Hugging Face Hub: push a trained model (weights, config with its data config, a model card) and fetch one.
+
+```python
+import jumbokit
+jumbokit.push_to_hub("runs/supervised_vit_pico_jumbo_digits", "my-org/vit-pico-jumbo-digits")
+model = jumbokit.load("hf-hub:my-org/vit-pico-jumbo-digits")      # model.pretrained_cfg: its data config
+```
+
+A pushed repository holds ``model.safetensors``, ``model_config.json`` (the model options and the
+``pretrained_cfg`` block, see ``jumbokit.data.data_config``) and a ``README.md`` model card written from the run
+(architecture, data, the metrics of its ``results.csv``). ``hf-hub:ORG/NAME[@REVISION]`` names are fetched with
+``huggingface_hub.snapshot_download`` into the Hugging Face cache (``HF_HUB_CACHE``) or a ``local_dir``; with
+``HF_HUB_OFFLINE=1`` only what is already there is used.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+__all__ = ["HUB_PREFIX", "HUB_FILES", "parse_hub_name", "snapshot", "push_to_hub", "model_card"]
+
+HUB_PREFIX = "hf-hub:"
+HUB_FILES = ("model.safetensors", "model_config.json", "README.md")
+
+
+def parse_hub_name(name: str) -> tuple[str, str | None]:
+    """``"hf-hub:ORG/NAME[@REVISION]"`` -> ``("ORG/NAME", REVISION or None)``; raises ``ValueError`` otherwise."""
+    text = str(name)
+    repo, _, revision = text[len(HUB_PREFIX):].partition("@") if text.startswith(HUB_PREFIX) else ("", "", "")
+    parts = repo.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"expected a Hugging Face Hub name hf-hub:ORG/NAME[@REVISION], got {text!r}")
+    return repo, revision or None
+
+
+def snapshot(name: str, *, cache_dir: str | os.PathLike | None = None,
+             local_dir: str | os.PathLike | None = None) -> Path:
+    """The local folder of the model files of ``hf-hub:ORG/NAME[@REVISION]`` (fetched when online).
+
+    Raises ``ValueError`` with one line when the repository is unknown, or not in the cache while offline."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
+
+    repo, revision = parse_hub_name(name)
+    try:
+        folder = snapshot_download(repo, revision=revision, cache_dir=cache_dir, local_dir=local_dir,
+                                   allow_patterns=list(HUB_FILES), library_name="jumbokit")
+    except LocalEntryNotFoundError:
+        raise ValueError(f"{name} is not in the local Hugging Face cache and the Hub cannot be reached (offline, "
+                         "HF_HUB_OFFLINE=1?); fetch it once online, or pass its downloaded folder") from None
+    except RevisionNotFoundError:
+        raise ValueError(f"{name}: the Hub repository has no revision {revision!r}") from None
+    except RepositoryNotFoundError:
+        raise ValueError(f"{name}: no such model repository on the Hugging Face Hub (or it is private: log in "
+                         "with `hf auth login`)") from None
+    except HfHubHTTPError as err:
+        raise ValueError(f"{name}: the Hugging Face Hub answered {' '.join(str(err).split())}") from None
+    path = Path(folder)
+    if not (path / "model.safetensors").is_file():
+        raise ValueError(f"{name} holds no model.safetensors (a jumbokit model pushed with jumbokit.push_to_hub?)")
+    return path
+
+
+def _stage(run_or_model: str | os.PathLike | nn.Module, folder: Path) -> tuple[dict, dict | None, dict]:
+    """Write the model files into ``folder``: (model config, data config, run record ({} for a bare model))."""
+    from jumbokit.data.data_config import check_data_config, read_run_data_config
+    from jumbokit.encoders import load as load_saved
+    from jumbokit.encoders import save
+    from jumbokit.encoders.zoo import load_config
+
+    if isinstance(run_or_model, nn.Module):
+        model, record = run_or_model, {}
+        data_config = getattr(model, "pretrained_cfg", None)
+    else:
+        path = Path(run_or_model).expanduser()
+        model = load_saved(path)
+        data_config = getattr(model, "pretrained_cfg", None) or read_run_data_config(path)
+        record = _run_record(path)
+    data_config = check_data_config(data_config) if data_config else None
+    save(model, folder, data_config=data_config)
+    return load_config(folder), data_config, record
+
+
+def _run_record(path: Path) -> dict[str, Any]:
+    """The run's config.json and its results.csv rows (``{}`` / ``[]`` where missing)."""
+    run = path if path.is_dir() else path.parent
+    try:
+        record = json.loads((run / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        record = {}
+    try:
+        with open(run / "results.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError:
+        rows = []
+    return {**(record if isinstance(record, dict) else {}), "results": rows}
+
+
+def model_card(repo_id: str, config: dict[str, Any], data_config: dict[str, Any] | None,
+               record: dict[str, Any]) -> str:
+    """The README.md of a pushed model: front matter, architecture, data, metrics and how to use it."""
+    from jumbokit.training.rundir import markdown_table
+
+    name = record.get("model_name") or config.get("encoder") or "jumbokit encoder"
+    arch = ", ".join(f"{label} {config[key]}" for key, label in (
+        ("global_tokens", "global tokens"), ("depth", "depth"), ("dim", "width"), ("num_heads", "heads"),
+        ("patch_size", "patch"), ("num_classes", "classes")) if config.get(key) is not None)
+    params = record.get("num_params")
+    lines = ["---", "library_name: jumbokit", "pipeline_tag: image-classification",
+             "tags:", "- image-classification", "- jumbokit", "- vision-transformer", "---", "",
+             f"# {repo_id}", "",
+             f"A jumbokit image classifier: `{name}` ({arch}"
+             + (f"; {params / 1e6:.2f}M parameters" if isinstance(params, (int, float)) else "") + ")"
+             + (f", trained by `jumbokit {record['recipe']}`" if record.get("recipe") else "")
+             + (f" on `{record['data']['dataset']}`" if isinstance(record.get("data"), dict)
+                and record["data"].get("dataset") else "") + ".", ""]
+    if data_config:
+        names = data_config.get("label_names") or []
+        lines += ["## Data", "",
+                  f"- input: {' x '.join(map(str, data_config['input_size']))} (channels x height x width), "
+                  f"resized to height / crop_pct = {data_config.get('crop_pct')} ({data_config.get('interpolation')})"
+                  f" and center-cropped",
+                  f"- normalisation: mean {list(data_config['mean'])}, std {list(data_config['std'])}",
+                  f"- classes ({len(names) or data_config.get('num_classes', '?')}): "
+                  + (", ".join(map(str, names[:50])) + (" ..." if len(names) > 50 else "") if names else "by index"),
+                  ""]
+    if record.get("results"):
+        lines += ["## Metrics", "", "Top-1 / top-5 accuracy in percent, from the run's `results.csv`.", "",
+                  markdown_table(record["results"], ["split", "top1", "top5", "loss", "n"]).rstrip(), ""]
+    lines += ["## Use", "", "```python", "import jumbokit, timm.data",
+              f'model = jumbokit.load("hf-hub:{repo_id}").eval()',
+              "transform = timm.data.create_transform(**timm.data.resolve_model_data_config(model))",
+              "```", "", f"or `jumbokit predict --checkpoint hf-hub:{repo_id} images/`.", ""]
+    return "\n".join(lines)
+
+
+def push_to_hub(run_or_model: str | os.PathLike | nn.Module, repo_id: str, *, api=None, private: bool = False,
+                token: str | None = None, revision: str | None = None,
+                commit_message: str = "Upload a jumbokit model") -> Any:
+    """Upload a run directory (or ``.safetensors`` file, or a model) to the Hub repository ``repo_id``.
+
+    The repository gets ``model.safetensors``, ``model_config.json`` with the data config and a generated
+    ``README.md`` model card; it is created when missing. ``api``: a ``huggingface_hub.HfApi`` (default: a new one
+    with ``token``). Returns what ``api.upload_folder`` returns (the commit information).
+    """
+    parse_hub_name(HUB_PREFIX + repo_id)
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="jumbokit-hub-") as tmp:
+        folder = Path(tmp)
+        config, data_config, record = _stage(run_or_model, folder)
+        (folder / "README.md").write_text(model_card(repo_id, config, data_config, record))
+        api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
+        return api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=str(folder),
+                                 commit_message=commit_message, revision=revision)

@@ -1,0 +1,128 @@
+"""The Hugging Face Hub without a network: ``push_to_hub`` up to the ``HfApi`` calls (a fake API that writes what
+it is given into a local Hub cache), and ``jumbokit.load("hf-hub:...")`` from that cache or a local folder in
+offline mode."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import jumbokit
+from jumbokit.data.data_config import data_config_from_record, eval_transform
+from jumbokit.hub import parse_hub_name, push_to_hub, snapshot
+
+torch.set_num_threads(1)
+
+RECORD = dict(dataset="digits", img_size=16, in_chans=1, mean=[0.3], std=[0.35], crop_pct=1.0,
+              interpolation="bicubic", classes=[str(i) for i in range(10)])
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+class FakeHubApi:
+    """Stands in for ``huggingface_hub.HfApi``: records the calls; an upload becomes a snapshot of the local Hub
+    cache ``cache`` (the layout ``snapshot_download`` reads offline)."""
+
+    def __init__(self, cache):
+        self.cache, self.calls = cache, []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+
+    def upload_folder(self, repo_id, folder_path, **kwargs):
+        self.calls.append(("upload_folder", repo_id, sorted(p.name for p in Path(folder_path).iterdir())))
+        repo = self.cache / f"models--{repo_id.replace('/', '--')}"
+        shutil.copytree(folder_path, repo / "snapshots" / COMMIT)
+        (repo / "refs").mkdir(parents=True)
+        (repo / "refs" / "main").write_text(COMMIT)
+        return f"https://huggingface.co/{repo_id}/commit/{COMMIT}"
+
+
+@pytest.fixture
+def offline_cache(tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE=1 and an empty Hub cache under tmp_path."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub_cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def old_run(tmp_path):
+    """A run directory as written before models carried their data config: weights, config.json, results.csv."""
+    run = tmp_path / "run"
+    model = jumbokit.create_model("vit_pico_jumbo", img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    jumbokit.save(model, run)
+    (run / "config.json").write_text(json.dumps({"recipe": "supervised", "model_name": "vit_pico_jumbo",
+                                                 "num_params": 123456, "data": RECORD}))
+    (run / "results.csv").write_text("model,dataset,split,top1,top5,loss,n\n"
+                                     "vit_pico_jumbo,digits,val,91.1111,99.4444,0.41,180\n"
+                                     "vit_pico_jumbo,digits,test,90.2778,99.7222,0.43,360\n")
+    return run, model
+
+
+def test_push_then_load_offline_gives_the_same_weights_and_transform(tmp_path, offline_cache):
+    run, model = old_run(tmp_path)
+    api = FakeHubApi(offline_cache)
+    url = push_to_hub(run, "my-org/pico-digits", api=api, private=True)
+    assert url.endswith(COMMIT)
+    assert api.calls[0] == ("create_repo", "my-org/pico-digits",
+                            {"repo_type": "model", "private": True, "exist_ok": True})
+    assert api.calls[1] == ("upload_folder", "my-org/pico-digits",
+                            ["README.md", "model.safetensors", "model_config.json"])
+    card = (offline_cache / "models--my-org--pico-digits" / "snapshots" / COMMIT / "README.md").read_text()
+    for text in ("library_name: jumbokit", "`vit_pico_jumbo`", "trained by `jumbokit supervised` on `digits`",
+                 "| test | 90.2778 | 99.7222 | 0.43 | 360 |", 'jumbokit.load("hf-hub:my-org/pico-digits")',
+                 "classes (10): 0, 1, 2"):
+        assert text in card, text
+
+    loaded = jumbokit.load("hf-hub:my-org/pico-digits")
+    assert loaded.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
+    assert loaded.pretrained_cfg == data_config_from_record(RECORD) == jumbokit.load(run).pretrained_cfg
+    img = Image.fromarray(np.random.RandomState(0).randint(0, 256, (20, 24), dtype=np.uint8), "L")
+    assert torch.equal(eval_transform(loaded.pretrained_cfg)(img), eval_transform(data_config_from_record(RECORD))(img))
+
+
+def test_a_pushed_model_object_keeps_its_data_config(tmp_path, offline_cache):
+    model = jumbokit.create_model("vit_pico_cls", img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    model.pretrained_cfg = data_config_from_record(RECORD)
+    push_to_hub(model, "org/bare", api=FakeHubApi(offline_cache))
+    assert jumbokit.load("hf-hub:org/bare@main").pretrained_cfg == model.pretrained_cfg
+
+
+def test_a_local_snapshot_folder_loads_offline(tmp_path, offline_cache):
+    run, model = old_run(tmp_path)
+    folder = tmp_path / "downloaded"
+    folder.mkdir()
+    for name in ("model.safetensors", "model_config.json"):
+        shutil.copy(run / name, folder / name)
+    assert snapshot("hf-hub:org/anything", local_dir=folder) == folder.resolve()
+
+
+def test_unknown_repo_offline_is_one_clear_line(tmp_path, offline_cache, capsys):
+    from jumbokit.cli import main
+
+    with pytest.raises(ValueError, match="not in the local Hugging Face cache"):
+        jumbokit.load("hf-hub:org/unknown")
+    image = tmp_path / "x.png"
+    Image.new("L", (16, 16)).save(image)
+    with pytest.raises(SystemExit) as stop:
+        main(["predict", "--checkpoint", "hf-hub:org/unknown", str(image), "--out", str(tmp_path / "p.csv")])
+    err = capsys.readouterr().err
+    assert stop.value.code != 0 and len(err.strip().splitlines()) == 1 and "hf-hub:org/unknown" in err
+    assert not (tmp_path / "p.csv").exists()
+
+
+@pytest.mark.parametrize("name", ["org/name", "hf-hub:name", "hf-hub:org/", "hf-hub:a/b/c"])
+def test_bad_hub_names_are_refused(name):
+    with pytest.raises(ValueError, match="hf-hub:ORG/NAME"):
+        parse_hub_name(name)
+    assert parse_hub_name("hf-hub:org/name@v1") == ("org/name", "v1")
