@@ -38,8 +38,8 @@ from ...encoders.encoder import encoder_options, unknown_options
 from .tokenizer import series_patch_count
 
 __all__ = ["PATCHTST_MODELS", "REFERENCE_MODELS", "HYBRID_MODELS", "SERIES_MODELS", "JUMBO_MODELS",
-           "JUMBO_MULTIPLIER_MODELS", "PATCHTST_BASE",
-           "JUMBO_MULTIPLIER", "HEAD_FEATURES", "check_reference_model", "width_options", "patch_geometry", "capped_patch_geometry", "max_patches"]
+           "JUMBO_MULTIPLIER_MODELS", "PATCHTST_BASE", "JUMBO_MULTIPLIER", "HEAD_FEATURES", "check_reference_model",
+           "width_options", "patch_geometry", "capped_patch_geometry", "max_patches"]
 
 JUMBO_MULTIPLIER = 4
 PATCHTST_BASE: dict[str, Any] = dict(

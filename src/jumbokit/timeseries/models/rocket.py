@@ -15,8 +15,8 @@ transformer.
 with MiniRocket's structure for that shape (dilations, channel combinations) and no data seen yet (biases 0,
 features unscaled); :meth:`RocketHybrid.fit_features` fits it on training series, the explicit second step.
 :func:`build_rocket_hybrid` wraps a given encoder and fits in one call. The fitted transform and the feature
-statistics are buffers, so a saved hybrid reloads with ``jumbokit.load`` alone (aeon is imported when the
-features are computed or fitted, never by ``import jumbokit``).
+statistics are buffers, so a saved hybrid reloads with ``jumbokit.load`` alone. aeon is imported when a hybrid is
+built, never by ``import jumbokit``.
 """
 
 from __future__ import annotations
@@ -138,8 +138,9 @@ class RocketHybrid(nn.Module):
     segment) gets, per series, ``proj(dropout(standardised MiniRocket features))`` (B, D) added.
 
     forward: (B, C, L) -> logits (B, num_classes); ``rocket_input`` (B, C, L), when given, is the series the
-    features come from (training passes the un-augmented batch there, see ``takes_clean_input``). ``config``, ``num_patches``, ``num_global_tokens`` and
-    ``embed_dim`` are the encoder's, so sweep code reads the hybrid as it reads the plain model."""
+    features come from (training passes the un-augmented batch there, see ``takes_clean_input``). ``config``,
+    ``num_patches``, ``num_global_tokens`` and ``embed_dim`` are the encoder's, so sweep code reads the hybrid as it
+    reads the plain model; :meth:`saved_config` is what ``jumbokit.save`` stores."""
 
     takes_clean_input = True  # training calls model(augmented, rocket_input=clean)
     not_exportable = ("the ROCKET hybrid (patchtst_jumbo_rocket) computes its MiniRocket features in aeon's compiled "
