@@ -37,14 +37,14 @@ def test_registers_are_matched_to_the_jumbo_models_multiplier(j):
         _series_model("patchtst_registers", jumbo_multiplier=0)
 
 
-def test_sweep_config_passes_j_only_where_it_differs_and_stores_it_only_then():
+def test_sweep_config_passes_j_only_where_it_differs_and_stores_it():
     cfg = ts_protocol.SweepConfig(jumbo_multiplier=2)
     assert global_token_options("patchtst_jumbo", cfg) == {"jumbo_multiplier": 2}
     assert global_token_options("patchtst_jumbo_rocket", cfg) == {"jumbo_multiplier": 2}
     assert global_token_options("patchtst_registers", cfg) == {"jumbo_multiplier": 2}
     assert global_token_options("patchtst", cfg) == {} and global_token_options("series_cnn", cfg) == {}
     assert global_token_options("patchtst_jumbo", ts_protocol.SweepConfig()) == {}
-    assert cfg.identity()["jumbo_multiplier"] == 2 and "jumbo_multiplier" not in ts_protocol.SweepConfig().identity()
+    assert cfg.identity()["jumbo_multiplier"] == 2 and ts_protocol.SweepConfig().identity()["jumbo_multiplier"] == 4
     for bad in (0, 2.5):
         with pytest.raises(ValueError, match=rf"jumbo_multiplier must be an integer >= 1, got {bad}"):
             ts_protocol.SweepConfig(jumbo_multiplier=bad)

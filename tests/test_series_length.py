@@ -15,6 +15,7 @@ from jumbokit.timeseries.models.length import LengthEmbed, series_span
 from jumbokit.recipes import tstrain as cli
 from jumbokit.timeseries import protocol as ts_protocol
 from jumbokit.timeseries.models import PATCHTST_MODELS
+from jumbokit.timeseries.models.config import SeriesModelConfig
 
 NAN = float("nan")
 SERIES = dict(num_classes=3, in_chans=2, seq_len=40, patches=8)
@@ -94,7 +95,7 @@ def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="length_embed applies to series tokenizers only"):
         Encoder(img_size=16, patch_size=8, dim=16, depth=1, num_heads=2, length_embed=True)
     with pytest.raises(ValueError, match="length_embed must be False with unequal_length='zero'"):
-        ts_protocol.SweepConfig(length_embed=True, unequal_length="zero")
+        ts_protocol.SweepConfig(model=SeriesModelConfig(length_embed=True), unequal_length="zero")
 
 
 def test_tstrain_length_embed_is_recorded_and_said(tmp_path, capsys):
@@ -105,6 +106,6 @@ def test_tstrain_length_embed_is_recorded_and_said(tmp_path, capsys):
     assert "length_embed must be False with unequal_length='resample'" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
     assert cli.main([*base, "--out", str(out)]) == 0
-    assert json.loads((out / "sweep.json").read_text())["length_embed"] is True
+    assert json.loads((out / "sweep.json").read_text())["model"]["length_embed"] is True
     assert "each series' length added to the global tokens" in (out / "report.md").read_text()
-    assert "length_embed" not in ts_protocol.SweepConfig().identity()
+    assert ts_protocol.SweepConfig().identity()["model"]["length_embed"] is False

@@ -99,8 +99,8 @@ def test_tstrain_bad_input(tmp_path, capsys, monkeypatch):
 
 
 def test_tstrain_ema_scores_the_weight_average(tmp_path):
-    """--ema reaches the runs (other scores than the last weights), sweep.json and the report; off by default
-    and then absent from sweep.json, so earlier sweeps resume."""
+    """--ema reaches the runs (other scores than the last weights), sweep.json and the report; off (0) by
+    default."""
     def run(out, *extra):
         assert cli.main(tiny(out, "--model", "patchtst", *extra)) == 0
         record = json.loads(next((out / "runs").rglob("*.json")).read_text())
@@ -108,7 +108,7 @@ def test_tstrain_ema_scores_the_weight_average(tmp_path):
 
     plain_sweep, plain = run(tmp_path / "plain")
     ema_sweep, ema = run(tmp_path / "ema", "--ema", "0.5")
-    assert "ema_decay" not in json.dumps(plain_sweep) and '"ema_decay": 0.5' in json.dumps(ema_sweep)
+    assert plain_sweep["ema_decay"] == 0.0 and ema_sweep["ema_decay"] == 0.5
     assert ema["val_loss"] != plain["val_loss"]
     assert "moving average of the weights (decay 0.5)" in (tmp_path / "ema" / "report.md").read_text()
 
@@ -285,9 +285,10 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
              "--diff", "--token-stats", "--trunk-mix", "--level-scale", "--trunk-head"]
     assert cli.main(tiny(out, *front)) == 0
     sweep = json.loads((out / "sweep.json").read_text())
-    assert sweep["trunk"] == "inception" and sweep["trunk_width"] == 2 and sweep["trunk_diff"] is True
-    assert sweep["trunk_mix"] is True and sweep["level_scale"] is True and sweep["normalize"] == "train"
-    assert sweep["trunk_head"] is True
+    model = sweep["model"]  # the series-model options
+    assert model["trunk"] == "inception" and model["trunk_width"] == 2 and model["trunk_diff"] is True
+    assert model["trunk_mix"] is True and model["level_scale"] is True and sweep["normalize"] == "train"
+    assert model["trunk_head"] is True
     report = (out / "report.md").read_text()
     assert "inception trunk (1 x width 2, with the first difference, all channels together)" in report
     assert "with a second head on its mean token" in report

@@ -20,11 +20,12 @@ from jumbokit.timeseries import report as ts_report
 from jumbokit.timeseries import results as ts_results
 from jumbokit.timeseries import store as ts_store
 from jumbokit.timeseries import sweep as ts_sweep
+from jumbokit.timeseries.models.config import SeriesModelConfig
 from jumbokit.timeseries.augment import (AUGMENTATIONS, DEFAULT_AUGMENT, SeriesAugment, SeriesMixup, observed_std,
                                         parse_augment)
 from jumbokit.timeseries.pretrain import StepBatches, pretrain_series
 
-# what a run file and sweep.json of the paper's protocol held before the recipes existed
+# what a run file and sweep.json (schema 1) of the paper's protocol held before the recipes existed
 PAPER_SWEEP_KEYS = ["patches", "epochs", "batch_size", "weight_decay", "warmup_fraction", "min_lr", "seed", "protocol",
                     "split_seed", "mixed_precision", "normalize", "branches", "min_steps"]
 RUN_KEYS = {"dataset", "model", "lr", "dropout", "val_top1", "test_top1", "val_loss", "train_loss", "epochs", "steps",
@@ -251,18 +252,26 @@ def test_pretraining_never_reads_validation_or_test_series(tmp_path, monkeypatch
 
 # ---------------------------------------------------------------- recipes, ensembles, listing
 def test_paper_protocol_is_stored_and_run_as_before(tmp_path):
-    assert list(ts_protocol.SweepConfig().identity()) == PAPER_SWEEP_KEYS
+    """sweep.json holds every setting with its schema; the flat record a paper sweep stored before (schema 1,
+    settings added with the recipes left out at their defaults) reads as the same sweep, which resumes."""
     paper = ts_protocol.RECIPES["paper"]
     assert (paper["lrs"], paper["dropouts"], paper["batch_size"], paper["steps"]) == (
         ts_protocol.SWEEP_LRS, ts_protocol.SWEEP_DROPOUTS, 256, None)
     out = tmp_path / "paper"
     assert cli.main(tiny(out, "--epochs", "2")) == 0
     sweep = json.loads((out / "sweep.json").read_text())
-    assert sweep == {"patches": 8, "epochs": 2, "batch_size": 256, "weight_decay": 0.02, "warmup_fraction": 0.1,
-                     "min_lr": 1e-8, "seed": 0, "protocol": "seed", "split_seed": 0, "mixed_precision": "no",
-                     "normalize": "train", "branches": 1, "min_steps": 0}
+    before = {"patches": 8, "epochs": 2, "batch_size": 256, "weight_decay": 0.02, "warmup_fraction": 0.1,
+              "min_lr": 1e-8, "seed": 0, "protocol": "seed", "split_seed": 0, "mixed_precision": "no",
+              "normalize": "train", "branches": 1, "min_steps": 0}
+    assert list(before) == PAPER_SWEEP_KEYS
+    assert sweep["schema"] == ts_protocol.SWEEP_SCHEMA and sweep["model"]["patches"] == 8
+    assert sweep == ts_protocol.SweepConfig.from_record(before).identity()
     run = json.loads((out / "runs" / "ItalyPowerDemand" / "patchtst" / "lr0.001_do0.1.json").read_text())
     assert set(run) == RUN_KEYS and run["extra"] == {} and (run["epochs"], run["steps"]) == (2, 2)
+    (out / "sweep.json").write_text(json.dumps(before))  # a sweep directory written before: it resumes
+    assert cli.main(tiny(out, "--epochs", "2")) == 0
+    (out / "sweep.json").write_text(json.dumps(dict(sweep, schema=ts_protocol.SWEEP_SCHEMA + 1)))
+    assert cli.main(tiny(out, "--epochs", "2")) == 2  # a newer schema is refused, by name
     # the same sweep under the small-data recipe is another sweep
     code = cli.main(tiny(out, "--epochs", "2", "--recipe", "small-data"))
     assert code == 2
@@ -279,8 +288,8 @@ def test_small_data_recipe_and_ensembles(tmp_path, capsys):
     sweep = json.loads((out / "sweep.json").read_text())
     assert (sweep["recipe"], sweep["steps"], sweep["batch_size"], sweep["augment"], sweep["normalize"]) == (
         "small-data", 3, "auto", "jitter,scaling,magnitude_warp,time_warp,window_slice", "auto")
-    assert "max_patch_len" not in sweep  # not capped: stored as before
-    assert sweep["conv_stem"] == 32
+    assert sweep["model"]["max_patch_len"] is None  # not capped
+    assert sweep["model"]["conv_stem"] == 32
     report = json.loads((out / "results.json").read_text())
     row = report["summary"][0]
     assert row["ens_k"] == 2 and report["ensemble"] == 2
@@ -319,13 +328,14 @@ def test_auto_steps_follow_series_length():
 def test_auto_trunk_width_follows_series_length(tmp_path, monkeypatch):
     """trunk_width="auto": 32 filters up to 400 steps, 64 beyond, resolved per dataset for the runs' models."""
     assert [ts_protocol.auto_trunk_width(n) for n in (24, 361, 400, 401, 1460)] == [32, 32, 32, 64, 64]
-    cfg = ts_protocol.SweepConfig(trunk="resnet", trunk_width="auto")
+    cfg = ts_protocol.SweepConfig(model=SeriesModelConfig(trunk="resnet", trunk_width="auto"))
     assert cfg.tokenizer_options(427)["trunk_width"] == 64 and cfg.tokenizer_options(251)["trunk_width"] == 32
-    assert ts_protocol.SweepConfig(trunk="resnet", trunk_width=8).tokenizer_options()["trunk_width"] == 8
+    eight = ts_protocol.SweepConfig(model=SeriesModelConfig(trunk="resnet", trunk_width=8))
+    assert eight.tokenizer_options()["trunk_width"] == 8
     with pytest.raises(ValueError, match="needs the series length"):
         cfg.tokenizer_options()
     with pytest.raises(ValueError, match="trunk_width must be a positive integer or 'auto', got 'wide'"):
-        ts_protocol.SweepConfig(trunk="resnet", trunk_width="wide")
+        ts_protocol.SweepConfig(model=SeriesModelConfig(trunk="resnet", trunk_width="wide"))
     # ItalyPowerDemand's 24 steps count as long with the threshold at 10: its runs get the wide trunk
     monkeypatch.setattr(ts_protocol, "LONG_SERIES", 10)
     params = {}
@@ -335,7 +345,7 @@ def test_auto_trunk_width_follows_series_length(tmp_path, monkeypatch):
         assert cli.main(tiny(out, *front)) == 0
         params[width] = json.loads((out / "runs/ItalyPowerDemand/patchtst/lr0.001_do0.1.json").read_text())["params"]
     assert params["auto"] == params["64"] != params["32"]
-    assert json.loads((tmp_path / "auto" / "sweep.json").read_text())["trunk_width"] == "auto"
+    assert json.loads((tmp_path / "auto" / "sweep.json").read_text())["model"]["trunk_width"] == "auto"
     assert "width 64 for series longer than 10 steps, else 32" in (tmp_path / "auto" / "report.md").read_text()
     from jumbokit.timeseries.estimator import PatchTSTClassifier
 
@@ -388,7 +398,7 @@ def test_grad_clip_reaches_training_and_is_stored_only_when_set(tmp_path):
     clipped = ts_protocol.SweepConfig(grad_clip=0.5)
     assert train_config(clipped, 1e-3, 1).grad_clip == 0.5
     assert train_config(ts_protocol.SweepConfig(), 1e-3, 1).grad_clip is None
-    assert "grad_clip" not in ts_protocol.SweepConfig().identity() and clipped.identity()["grad_clip"] == 0.5
+    assert ts_protocol.SweepConfig().identity()["grad_clip"] is None and clipped.identity()["grad_clip"] == 0.5
     with pytest.raises(ValueError, match=r"grad_clip must be None \(off\) or a norm > 0, got -1"):
         ts_protocol.SweepConfig(grad_clip=-1)
 
@@ -399,7 +409,7 @@ def test_label_smoothing_reaches_the_loss_and_is_stored_only_when_set(tmp_path):
     assert cli.main(tiny(tmp_path / "smooth", "--epochs", "1", "--label-smoothing", "0.1")) == 0
     assert json.loads((tmp_path / "smooth" / "sweep.json").read_text())["label_smoothing"] == 0.1
     assert "label smoothing 0.1" in (tmp_path / "smooth" / "report.md").read_text()
-    assert "label_smoothing" not in ts_protocol.SweepConfig().identity()
+    assert ts_protocol.SweepConfig().identity()["label_smoothing"] == 0.0
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(2 * 8, 3))
@@ -423,7 +433,7 @@ def test_jumbo_pool_sets_the_jumbo_models_feature_and_is_stored_only_when_set(tm
     from jumbokit.timeseries.run import new_run_model
 
     data = load_dataset("GunPoint", download=False)
-    cfg = ts_protocol.SweepConfig(patches=8, jumbo_pool="jumbo+mean")
+    cfg = ts_protocol.SweepConfig(jumbo_pool="jumbo+mean")
     jumbo, cls = (new_run_model(data, name, cfg, 0.0, seed=0) for name in ("patchtst_jumbo", "patchtst"))
     dim, j = jumbo.embed_dim, jumbo.num_global_tokens
     assert (jumbo.head.in_features, cls.head.in_features) == ((j + 1) * dim, dim)
@@ -433,9 +443,9 @@ def test_jumbo_pool_sets_the_jumbo_models_feature_and_is_stored_only_when_set(tm
         wide = out.global_tokens.reshape(3, j * dim)
         expected = torch.cat([wide, out.patches.mean(dim=1)], dim=-1)
     assert torch.allclose(out.feature, jumbo.fc_norm(expected), atol=1e-6)
-    default = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(patches=8), 0.0, seed=0)
+    default = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(), 0.0, seed=0)
     assert default.head.in_features == dim
-    assert "jumbo_pool" not in ts_protocol.SweepConfig().identity()
+    assert ts_protocol.SweepConfig().identity()["jumbo_pool"] == "segments"
 
     assert cli.main(tiny(tmp_path / "pooled", "--epochs", "1", "--jumbo-pool", "jumbo+mean", "--model",
                          "patchtst,patchtst_jumbo")) == 0
@@ -530,20 +540,21 @@ def test_small_data_trunk_recipe_is_small_data_with_the_measured_front_end(tmp_p
     out = tmp_path / "trunk"
     assert cli.main(tiny(out, "--recipe", "small-data-trunk", "--steps", "2", "--seeds", "1", "--ensemble", "1")) == 0
     sweep = json.loads((out / "sweep.json").read_text())
-    assert (sweep["recipe"], sweep["trunk"], sweep["trunk_width"], sweep["trunk_diff"], sweep["trunk_head"],
-            sweep["level_scale"], sweep["normalize"], sweep["augment"]) == (
+    model = sweep["model"]
+    assert (sweep["recipe"], model["trunk"], model["trunk_width"], model["trunk_diff"], model["trunk_head"],
+            model["level_scale"], sweep["normalize"], sweep["augment"]) == (
         "small-data-trunk", "resnet", "auto", True, True, "auto", "train",
         "jitter,scaling,magnitude_warp,time_warp,window_slice")
-    assert "conv_stem" not in sweep  # 0: no convolutional patch features beside the trunk
+    assert model["conv_stem"] == 0  # no convolutional patch features beside the trunk
     assert "scales differ more than 100-fold, each channel normalised in the model" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("flags, expected", [
-    (("--level-scale", "off"), {"normalize": "auto", "level_scale": None, "trunk": "resnet"}),
+    (("--level-scale", "off"), {"normalize": "auto", "level_scale": False, "trunk": "resnet"}),
     (("--level-scale",), {"normalize": "train", "level_scale": True}),
-    (("--no-diff",), {"trunk_diff": None, "trunk": "resnet"}),
-    (("--no-trunk-head",), {"trunk_head": None, "trunk_diff": True}),
-    (("--trunk", "none"), {"trunk": None, "trunk_diff": None, "trunk_head": None, "trunk_width": None,
+    (("--no-diff",), {"trunk_diff": False, "trunk": "resnet"}),
+    (("--no-trunk-head",), {"trunk_head": False, "trunk_diff": True}),
+    (("--trunk", "none"), {"trunk": None, "trunk_diff": False, "trunk_head": False, "trunk_width": 16,
                            "level_scale": "auto"}),
     (("--trunk-width", "8", "--conv-stem", "32"), {"trunk_width": 8, "conv_stem": 32}),
 ])
@@ -552,7 +563,8 @@ def test_small_data_trunk_recipe_yields_to_explicit_flags(tmp_path, flags, expec
     assert cli.main(tiny(out, "--recipe", "small-data-trunk", "--steps", "1", "--seeds", "1", "--ensemble", "1",
                          *flags)) == 0
     sweep = json.loads((out / "sweep.json").read_text())
-    assert {k: sweep.get(k) for k in expected} == expected
+    settings = {**sweep, **sweep["model"]}
+    assert {k: settings[k] for k in expected} == expected
 
 
 def test_small_data_trunk_recipe_refuses_per_series_normalisation(tmp_path, capsys):
@@ -567,18 +579,19 @@ def test_small_data_trunk_recipe_refuses_per_series_normalisation(tmp_path, caps
 
 
 def test_level_scale_auto_is_decided_per_set_by_the_scale_spread():
-    cfg = ts_protocol.SweepConfig(level_scale="auto", augment="default")
+    cfg = ts_protocol.SweepConfig(model=SeriesModelConfig(level_scale="auto"), augment="default")
     even = np.random.default_rng(0).normal(size=(40, 1, 32))
     spread = even * np.logspace(0, 4, 40)[:, None, None]  # series scales from 1 to 10^4
     off, on = cfg.for_dataset(even), cfg.for_dataset(spread)
-    assert (off.level_scale, off.augment) == (False, cfg.augment)
-    assert (on.level_scale, on.augment) == (True, "jitter,time_warp,window_slice")  # no amplitude augmentations
+    assert (off.model.level_scale, off.augment) == (False, cfg.augment)
+    assert (on.model.level_scale, on.augment) == (True, "jitter,time_warp,window_slice")  # no amplitude augmentations
     assert cfg.level_scale_for((spread - spread.mean()) / spread.std())  # training statistics keep the spread
-    assert ts_protocol.SweepConfig(level_scale=True).for_dataset(even).level_scale is True  # explicit: as given
+    explicit = ts_protocol.SweepConfig(model=SeriesModelConfig(level_scale=True))
+    assert explicit.for_dataset(even).model.level_scale is True  # explicit: as given
     with pytest.raises(ValueError, match="decided per dataset"):
         cfg.tokenizer_options(32)
     with pytest.raises(ValueError, match="level_scale must be False, True or 'auto', got 'sometimes'"):
-        ts_protocol.SweepConfig(level_scale="sometimes")
+        ts_protocol.SweepConfig(model=SeriesModelConfig(level_scale="sometimes"))
 
 
 def test_level_scale_auto_run_equals_the_explicit_flags_run():
@@ -592,9 +605,11 @@ def test_level_scale_auto_run_equals_the_explicit_flags_run():
     data = load_dataset("ItalyPowerDemand", normalize="train")
     scales = np.logspace(0, 3, len(data.train))[:, None, None].astype(np.float32)
     data = dataclasses.replace(data, train=dataclasses.replace(data.train, x=data.train.x * scales))
-    base = dict(patches=4, steps=3, batch_size=8, augment="default", trunk="resnet", trunk_width=4, trunk_depth=1)
-    auto = ts_protocol.SweepConfig(level_scale="auto", **base)
-    explicit = ts_protocol.SweepConfig(**dict(base, level_scale=True, augment="jitter,time_warp,window_slice"))
+    front = dict(patches=4, trunk="resnet", trunk_width=4, trunk_depth=1)
+    base = dict(steps=3, batch_size=8)
+    auto = ts_protocol.SweepConfig(model=SeriesModelConfig(level_scale="auto", **front), augment="default", **base)
+    explicit = ts_protocol.SweepConfig(model=SeriesModelConfig(level_scale=True, **front),
+                                       augment="jitter,time_warp,window_slice", **base)
     runs = [train_run(data, "patchtst_jumbo", 1e-3, 0.1, cfg, cpu=True) for cfg in (auto, explicit)]
     assert runs[0].val_loss == runs[1].val_loss and runs[0].train_loss == runs[1].train_loss
     assert runs[0].params == runs[1].params
@@ -620,12 +635,12 @@ def test_layer_scale_starts_every_block_at_its_value_and_is_stored_only_when_set
     from jumbokit.timeseries.run import new_run_model
 
     data = load_dataset("GunPoint", download=False)
-    scaled = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(patches=8, layer_scale=1e-4), 0.0, 0)
+    scaled = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(layer_scale=1e-4), 0.0, 0)
     gammas = [p for n, p in scaled.named_parameters() if "gamma" in n]
     assert len(gammas) >= 2 * len(scaled.blocks) and all(torch.all(g == 1e-4) for g in gammas)
-    plain = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(patches=8), 0.0, 0)
+    plain = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(), 0.0, 0)
     assert not any("gamma" in n for n, _ in plain.named_parameters())
-    assert "layer_scale" not in ts_protocol.SweepConfig().identity()
+    assert ts_protocol.SweepConfig().identity()["layer_scale"] == 0.0
 
     assert cli.main(tiny(tmp_path / "scaled", "--epochs", "1", "--layer-scale", "1e-4")) == 0
     assert json.loads((tmp_path / "scaled" / "sweep.json").read_text())["layer_scale"] == 1e-4
@@ -640,7 +655,7 @@ def test_pos_embed_none_reads_the_tokens_as_a_set_and_is_stored_only_when_set(tm
     leaves the Jumbo feature unchanged; the default keeps PatchTST's learned table."""
     from jumbokit.timeseries.run import encoder_options
 
-    cfg = ts_protocol.SweepConfig(patches=8, pos_embed="none")
+    cfg = ts_protocol.SweepConfig(pos_embed="none")
     assert encoder_options(cfg) == {"pos_embed": "none"} and encoder_options(ts_protocol.SweepConfig()) == {}
     model = jumbokit.create_model("patchtst_jumbo", num_classes=2, in_chans=1, seq_len=32, patch_len=8, stride=8,
                                   pad_end=False, **encoder_options(cfg)).eval()
@@ -649,7 +664,7 @@ def test_pos_embed_none_reads_the_tokens_as_a_set_and_is_stored_only_when_set(tm
     swapped = torch.cat([x[..., 16:], x[..., :16]], dim=-1)
     with torch.no_grad():
         torch.testing.assert_close(model.forward_features(x).feature, model.forward_features(swapped).feature)
-    assert "pos_embed" not in ts_protocol.SweepConfig().identity()
+    assert ts_protocol.SweepConfig().identity()["pos_embed"] == "learn"
 
     assert cli.main(tiny(tmp_path / "set", "--epochs", "1", "--pos-embed", "none")) == 0
     assert json.loads((tmp_path / "set" / "sweep.json").read_text())["pos_embed"] == "none"
@@ -665,7 +680,7 @@ def test_drop_path_rises_to_its_rate_at_the_last_block_and_is_stored_only_when_s
     from jumbokit.timeseries.run import encoder_options, new_run_model
 
     data = load_dataset("GunPoint", download=False)
-    cfg = ts_protocol.SweepConfig(patches=8, drop_path=0.2)
+    cfg = ts_protocol.SweepConfig(drop_path=0.2)
     assert encoder_options(cfg) == {"drop_path_rate": 0.2}
     model = new_run_model(data, "patchtst_jumbo", cfg, 0.0, 0)
     assert [getattr(b.drop_path1, "p", 0.0) for b in model.blocks] == pytest.approx([0.0, 0.1, 0.2])
@@ -673,9 +688,9 @@ def test_drop_path_rises_to_its_rate_at_the_last_block_and_is_stored_only_when_s
     torch.manual_seed(0)
     assert not torch.allclose(model.train()(x), model(x))
     torch.testing.assert_close(model.eval()(x), model(x))
-    plain = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(patches=8), 0.0, 0)
+    plain = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(), 0.0, 0)
     assert not any(isinstance(m, jumbokit.encoders.DropPath) for m in plain.modules())
-    assert "drop_path" not in ts_protocol.SweepConfig().identity()
+    assert ts_protocol.SweepConfig().identity()["drop_path"] == 0.0
 
     assert cli.main(tiny(tmp_path / "dropped", "--epochs", "1", "--drop-path", "0.2")) == 0
     assert json.loads((tmp_path / "dropped" / "sweep.json").read_text())["drop_path"] == 0.2
@@ -716,15 +731,16 @@ def test_dim_sets_the_token_width_with_its_heads_ffn_and_matching_registers(tmp_
     from jumbokit.timeseries.run import encoder_options, new_run_model
 
     data = load_dataset("GunPoint", download=False)
-    cfg = ts_protocol.SweepConfig(patches=8, dim=64)
+    cfg = ts_protocol.SweepConfig(dim=64)
     assert encoder_options(cfg) == {"dim": 64, "num_heads": 8, "mlp_hidden": 128}
     jumbo = new_run_model(data, "patchtst_jumbo", cfg, 0.0, 0)
     assert (jumbo.blocks[0].attn.num_heads, jumbo.blocks[0].mlp.fc1.out_features) == (8, 128)
     assert tuple(jumbo.global_tokens.jumbo_token.shape) == (1, 4, 64)
     registers = new_run_model(data, "patchtst_registers", cfg, 0.0, 0)
     assert registers.config["num_registers"] == round(matching_registers(64, registers.num_patches, 4))
-    assert new_run_model(data, "series_cnn", dataclasses.replace(cfg, trunk="resnet"), 0.0, 0).head.in_features == 64
-    assert "dim" not in ts_protocol.SweepConfig().identity()
+    trunk_alone = dataclasses.replace(cfg, model=SeriesModelConfig(trunk="resnet"))
+    assert new_run_model(data, "series_cnn", trunk_alone, 0.0, 0).head.in_features == 64
+    assert ts_protocol.SweepConfig().identity()["dim"] is None
     with pytest.raises(ValueError, match="dim must be None or a multiple of 8, got 12"):
         ts_protocol.SweepConfig(dim=12)
     for field in ("dim", "layers"):  # a string gets the usual line, not int()'s bare error
@@ -749,12 +765,12 @@ def test_layers_sets_the_transformer_depth_and_series_cnn_refusals_write_nothing
     from jumbokit.timeseries.run import new_run_model
 
     data = load_dataset("GunPoint", download=False)
-    one = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(patches=8, layers=1), 0.0, 0)
+    one = new_run_model(data, "patchtst_jumbo", ts_protocol.SweepConfig(layers=1), 0.0, 0)
     assert len(one.blocks) == 1
-    branched = new_run_model(data, "patchtst", ts_protocol.SweepConfig(patches=8, layers=2, branches=2), 0.0, 0)
+    branched = new_run_model(data, "patchtst", ts_protocol.SweepConfig(layers=2, branches=2), 0.0, 0)
     branched.set_join(1.0)
     assert len(branched.blocks) == 2 and branched.reparameterize().config["depth"] == 2
-    assert "layers" not in ts_protocol.SweepConfig().identity()
+    assert ts_protocol.SweepConfig().identity()["layers"] is None
     with pytest.raises(ValueError, match="layers must be None or an integer >= 1, got 0"):
         ts_protocol.SweepConfig(layers=0)
     for extra, message in [(["--model", "series_cnn"], "series_cnn is a convolutional trunk .* needs a trunk"),

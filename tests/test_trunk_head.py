@@ -90,8 +90,8 @@ def test_the_sweep_gives_the_head_to_the_transformers_not_to_the_trunk_alone():
     from jumbokit.timeseries.run import head_options
 
     cfg = flags.sweep_settings(["--recipe", "small-data-trunk"]).config
-    assert cfg.trunk_head is True
+    assert cfg.model.trunk_head is True
     assert head_options("patchtst_jumbo", cfg) == {"jumbo_pool": "segments", "trunk_head": True}
     assert head_options("patchtst", cfg) == {"trunk_head": True}
     assert head_options("series_cnn", cfg) == {}
-    assert flags.sweep_settings(["--recipe", "small-data-trunk", "--no-trunk-head"]).config.trunk_head is False
+    assert flags.sweep_settings(["--recipe", "small-data-trunk", "--no-trunk-head"]).config.model.trunk_head is False

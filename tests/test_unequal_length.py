@@ -59,7 +59,7 @@ def test_load_dataset_resamples_every_split_and_keeps_the_splits_and_equal_sets(
 
 
 def test_sweep_config_stores_resample_only_when_chosen():
-    assert "unequal_length" not in ts_protocol.SweepConfig().identity()
+    assert ts_protocol.SweepConfig().identity()["unequal_length"] == "pad"
     assert ts_protocol.SweepConfig(unequal_length="resample").identity()["unequal_length"] == "resample"
     with pytest.raises(ValueError, match="unequal_length must be one of pad, resample, zero, got 'crop'"):
         ts_protocol.SweepConfig(unequal_length="crop")

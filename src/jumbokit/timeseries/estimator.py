@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import warnings
 from contextlib import nullcontext
+from dataclasses import fields
+from typing import Any, get_args, get_type_hints
 
 import numpy as np
 from aeon.classification.base import BaseClassifier
@@ -23,6 +25,22 @@ from .normalize import check_series, fit_normalizer
 from .models import JUMBO_MULTIPLIER, PATCHTST_MODELS, REFERENCE_MODELS
 
 __all__ = ["PatchTSTClassifier"]
+
+
+def _as_field_types(cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    """The ``options`` named like fields of dataclass ``cls``, numbers and switches as the field's bool, float or int
+    (a parameter grid may give 0 for a float or a NumPy scalar); None, strings ("auto") and fractions for an integer
+    stay as given, for the settings' own checks."""
+    hints = get_type_hints(cls)
+    typed = {}
+    for name in sorted({f.name for f in fields(cls)} & set(options)):
+        value = options[name]
+        kinds = get_args(hints[name]) or (hints[name],)
+        kind = next((k for k in (bool, float, int) if k in kinds), None)
+        as_given = value is None or isinstance(value, str) or kind is None
+        as_given = as_given or (kind is int and not float(value).is_integer())  # refused by the check, as given
+        typed[name] = value if as_given else kind(value)
+    return typed
 
 
 class PatchTSTClassifier(BaseClassifier):
@@ -226,6 +244,7 @@ class PatchTSTClassifier(BaseClassifier):
     # ------------------------------------------------------------------ aeon hooks
     def _fit(self, X, y):
         from .data import ClassificationData, SeriesSplit
+        from .models.config import SeriesModelConfig
         from .protocol import SweepConfig
         from .run import fit_series_model, new_run_model, pretrain_model, quiet_training
 
@@ -238,23 +257,12 @@ class PatchTSTClassifier(BaseClassifier):
         codes = np.array([self._class_dictionary[v] for v in y], dtype=np.int64)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
         self.seq_len_ = int(x.shape[2])
-        cfg = SweepConfig(patches=int(self.patches), conv_stem=self.conv_stem, epochs=int(self.epochs),
-                          batch_size=self.batch_size if self.batch_size == "auto" else int(self.batch_size),
-                          weight_decay=float(self.weight_decay), seed=seed, augment=self.augment,
-                          steps=self.steps if self.steps is None or isinstance(self.steps, str) else int(self.steps),
-                          pretrain_epochs=int(self.pretrain_epochs), ema_decay=float(self.ema_decay),
-                          trunk=self.trunk, trunk_width=self.trunk_width, trunk_depth=int(self.trunk_depth),
-                          trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
-                          trunk_head=bool(self.trunk_head), token_stats=bool(self.token_stats), normalize=self.normalize,
-                          level_scale=self.level_scale if self.level_scale == "auto" else bool(self.level_scale),
-                          rel_pos_bias=bool(self.rel_pos_bias), length_embed=bool(self.length_embed),
-                          label_smoothing=float(self.label_smoothing),
-                          grad_clip=None if self.grad_clip is None else float(self.grad_clip),
-                          jumbo_pool=self.jumbo_pool, jumbo_multiplier=self.jumbo_multiplier,
-                          layer_scale=float(self.layer_scale),
-                          pos_embed=self.pos_embed, layers=self.layers,
-                          drop_path=float(self.drop_path), dim=self.dim,
-                          unequal_length=self.unequal_length).for_dataset(x)
+        # each parameter named like a series-model option goes to the model, each named like a sweep setting to the
+        # training settings ("model" names the architecture here, not SweepConfig.model)
+        params = self.get_params(deep=False)
+        settings = _as_field_types(SweepConfig, {k: v for k, v in params.items() if k != "model"})
+        cfg = SweepConfig(model=SeriesModelConfig(**_as_field_types(SeriesModelConfig, params)), **settings,
+                          seed=seed).for_dataset(x)
         split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
         data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
                                   protocol="official")

@@ -4,14 +4,15 @@ resolve to (:func:`sweep_settings`); the front door itself is :mod:`jumbokit.rec
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Sequence
 
 from .models.trunk import TRUNKS
 from ..training.cli import ema_decay_arg, fraction_arg
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
 from .data import UNEQUAL_LENGTHS
+from .models.config import SeriesModelConfig
 from .models import (HEAD_FEATURES, JUMBO_MODELS, JUMBO_MULTIPLIER, JUMBO_MULTIPLIER_MODELS, PATCHTST_MODELS,
                      SERIES_MODELS)
 from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
@@ -156,30 +157,71 @@ def _add_data_args(parser: argparse.ArgumentParser) -> None:
                       help="list the datasets available locally (bundled, cached, and your own in --data-dir) and exit")
 
 
-def _add_trunk_args(model: argparse._ArgumentGroup) -> None:
-    """The full-resolution convolutional trunk's flags: kind, width, depth, first difference, channel mixing and
-    its second head."""
-    model.add_argument("--trunk", choices=("none", *TRUNKS), default=None,
-                       help="a full-resolution convolutional trunk over each channel (stride 1): inception = "
-                            "InceptionTime modules (kernels 39/19/9 + max-pool), resnet = ResNet blocks (7/5/3); "
-                            "its features, max and mean per patch window, are added to each token (paper: none; "
-                            "small-data: none; small-data-trunk: resnet)")
-    model.add_argument("--trunk-width", type=_int_or_auto, default=None, metavar="F",
-                       help="trunk filters per branch (inception: 4 branches) or per layer (resnet); auto = 64 "
-                            "for series longer than 400 steps, 32 for shorter (paper: 16; small-data: 16; small-data-trunk: auto)")
-    model.add_argument("--trunk-depth", type=_positive_int, default=None, metavar="K",
-                       help="inception modules (a shortcut around every 3) or residual blocks (default: 3)")
-    model.add_argument("--diff", action=argparse.BooleanOptionalAction, default=None,
-                       help="feed each channel's first difference to the trunk as a second input (needs --trunk) "
-                            "(paper: off; small-data: off; small-data-trunk: on)")
-    model.add_argument("--trunk-mix", action="store_true",
-                       help="one trunk over all channels of a series together (multivariate sets), its features "
-                            "added to every channel's tokens (needs --trunk; default: a trunk pass per channel)")
-    model.add_argument("--trunk-head", action=argparse.BooleanOptionalAction, default=None,
-                       help="a second classifier on the trunk's mean token, its cross-entropy added in training; "
-                            "predictions average the two heads' probabilities (needs --trunk; not for series_cnn, "
-                            "whose one head reads those features already) (paper: off; small-data: off; "
-                            "small-data-trunk: on)")
+# How tstrain spells and reads the SeriesModelConfig fields it exposes (seq_len, patch_len, stride and pad_end follow
+# from each dataset): "flag" where it is not --FIELD-NAME, argparse's options, and "note", what the command line adds
+# to the field's help. Fields the recipes set default to None (the recipe's value, named in the help); switches among
+# them also take --no-FLAG.
+MODEL_FLAGS: dict[str, dict[str, Any]] = {
+    "patches": dict(type=_positive_int, note="8 or 42 in the paper"),
+    "max_patch_len": dict(type=_int_at_least(2, "patch length (>= 2)"),
+                          note="none = no cap, exactly --patches patches"),
+    "conv_stem": dict(type=_non_negative_int, metavar="W"),
+    "trunk": dict(choices=("none", *TRUNKS),
+                  note="at stride 1, over each channel: inception = InceptionTime modules (kernels 39/19/9 + "
+                       "max-pool), resnet = ResNet blocks (7/5/3); none = no trunk"),
+    "trunk_width": dict(type=_int_or_auto, metavar="F", note="auto = 64 for series longer than 400 steps, 32 for "
+                                                              "shorter"),
+    "trunk_depth": dict(type=_positive_int, metavar="K", note="inception: a shortcut around every 3"),
+    "trunk_diff": dict(flag="--diff", note="needs --trunk"),
+    "trunk_mix": dict(note="for multivariate sets; needs --trunk; default: a trunk pass per channel"),
+    "trunk_head": dict(note="needs --trunk; not for series_cnn, whose one head reads those features already"),
+    "token_stats": dict(),
+    "level_scale": dict(nargs="?", const=True, type=_on_off_auto, metavar="on|off|auto",
+                        note="for sets whose amplitude carries the class; --normalize defaults to train with it "
+                             "(instance and auto are refused) and jitter is scaled to each series' own std. The flag "
+                             "alone = on; auto = on for the sets whose training series' scales differ more than "
+                             f"{AUTO_SCALE_SPREAD:g}-fold (those --normalize auto would normalise series by series), "
+                             "which then also leave out the amplitude augmentations scaling and magnitude_warp"),
+    "rel_pos_bias": dict(flag="--rel-pos", note="not with --branches"),
+    "length_embed": dict(note="through a projection that starts at zero, so sets of equal lengths train exactly as "
+                              "without it; needs --unequal-length pad; series_cnn has no global token and ignores it"),
+}
+
+
+def _value_text(value: Any) -> str:
+    """A recipe's value in the help's words: none, off, on, or the value."""
+    if value is None or isinstance(value, bool):
+        return {None: "none", False: "off", True: "on"}[value]
+    return str(value)
+
+
+def _recipe_text(name: str) -> str:
+    """A recipe-set field's value under each recipe, as "(paper: X; small-data: Y; small-data-trunk: Z)" (the last
+    only where it differs from small-data's), or "(default: X)" where every recipe agrees."""
+    values = {recipe: _value_text(RECIPES[recipe][name]) for recipe in RECIPES}
+    if len(set(values.values())) == 1:
+        return f"(default: {values['paper']})"
+    shown = [f"paper: {values['paper']}", f"small-data: {values['small-data']}"]
+    if values["small-data-trunk"] != values["small-data"]:
+        shown.append(f"small-data-trunk: {values['small-data-trunk']}")
+    return f"({'; '.join(shown)})"
+
+
+def _add_series_model_args(model: argparse._ArgumentGroup) -> None:
+    """One flag per exposed SeriesModelConfig field (:data:`MODEL_FLAGS`), its help the field's own."""
+    for f in fields(SeriesModelConfig):
+        if f.name not in MODEL_FLAGS:
+            continue
+        options = dict(MODEL_FLAGS[f.name])
+        flag = options.pop("flag", "--" + f.name.replace("_", "-"))
+        note = options.pop("note", "")
+        by_recipe = f.name in RECIPES["paper"]
+        if isinstance(f.default, bool) and "type" not in options:
+            options["action"] = argparse.BooleanOptionalAction if by_recipe else "store_true"
+        help_text = SeriesModelConfig.help(f.name) + (f"; {note}" if note else "")
+        if by_recipe:
+            help_text += " " + _recipe_text(f.name)
+        model.add_argument(flag, dest=f.name, default=None if by_recipe else f.default, help=help_text, **options)
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -187,36 +229,7 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--model", type=_name_list, default=list(PATCHTST_MODELS), metavar="NAMES",
                        help=f"one or several of {', '.join(SERIES_MODELS)}, comma-separated (default: the first "
                             f"three; patchtst_jumbo_rocket is the ROCKET hybrid, see docs/timeseries.md)")
-    model.add_argument("--patches", type=_positive_int, default=None,
-                       help="patches per series, 8 or 42 in the paper (paper: 8; small-data: 16)")
-    model.add_argument("--max-patch-len", type=_int_at_least(2, "patch length (>= 2)"), default=None,
-                       help="cap on the patch length: longer series get more patches of this many steps, every "
-                            "half patch (default: no cap, exactly --patches patches)")
-    model.add_argument("--conv-stem", type=_non_negative_int, default=None, metavar="W",
-                       help="add convolutional patch features of width W to each token: two 1-D convolutions over "
-                            "the series, max and mean within each patch; 0 = linear patches only, as PatchTST "
-                            "(paper: 0; small-data: 32; small-data-trunk: 0)")
-    _add_trunk_args(model)
-    model.add_argument("--token-stats", action="store_true",
-                       help="add each patch window's mean and standard deviation, projected, to its token")
-    model.add_argument("--level-scale", nargs="?", const=True, type=_on_off_auto, default=None,
-                       metavar="on|off|auto",
-                       help="normalise each channel of each series inside the model and add its level and scale "
-                            "(mean and log std), projected, to all its tokens, for sets whose amplitude carries "
-                            "the class; --normalize defaults to train with it (instance and auto are refused) and "
-                            "jitter is scaled to each series' own std. The flag alone = on; auto = on for the sets "
-                            f"whose training series' scales differ more than {AUTO_SCALE_SPREAD:g}-fold (those "
-                            "--normalize auto would normalise series by series), which then also leave out the "
-                            "amplitude augmentations scaling and magnitude_warp (paper: off; small-data: off; "
-                            "small-data-trunk: auto)")
-    model.add_argument("--rel-pos", action="store_true",
-                       help="a learned relative-position bias in attention: one value per head and patch offset, "
-                            "in every layer (eRPE-like; not with --branches)")
-    model.add_argument("--length-embed", action="store_true",
-                       help="add each series' length (where its NaN padding starts, relative to the longest "
-                            "series) to the global tokens, through a projection that starts at zero: sets of equal "
-                            "lengths train exactly as without it (needs --unequal-length pad; series_cnn has no "
-                            "global token and ignores it)")
+    _add_series_model_args(model)
     model.add_argument("--jumbo-pool", choices=JUMBO_POOLS, default="segments",
                        help="what the Jumbo models classify from, per channel: segments = the mean of the J "
                             "segments (width D, a head as small as PatchTST's); jumbo = the J*D vector; jumbo+mean = "
@@ -399,41 +412,34 @@ def _pool_arg(args: argparse.Namespace) -> str | None:
     return ",".join(names)
 
 
-def _trunk_fields(args: argparse.Namespace, recipe: dict) -> dict:
-    """trunk, trunk_width, trunk_depth, trunk_diff and trunk_head of the SweepConfig: the flags, else the recipe's;
-    with no trunk, SweepConfig's defaults (ValueError for a trunk flag given without a trunk)."""
-    trunk = args.trunk if args.trunk is not None else recipe["trunk"]
-    if trunk in (None, "none"):
-        needs_trunk = {"--diff": (args.diff, "feeds the first difference to"),
-                       "--trunk-mix": (args.trunk_mix, "sets how the channels are read by"),
-                       "--trunk-head": (args.trunk_head, "adds a second head on"),
-                       "--trunk-width": (args.trunk_width is not None, "sets the filters of"),
-                       "--trunk-depth": (args.trunk_depth is not None, "sets the blocks of")}
-        for flag, (given, what) in needs_trunk.items():
-            if given:
+def _series_model(args: argparse.Namespace, recipe: dict) -> SeriesModelConfig:
+    """The sweep's series model: each flag, else the recipe's value; with no trunk, the trunk options at their
+    defaults (ValueError for a trunk flag given without a trunk)."""
+    given = {name: getattr(args, name) for name in MODEL_FLAGS}
+    options = {name: recipe[name] if value is None and name in recipe else value for name, value in given.items()}
+    if options["trunk"] in (None, "none"):
+        needs_trunk = {"trunk_diff": "feeds the first difference to", "trunk_mix": "sets how the channels are read by",
+                       "trunk_head": "adds a second head on", "trunk_width": "sets the filters of",
+                       "trunk_depth": "sets the blocks of"}
+        for name, what in needs_trunk.items():
+            if given[name] not in (None, False):
+                flag = MODEL_FLAGS[name].get("flag", "--" + name.replace("_", "-"))
                 raise ValueError(f"{flag} {what} a convolutional trunk; add --trunk inception or --trunk resnet")
-        return dict(trunk=None)
-    return dict(trunk=trunk,
-                trunk_width=args.trunk_width if args.trunk_width is not None else recipe["trunk_width"],
-                trunk_depth=args.trunk_depth if args.trunk_depth is not None else recipe["trunk_depth"],
-                trunk_diff=args.diff if args.diff is not None else recipe["trunk_diff"],
-                trunk_head=args.trunk_head if args.trunk_head is not None else recipe["trunk_head"])
+        options.update((name, getattr(SeriesModelConfig, name)) for name in ("trunk", *needs_trunk))
+    return SeriesModelConfig(**options)
 
 
 def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> SweepConfig:
     """The SweepConfig of the flags, the recipe filling what was not given."""
+
     def pick(name: str):
         value = getattr(args, name)
         return value if value is not None else recipe[name]
 
     steps = args.steps if args.steps is not None else (None if args.epochs is not None else recipe["steps"])
-    trunk_fields = _trunk_fields(args, recipe)
-    level_scale = pick("level_scale")
-    return SweepConfig(patches=args.patches, max_patch_len=pick("max_patch_len"), conv_stem=pick("conv_stem"),
-                       **trunk_fields, trunk_mix=args.trunk_mix,
-                       token_stats=args.token_stats,
-                       level_scale=level_scale, rel_pos_bias=args.rel_pos, length_embed=args.length_embed,
-                       epochs=args.epochs, min_steps=args.min_steps, normalize=_normalize_arg(args, recipe, level_scale),
+    model = _series_model(args, recipe)
+    return SweepConfig(model=model, epochs=args.epochs, min_steps=args.min_steps,
+                       normalize=_normalize_arg(args, recipe, model.level_scale),
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
                        protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,
                        mixed_precision=args.mixed_precision, recipe=args.recipe,
@@ -463,7 +469,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
 
     recipe = RECIPES[args.recipe]
     if args.patches is None:
-        args.patches = recipe["patches"]
+        args.patches = recipe["patches"]  # the default --out names it
     names = parse_augment(args.augment if args.augment is not None else recipe["augment"])
     if args.mixup:
         names = parse_augment((*names, "mixup"))

@@ -10,11 +10,15 @@ series augmentation, a smaller grid, several seeds and an ensemble of the best r
 ResNet trunk at full resolution with the first difference (``trunk_width="auto"``), a second head on the trunk's
 mean token (``trunk_head``), and level and scale read by the model on sets whose series differ widely in amplitude
 (``level_scale="auto"``, :meth:`SweepConfig.for_dataset`).
+
+A sweep's series-model options are one :class:`~jumbokit.timeseries.models.config.SeriesModelConfig`
+(``SweepConfig.model``); ``sweep.json`` stores every setting with the record's schema (:data:`SWEEP_SCHEMA`), and
+:meth:`SweepConfig.from_record` reads every schema written so far.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +30,7 @@ from jumbokit.training.optim import epochs_for_min_steps
 
 from .data import UNEQUAL_LENGTHS
 from .models import HEAD_FEATURES, JUMBO_MULTIPLIER
+from .models.config import SeriesModelConfig
 from .normalize import AUTO_SCALE_SPREAD, scale_spread
 
 __all__ = [
@@ -44,6 +49,7 @@ __all__ = [
     "auto_trunk_width",
     "auto_steps",
     "steps_text",
+    "SWEEP_SCHEMA",
     "SweepConfig",
     "SweepMismatchError",
 ]
@@ -52,26 +58,19 @@ SWEEP_LRS: tuple[float, ...] = (3e-3, 1e-3, 3e-4, 1e-4)
 SWEEP_DROPOUTS: tuple[float, ...] = (0.0, 0.1, 0.2)
 LARGE_DATASETS = frozenset({"Sleep", "Tiselac", "FaceDetection"})  # trained for 20 epochs in the paper
 
-# keys added with the recipes: left out of sweep.json while at these values, so a sweep of the paper's
-# protocol is defined (and stored) exactly as before
-RECIPE_KEYS: dict[str, Any] = {"recipe": "paper", "steps": None, "max_patch_len": None, "conv_stem": 0,
-                               "augment": "none",
-                               "mixup_alpha": 0.2, "pretrain_epochs": 0, "pretrain_mask_ratio": 0.4,
-                               "pretrain_lr": 1e-3, "seeds": 1, "ema_decay": 0.0,
-                               "trunk": None, "trunk_width": 16, "trunk_depth": 3, "trunk_diff": False,
-                               "trunk_mix": False, "trunk_head": False, "token_stats": False, "level_scale": False,
-                               "rel_pos_bias": False, "length_embed": False,
-                               "pretrain_on": None, "grad_clip": None, "label_smoothing": 0.0,
-                               "jumbo_pool": "segments", "jumbo_multiplier": JUMBO_MULTIPLIER, "layer_scale": 0.0,
-                               "pos_embed": "learn", "layers": None, "drop_path": 0.0, "dim": None,
-                               "unequal_length": "pad"}
+# sweep.json's layout: 1 (no "schema" key) = one flat record that left out every setting added with the recipes
+# while at its default; 2 = every setting, the series model's nested under "model"
+SWEEP_SCHEMA = 2
+_MODEL_FIELDS = tuple(f.name for f in fields(SeriesModelConfig))
+# set per dataset (the series length, and the patch geometry from `patches`), never by a sweep
+_PER_DATASET = ("seq_len", "patch_len", "stride")
 
 
 # the series front end of the paper and small-data recipes: patches only (no trunk, no level and scale)
 _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, trunk_head=False,
                                      level_scale=False)
 
-# Named recipes: the SweepConfig fields and the sweep grid they set (flags given explicitly win).
+# Named recipes: the SweepConfig and series-model fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": dict(patches=8, max_patch_len=None, conv_stem=0, normalize="train", batch_size=256, steps=None, augment="none",
                   seeds=1, pretrain_epochs=0, lrs=SWEEP_LRS, dropouts=SWEEP_DROPOUTS, ensemble=1, **_PATCHES_ONLY),
@@ -134,22 +133,14 @@ class SweepMismatchError(ValueError):
 
 @dataclass
 class SweepConfig:
-    """What defines a sweep's runs (stored in ``sweep.json``; a resumed sweep must match it)."""
+    """What defines a sweep's runs (stored in ``sweep.json``; a resumed sweep must match it).
 
-    patches: int = 8
-    max_patch_len: int | None = None  # longer series get more patches of this length (None = exactly `patches`)
-    conv_stem: int = 0  # width of convolutional patch features added to each token (0 = linear patches only)
-    trunk: str | None = None  # full-resolution convolutional trunk: "inception" | "resnet" (None = none)
-    trunk_width: int | str = 16  # the trunk's filters per branch (inception) or layer (resnet); "auto": by length
-    trunk_depth: int = 3  # inception modules or residual blocks
-    trunk_diff: bool = False  # each channel's first difference as a second trunk input
-    trunk_mix: bool = False  # one trunk over all channels of a series, added to every channel's tokens
-    trunk_head: bool = False  # a second head on the trunk's mean token, its loss added; scored: mean probabilities
-    token_stats: bool = False  # each patch window's mean and std added to its token
-    level_scale: bool | str = False  # each channel normalised inside the model, its mean and std added to its
-    # tokens; "auto": on where the training series' scales differ more than AUTO_SCALE_SPREAD-fold (for_dataset)
-    rel_pos_bias: bool = False  # a learned per-head bias by patch offset in attention
-    length_embed: bool = False  # each series' length added to the global tokens (NaN-padded sets; pad only)
+    ``model`` holds the series-model options; two of them may name a rule instead of a value, decided for each
+    dataset: ``trunk_width="auto"`` (:func:`auto_trunk_width`) and ``level_scale="auto"`` (:meth:`for_dataset`).
+    Its ``seq_len``, ``patch_len`` and ``stride`` stay None: they follow from each dataset and ``model.patches``.
+    """
+
+    model: SeriesModelConfig = field(default_factory=SeriesModelConfig)
     epochs: int | None = None  # None: 100, or 20 for LARGE_DATASETS
     batch_size: int | str = 256  # "auto": auto_batch_size(training series, channels)
     weight_decay: float = 0.02
@@ -186,94 +177,105 @@ class SweepConfig:
     def __post_init__(self) -> None:
         from .augment import parse_augment
 
+        if not isinstance(self.model, SeriesModelConfig):
+            raise TypeError(f"model must be a SeriesModelConfig, got {type(self.model).__name__}")
         self.augment = ",".join(parse_augment(self.augment)) or "none"
-        for name in ("batch_size", "steps", "trunk_width"):
-            value = getattr(self, name)
+        m = self.model
+        for name, value in (("batch_size", self.batch_size), ("steps", self.steps), ("trunk_width", m.trunk_width)):
             if isinstance(value, str) and value != "auto":
                 raise ValueError(f"{name} must be a positive integer or 'auto', got {value!r}")
         checks = [
-            ("recipe", self.recipe in RECIPES, f"one of {', '.join(RECIPES)}"),
-            ("batch_size", self.batch_size == "auto" or int(self.batch_size) >= 1, "a positive integer or 'auto'"),
-            ("steps", self.steps in (None, "auto") or int(self.steps) >= 1, "None, 'auto' or >= 1"),
-            ("max_patch_len", self.max_patch_len is None or int(self.max_patch_len) >= 2, "None or >= 2"),
-            ("conv_stem", self.conv_stem == 0 or int(self.conv_stem) >= 2, "0 (none) or a width >= 2"),
-            ("trunk", self.trunk in (None, *TRUNKS), f"None or one of {', '.join(TRUNKS)}"),
-            ("trunk_width", self.trunk_width == "auto" or int(self.trunk_width) >= 1, "'auto' or >= 1"),
-            ("trunk_depth", int(self.trunk_depth) >= 1, ">= 1"),
-            ("trunk_diff", not self.trunk_diff or self.trunk is not None, "False without a trunk"),
-            ("trunk_mix", not self.trunk_mix or self.trunk is not None, "False without a trunk"),
-            ("trunk_head", not self.trunk_head or self.trunk is not None, "False without a trunk"),
-            ("level_scale", self.level_scale in (False, True, "auto"), "False, True or 'auto'"),
-            ("level_scale", not self.level_scale or self.normalize in ("train", "none"),
+            ("recipe", self.recipe, self.recipe in RECIPES, f"one of {', '.join(RECIPES)}"),
+            ("batch_size", self.batch_size, self.batch_size == "auto" or int(self.batch_size) >= 1,
+             "a positive integer or 'auto'"),
+            ("steps", self.steps, self.steps in (None, "auto") or int(self.steps) >= 1, "None, 'auto' or >= 1"),
+            ("patches", m.patches, is_integer(m.patches) and m.patches >= 1, "an integer >= 1"),
+            ("max_patch_len", m.max_patch_len, m.max_patch_len is None or int(m.max_patch_len) >= 2, "None or >= 2"),
+            ("conv_stem", m.conv_stem, m.conv_stem == 0 or int(m.conv_stem) >= 2, "0 (none) or a width >= 2"),
+            ("trunk", m.trunk, m.trunk in (None, *TRUNKS), f"None or one of {', '.join(TRUNKS)}"),
+            ("trunk_width", m.trunk_width, m.trunk_width == "auto" or int(m.trunk_width) >= 1, "'auto' or >= 1"),
+            ("trunk_depth", m.trunk_depth, int(m.trunk_depth) >= 1, ">= 1"),
+            ("trunk_diff", m.trunk_diff, not m.trunk_diff or m.trunk is not None, "False without a trunk"),
+            ("trunk_mix", m.trunk_mix, not m.trunk_mix or m.trunk is not None, "False without a trunk"),
+            ("trunk_head", m.trunk_head, not m.trunk_head or m.trunk is not None, "False without a trunk"),
+            ("level_scale", m.level_scale, m.level_scale in (False, True, "auto"), "False, True or 'auto'"),
+            ("level_scale", m.level_scale, not m.level_scale or self.normalize in ("train", "none"),
              f"False with normalize={self.normalize!r} (per-series normalisation would remove the level and scale "
              "it reads; use normalize='train')"),
-            ("pretrain_epochs", self.pretrain_epochs >= 0, ">= 0 (0 = no pretraining)"),
-            ("pretrain_mask_ratio", 0 < self.pretrain_mask_ratio < 1, "in (0, 1)"),
-            ("pretrain_lr", self.pretrain_lr > 0, "> 0"),
-            ("pretrain_on", not self.pretrain_on or self.pretrain_epochs > 0,
+            *((name, getattr(m, name), getattr(m, name) is None, "None (set for each dataset)")
+              for name in _PER_DATASET),
+            ("pretrain_epochs", self.pretrain_epochs, self.pretrain_epochs >= 0, ">= 0 (0 = no pretraining)"),
+            ("pretrain_mask_ratio", self.pretrain_mask_ratio, 0 < self.pretrain_mask_ratio < 1, "in (0, 1)"),
+            ("pretrain_lr", self.pretrain_lr, self.pretrain_lr > 0, "> 0"),
+            ("pretrain_on", self.pretrain_on, not self.pretrain_on or self.pretrain_epochs > 0,
              "None without pretrain_epochs (pretraining is off)"),
-            ("mixup_alpha", self.mixup_alpha > 0, "> 0"),
-            ("seeds", self.seeds >= 1, ">= 1"),
-            ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1) (0 = off)"),
-            ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "None (off) or a norm > 0"),
-            ("label_smoothing", 0 <= self.label_smoothing < 1, "in [0, 1) (0 = off)"),
-            ("jumbo_pool", self.jumbo_pool in JUMBO_POOLS, f"one of {', '.join(JUMBO_POOLS)}"),
-            ("jumbo_multiplier", is_integer(self.jumbo_multiplier) and self.jumbo_multiplier >= 1, "an integer >= 1"),
-            ("layer_scale", 0 <= self.layer_scale, ">= 0 (0 = off)"),
-            ("pos_embed", self.pos_embed in POS_EMBEDS, f"one of {', '.join(POS_EMBEDS)}"),
-            ("layers", self.layers is None or (is_integer(self.layers) and self.layers >= 1), "None or an integer >= 1"),
-            ("drop_path", 0 <= self.drop_path < 1, "in [0, 1) (0 = off)"),
-            ("dim", self.dim is None or (is_integer(self.dim) and self.dim >= HEAD_FEATURES
-                                         and self.dim % HEAD_FEATURES == 0), f"None or a multiple of {HEAD_FEATURES}"),
-            ("weight_decay", 0 <= self.weight_decay < float("inf"), ">= 0"),
-            ("unequal_length", self.unequal_length in UNEQUAL_LENGTHS, f"one of {', '.join(UNEQUAL_LENGTHS)}"),
-            ("length_embed", not self.length_embed or self.unequal_length == "pad",
+            ("mixup_alpha", self.mixup_alpha, self.mixup_alpha > 0, "> 0"),
+            ("seeds", self.seeds, self.seeds >= 1, ">= 1"),
+            ("ema_decay", self.ema_decay, 0 <= self.ema_decay < 1, "in [0, 1) (0 = off)"),
+            ("grad_clip", self.grad_clip, self.grad_clip is None or self.grad_clip > 0, "None (off) or a norm > 0"),
+            ("label_smoothing", self.label_smoothing, 0 <= self.label_smoothing < 1, "in [0, 1) (0 = off)"),
+            ("jumbo_pool", self.jumbo_pool, self.jumbo_pool in JUMBO_POOLS, f"one of {', '.join(JUMBO_POOLS)}"),
+            ("jumbo_multiplier", self.jumbo_multiplier,
+             is_integer(self.jumbo_multiplier) and self.jumbo_multiplier >= 1, "an integer >= 1"),
+            ("layer_scale", self.layer_scale, 0 <= self.layer_scale, ">= 0 (0 = off)"),
+            ("pos_embed", self.pos_embed, self.pos_embed in POS_EMBEDS, f"one of {', '.join(POS_EMBEDS)}"),
+            ("layers", self.layers, self.layers is None or (is_integer(self.layers) and self.layers >= 1),
+             "None or an integer >= 1"),
+            ("drop_path", self.drop_path, 0 <= self.drop_path < 1, "in [0, 1) (0 = off)"),
+            ("dim", self.dim, self.dim is None or (is_integer(self.dim) and self.dim >= HEAD_FEATURES
+                                                   and self.dim % HEAD_FEATURES == 0),
+             f"None or a multiple of {HEAD_FEATURES}"),
+            ("weight_decay", self.weight_decay, 0 <= self.weight_decay < float("inf"), ">= 0"),
+            ("unequal_length", self.unequal_length, self.unequal_length in UNEQUAL_LENGTHS,
+             f"one of {', '.join(UNEQUAL_LENGTHS)}"),
+            ("length_embed", m.length_embed, not m.length_embed or self.unequal_length == "pad",
              f"False with unequal_length={self.unequal_length!r} (it reads where the NaN padding starts; resampled "
              "or zero-filled series all span every step)"),
         ]
-        for name, ok, expected in checks:
+        for name, value, ok, expected in checks:
             if not ok:
-                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+                raise ValueError(f"{name} must be {expected}, got {value!r}")
 
     def tokenizer_options(self, seq_len: int | None = None) -> dict[str, Any]:
         """The series tokenizer's encoder options (conv stem, trunk, token statistics) of this sweep, for series
         of ``seq_len`` steps (needed only by ``trunk_width="auto"``); ``level_scale="auto"`` must have been decided
         for the set first (:meth:`for_dataset`)."""
         self.check_decided()
-        return dict(conv_stem=int(self.conv_stem), trunk=self.trunk, trunk_width=self.trunk_width_for(seq_len),
-                    trunk_depth=int(self.trunk_depth), trunk_diff=bool(self.trunk_diff), trunk_mix=bool(self.trunk_mix),
-                    token_stats=bool(self.token_stats), level_scale=bool(self.level_scale),
-                    rel_pos_bias=bool(self.rel_pos_bias))
+        m = self.model
+        return dict(conv_stem=int(m.conv_stem), trunk=m.trunk, trunk_width=self.trunk_width_for(seq_len),
+                    trunk_depth=int(m.trunk_depth), trunk_diff=bool(m.trunk_diff), trunk_mix=bool(m.trunk_mix),
+                    token_stats=bool(m.token_stats), level_scale=bool(m.level_scale),
+                    rel_pos_bias=bool(m.rel_pos_bias))
 
     def level_scale_for(self, train_x: np.ndarray) -> bool:
         """Whether the model reads level and scale on a set with training series ``train_x`` (n, C, L): under
         "auto", where their scales differ more than ``AUTO_SCALE_SPREAD``-fold (the spread is the same before and
         after standardising with training-split statistics)."""
-        if self.level_scale != "auto":
-            return bool(self.level_scale)
+        if self.model.level_scale != "auto":
+            return bool(self.model.level_scale)
         return scale_spread(train_x) > AUTO_SCALE_SPREAD
 
     def for_dataset(self, train_x: np.ndarray) -> "SweepConfig":
         """These settings for one set (training series ``train_x`` (n, C, L)): ``level_scale="auto"`` decided by
         :meth:`level_scale_for`, and where it turns on, the amplitude augmentations left out; otherwise self."""
-        if self.level_scale != "auto":
+        if self.model.level_scale != "auto":
             return self
         if not self.level_scale_for(train_x):
-            return replace(self, level_scale=False)
+            return replace(self, model=replace(self.model, level_scale=False))
         from .augment import parse_augment
 
         kept = [name for name in parse_augment(self.augment) if name not in AMPLITUDE_AUGMENTATIONS]
-        return replace(self, level_scale=True, augment=",".join(kept) or "none")
+        return replace(self, model=replace(self.model, level_scale=True), augment=",".join(kept) or "none")
 
     def check_decided(self) -> None:
         """ValueError while ``level_scale`` is "auto": it is decided per dataset (:meth:`for_dataset`)."""
-        if self.level_scale == "auto":
+        if self.model.level_scale == "auto":
             raise ValueError("level_scale='auto' is decided per dataset: use cfg.for_dataset(data.train.x) first")
 
     def trunk_width_for(self, seq_len: int | None) -> int:
         """The trunk's filters for series of ``seq_len`` steps (``auto_trunk_width`` under "auto")."""
-        if self.trunk_width != "auto":
-            return int(self.trunk_width)
+        if self.model.trunk_width != "auto":
+            return int(self.model.trunk_width)
         if seq_len is None:
             raise ValueError("trunk_width='auto' needs the series length (tokenizer_options(seq_len=...))")
         return auto_trunk_width(seq_len)
@@ -296,6 +298,34 @@ class SweepConfig:
         return [self.seed + i for i in range(self.seeds)]
 
     def identity(self) -> dict[str, Any]:
-        """The settings that define the runs; recipe keys at their paper values are left out (so a sweep of the
-        paper's protocol stores what it always stored)."""
-        return {k: v for k, v in asdict(self).items() if not (k in RECIPE_KEYS and v == RECIPE_KEYS[k])}
+        """The record that defines the runs (``sweep.json``, and ``results.json``'s ``"sweep"``): ``"schema"``
+        (:data:`SWEEP_SCHEMA`), then every setting, the series model's nested under ``"model"``."""
+        return {"schema": SWEEP_SCHEMA, **asdict(self)}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], source: str = "the sweep record") -> "SweepConfig":
+        """The settings of a stored record (:meth:`identity`) of any schema so far: schema 2, or the flat record
+        of schema 1 (no ``"schema"`` key; a setting left out holds its default). ValueError, naming ``source``,
+        for a newer schema or a setting this version does not know."""
+        record = dict(record)
+        schema = record.pop("schema", 1)
+        if schema == 1:
+            model = {k: record.pop(k) for k in _MODEL_FIELDS if k in record}
+        elif schema == SWEEP_SCHEMA:
+            model = dict(record.pop("model", {}))
+        else:
+            raise ValueError(f"{source} has schema {schema!r}; this version of jumbokit reads schemas 1 (no "
+                             f"\"schema\" key) to {SWEEP_SCHEMA}")
+        unknown = sorted(set(record) - {f.name for f in fields(cls)}) + sorted(set(model) - set(_MODEL_FIELDS))
+        if unknown:
+            raise ValueError(f"{source} (schema {schema}) holds settings this version of jumbokit does not know: "
+                             f"{', '.join(unknown)}")
+        return cls(model=SeriesModelConfig(**model), **record)
+
+    def differences(self, other: "SweepConfig") -> dict[str, tuple[Any, Any]]:
+        """The settings where ``other`` differs, as {name: (this value, other's)}; a series-model option is named
+        ``model.NAME``."""
+        mine, theirs = asdict(self), asdict(other)
+        mine.update({f"model.{k}": v for k, v in mine.pop("model").items()})
+        theirs.update({f"model.{k}": v for k, v in theirs.pop("model").items()})
+        return {k: (v, theirs[k]) for k, v in mine.items() if v != theirs[k]}

@@ -158,28 +158,30 @@ def training_text(cfg: SweepConfig) -> str:
             length += f", raised to reach at least {cfg.min_steps} optimizer steps"
     batch = ("batch min(n_train, 32, max(8, 128 // channels))" if cfg.batch_size == "auto"
              else f"batch {cfg.batch_size}")
-    patching = f"{cfg.patches} patches" + (f" (more where they would exceed {cfg.max_patch_len} steps)"
-                                           if cfg.max_patch_len else "")
-    if cfg.conv_stem:
-        patching += f" + convolutional patch features of width {cfg.conv_stem}"
-    if cfg.trunk:
-        patching += (f" + a full-resolution {cfg.trunk} trunk ({cfg.trunk_depth} x {trunk_width_text(cfg.trunk_width)}"
-                     + (", with the first difference" if cfg.trunk_diff else "")
-                     + (", all channels together" if cfg.trunk_mix else "") + ") pooled per patch"
+    model = cfg.model
+    patching = f"{model.patches} patches" + (f" (more where they would exceed {model.max_patch_len} steps)"
+                                             if model.max_patch_len else "")
+    if model.conv_stem:
+        patching += f" + convolutional patch features of width {model.conv_stem}"
+    if model.trunk:
+        patching += (f" + a full-resolution {model.trunk} trunk ({model.trunk_depth} x "
+                     f"{trunk_width_text(model.trunk_width)}"
+                     + (", with the first difference" if model.trunk_diff else "")
+                     + (", all channels together" if model.trunk_mix else "") + ") pooled per patch"
                      + (", with a second head on its mean token in the transformer models (scored: the mean of both heads' "
                         "probabilities)"
-                        if cfg.trunk_head else ""))
-    if cfg.token_stats:
+                        if model.trunk_head else ""))
+    if model.token_stats:
         patching += " + per-patch mean/std"
-    if cfg.level_scale == "auto":
+    if model.level_scale == "auto":
         patching += (" + where the training series' scales differ more than "
                      f"{AUTO_SCALE_SPREAD:g}-fold, each channel normalised in the model, its mean/std added to its "
                      "tokens (jitter relative; no scaling or magnitude warping there)")
-    elif cfg.level_scale:
+    elif model.level_scale:
         patching += " + each channel normalised in the model, its mean/std added to its tokens (jitter relative)"
-    if cfg.rel_pos_bias:
+    if model.rel_pos_bias:
         patching += "; relative-position bias in attention"
-    if cfg.length_embed:
+    if model.length_embed:
         patching += "; each series' length added to the global tokens"
     if cfg.jumbo_pool != SweepConfig.jumbo_pool:
         patching += f"; Jumbo models classify from {JUMBO_POOL_TEXT[cfg.jumbo_pool]}"

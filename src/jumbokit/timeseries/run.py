@@ -147,8 +147,8 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
                   strict: bool = True) -> nn.Module:
     """The sweep's model for ``data``, initialised from ``torch.manual_seed(seed)``."""
     torch.manual_seed(seed)
-    return build_series_model(model_name, data, cfg.patches, dropout, strict=strict, branches=cfg.branches,
-                              max_patch_len=cfg.max_patch_len, rocket_seed=seed,
+    return build_series_model(model_name, data, cfg.model.patches, dropout, strict=strict, branches=cfg.branches,
+                              max_patch_len=cfg.model.max_patch_len, rocket_seed=seed,
                               **cfg.tokenizer_options(data.seq_len), **head_options(model_name, cfg),
                               **global_token_options(model_name, cfg), **encoder_options(cfg))
 
@@ -156,10 +156,10 @@ def new_run_model(data: ClassificationData, model_name: str, cfg: SweepConfig, d
 def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
     """The encoder options of the sweep's heads: ``jumbo_pool`` for a Jumbo model
     (:data:`~jumbokit.timeseries.protocol.JUMBO_POOLS`; the CLS models' feature is their CLS token), and
-    ``trunk_head`` when ``cfg.trunk_head`` is on (a second head on the trunk's mean token), except for the
+    ``trunk_head`` when ``cfg.model.trunk_head`` is on (a second head on the trunk's mean token), except for the
     trunk-alone reference, whose one head reads that mean token already."""
     options: dict[str, Any] = {"jumbo_pool": cfg.jumbo_pool} if model_name in JUMBO_MODELS else {}
-    if cfg.trunk_head and model_name not in REFERENCE_MODELS:
+    if cfg.model.trunk_head and model_name not in REFERENCE_MODELS:
         options["trunk_head"] = True
     return options
 
@@ -167,9 +167,9 @@ def head_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
 def global_token_options(model_name: str, cfg: SweepConfig) -> dict[str, Any]:
     """``jumbo_multiplier`` when ``cfg.jumbo_multiplier`` is not the models' J=4: the Jumbo token's J for a Jumbo
     model, the J that ``patchtst_registers``' R is matched to (Proposition 1); nothing for the CLS-only models.
-    ``length_embed`` when ``cfg.length_embed`` is on, except for the trunk-alone reference (no global token)."""
+    ``length_embed`` when ``cfg.model.length_embed`` is on, except for the trunk-alone reference (no global token)."""
     options: dict[str, Any] = {}
-    if cfg.length_embed and model_name not in REFERENCE_MODELS:
+    if cfg.model.length_embed and model_name not in REFERENCE_MODELS:
         options["length_embed"] = True
     if cfg.jumbo_multiplier != JUMBO_MULTIPLIER and model_name in JUMBO_MULTIPLIER_MODELS:
         options["jumbo_multiplier"] = int(cfg.jumbo_multiplier)
@@ -259,7 +259,7 @@ def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
     ops = parse_augment(cfg.augment)
     generator = torch.Generator().manual_seed(seed + 7919)
     per_series = [op for op in ops if op != "mixup"]
-    augment = (SeriesAugment(tuple(per_series), jitter_relative=cfg.level_scale, generator=generator)
+    augment = (SeriesAugment(tuple(per_series), jitter_relative=cfg.model.level_scale, generator=generator)
                if per_series else None)
     if "mixup" in ops:
         mixup = SeriesMixup(num_classes, cfg.mixup_alpha, augment, generator, smoothing=cfg.label_smoothing)

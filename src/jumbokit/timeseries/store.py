@@ -35,11 +35,8 @@ def check_out_dir(out_dir: Path, identity: dict[str, Any]) -> None:
     """Refuse a directory that holds another sweep, or files that are not a sweep's (SweepMismatchError)."""
     sweep_file = out_dir / "sweep.json"
     if sweep_file.exists():
-        stored = json.loads(sweep_file.read_text())
-        defaults = asdict(SweepConfig())  # keys left out of sweep.json hold their default
-        keys = list(identity) + [k for k in stored if k not in identity]
-        diff = {k: (stored.get(k, defaults.get(k)), identity.get(k, defaults.get(k))) for k in keys}
-        diff = {k: (a, b) for k, (a, b) in diff.items() if a != b}
+        stored = SweepConfig.from_record(json.loads(sweep_file.read_text()), source=str(sweep_file))
+        diff = stored.differences(SweepConfig.from_record(identity))
         if diff:
             desc = ", ".join(f"{k}: {a!r} there vs {b!r} now" for k, (a, b) in diff.items())
             raise SweepMismatchError(f"{out_dir} holds results of a different sweep ({desc}); pass another --out "
@@ -57,9 +54,11 @@ def write_sweep_file(out_dir: Path, cfg: SweepConfig) -> None:
 
 
 def read_sweep_file(out_dir: Path) -> SweepConfig | None:
-    """The sweep stored in ``out_dir`` (keys left out of ``sweep.json`` hold their defaults); None without one."""
+    """The sweep stored in ``out_dir`` (any schema, :meth:`SweepConfig.from_record`); None without one."""
     sweep_file = out_dir / "sweep.json"
-    return SweepConfig(**json.loads(sweep_file.read_text())) if sweep_file.is_file() else None
+    if not sweep_file.is_file():
+        return None
+    return SweepConfig.from_record(json.loads(sweep_file.read_text()), source=str(sweep_file))
 
 
 def load_run(path: Path) -> RunResult | None:

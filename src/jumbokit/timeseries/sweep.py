@@ -87,13 +87,13 @@ def _gather(plan: "SweepPlan", jobs: list[Job]) -> _Gathered:
 
 def _load_all(datasets: Sequence[str], cfg: SweepConfig, data_dir: str | Path | None,
               skip_short: bool) -> dict[str, ClassificationData]:
-    """Every dataset loaded and checked (too short for ``cfg.patches``: skipped with a note, or an error)."""
+    """Every dataset loaded and checked (too short for ``cfg.model.patches``: skipped with a note, or an error)."""
     loaded: dict[str, ClassificationData] = {}
     for name in datasets:
         data = load_dataset(name, protocol=cfg.protocol, split_seed=cfg.split_seed, data_dir=data_dir,
                             normalize=cfg.normalize, unequal_length=cfg.unequal_length)
         try:
-            check_patches(data, cfg.patches)
+            check_patches(data, cfg.model.patches)
         except ValueError as err:
             if not skip_short:
                 raise
@@ -101,7 +101,7 @@ def _load_all(datasets: Sequence[str], cfg: SweepConfig, data_dir: str | Path | 
             continue
         loaded[name] = data
     if not loaded:
-        raise ValueError(f"none of the datasets ({', '.join(datasets)}) allows {cfg.patches} patches")
+        raise ValueError(f"none of the datasets ({', '.join(datasets)}) allows {cfg.model.patches} patches")
     return loaded
 
 
@@ -133,7 +133,7 @@ def _check_references(models: Sequence[str], cfg: SweepConfig) -> None:
     """ValueError, before anything is written, for the trunk-alone reference without a trunk, or with transformer
     layers asked of it (the checks its builder runs later)."""
     for m in (m for m in models if m in REFERENCE_MODELS):
-        check_reference_model(m, trunk=cfg.trunk, layers=cfg.layers, branches=cfg.branches)
+        check_reference_model(m, trunk=cfg.model.trunk, layers=cfg.layers, branches=cfg.branches)
 
 
 def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, out_dir: str | Path,
@@ -142,7 +142,7 @@ def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig,
                skip_short: bool = False, ensemble: int = 1) -> SweepPlan:
     """Check a sweep and load its datasets; bad input raises ValueError here, before anything is written.
 
-    ``skip_short``: drop datasets too short for ``cfg.patches`` (with a note) instead of failing.
+    ``skip_short``: drop datasets too short for ``cfg.model.patches`` (with a note) instead of failing.
     ``baseline``: names of :data:`~jumbokit.timeseries.baselines.BASELINES` (a comma-separated string or a
     list), run on the same splits. ``ensemble``: also score the mean probabilities of the top-k runs (chosen
     on validation) per dataset and model; 1 = off."""
@@ -181,7 +181,7 @@ def _start(plan: SweepPlan, todo: list[Job], processes: int) -> None:
                     len(todo), processes)
     for data in plan.datasets.values():
         level_scale = ""
-        if plan.cfg.level_scale == "auto":
+        if plan.cfg.model.level_scale == "auto":
             level_scale = f", level_scale=auto: {'on' if plan.cfg.level_scale_for(data.train.x) else 'off'}"
         logger.info("%s%s", data.summary(), level_scale)
 
