@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 
 from ..timeseries.normalize import resolve_normalization
+from ..timeseries.results import rank_values
 from ..training.rundir import markdown_table
 from .records import write_result
-from .stats import rank_scores
 
 MODELS = "patchtst,patchtst_registers,patchtst_jumbo"
 RUN_FLAGS = {"--seeds": 1, "--model": 1, "--threads": 1, "--runs-per-device": 1, "--cpu": 0}  # flag -> values
@@ -122,8 +122,9 @@ def settings_on(settings: dict[str, Any], dataset: str | None) -> dict[str, Any]
         on_set = cfg.for_dataset(train_x)
         cfg = replace(on_set, normalize=resolve_normalization(train_x, cfg.normalize),
                       model=replace(on_set.model, trunk_width=cfg.trunk_width_for(train_x.shape[-1])))
-    decided = {k: v for k, v in asdict(cfg).items() if k not in NOT_SETTINGS}
-    return {**decided, "lrs": settings["lrs"], "dropouts": settings["dropouts"]}
+    # the series-model options beside the sweep's (no name is shared), so a difference names the option itself
+    decided = {k: v for k, v in asdict(cfg).items() if k not in NOT_SETTINGS and k != "model"}
+    return {**decided, **asdict(cfg.model), "lrs": settings["lrs"], "dropouts": settings["dropouts"]}
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -194,8 +195,8 @@ def rank_sets(rows: dict[tuple[str, str], dict], models: list[str], min_runs: in
                            "trunk_width": mine[0]["trunk_width"],
                            "best": {m: r["arm_best"] for m, r in zip(models, mine)},
                            "avg": {m: r["arm_avg"] for m, r in zip(models, mine)},
-                           "rank_best": dict(zip(models, rank_scores([r["arm_best"] for r in mine]))),
-                           "rank_avg": dict(zip(models, rank_scores([r["arm_avg"] for r in mine])))})
+                           "rank_best": dict(zip(models, rank_values([r["arm_best"] for r in mine]))),
+                           "rank_avg": dict(zip(models, rank_values([r["arm_avg"] for r in mine])))})
     return ranked, left_out
 
 

@@ -1,23 +1,17 @@
 """Rank statistics for comparing models over datasets (Demsar 2006), on scipy; aeon draws the diagram.
 
-Rank 1 is the best (highest accuracy); ties share the mean rank. Friedman's test asks whether the mean ranks of
-three or more models differ at all; the Nemenyi critical difference is the gap two mean ranks must exceed to
-differ at level ``alpha``; a two-sided sign test compares one pair over the draws where they do not tie.
+Ranks come from ``jumbokit.timeseries.results.rank_values`` (scipy's ``rankdata``: rank 1 = the highest accuracy,
+ties share the mean rank). Friedman's test asks whether the mean ranks of three or more models differ at all; the
+Nemenyi critical difference is the gap two mean ranks must exceed to differ at level ``alpha``; a two-sided sign
+test compares one pair over the draws where they do not tie.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 from scipy import stats
 
-__all__ = ["critical_difference_figure", "draws_needed", "friedman", "nemenyi_cd", "rank_scores", "sign_test"]
-
-
-def rank_scores(scores: Sequence[float]) -> list[float]:
-    """Ranks of ``scores`` (rank 1 = highest; ties share the mean rank), as plain floats."""
-    return [float(r) for r in stats.rankdata(-np.asarray(scores, dtype=float), method="average")]
+__all__ = ["critical_difference_figure", "draws_needed", "friedman", "nemenyi_cd", "sign_test"]
 
 
 def friedman(ranks: np.ndarray) -> tuple[float, float] | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
+from scipy.stats import rankdata
 
 from .baselines import BASELINES
 from .models import SERIES_MODELS
@@ -190,19 +191,9 @@ def summarize(runs: Iterable[RunResult | Mapping[str, Any]], baselines: Mapping[
     return rows
 
 
-def rank_values(values: list[float]) -> list[float]:
-    """Rank 1 = highest value; ties share the mean rank."""
-    order = sorted(range(len(values)), key=lambda i: -values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
+def rank_values(values: Sequence[float]) -> list[float]:
+    """Rank 1 = highest value; ties share the mean rank (scipy's ``rankdata``), as plain floats."""
+    return [float(r) for r in rankdata(-np.asarray(values, dtype=float), method="average")]
 
 
 RANK_FIELDS = {"best": "test_top1", "avg": "avg_test_top1", "ens": "ens_test_top1"}
