@@ -2,10 +2,11 @@
 per-step warm-up + cosine learning-rate schedule.
 
 Kept rather than timm's: ``CosineLRScheduler`` cannot draw this schedule (our warm-up reaches the peak at step
-``warmup - 1`` and the cosine starts from the peak one step later; timm's warm-up and cosine are one step apart
-either way), and ``param_groups_weight_decay`` makes the same split but puts the no-decay group first (earlier
-checkpoints' optimizer states are decay-first), merges both into one group at weight decay 0 and matches
-``no_weight_decay()`` names exactly or by wildcard depending on the timm release.
+``warmup - 1`` and the cosine starts from the peak at step ``warmup``, so the peak lasts two steps; in timm's it
+lasts one, whichever step is passed, and the steps after it differ), and ``param_groups_weight_decay`` makes the
+same split but puts the no-decay group first (earlier checkpoints' optimizer states are decay-first), merges both
+into one group at weight decay 0 and matches ``no_weight_decay()`` names exactly or by wildcard depending on the
+timm release.
 """
 from __future__ import annotations
 
