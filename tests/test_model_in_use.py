@@ -220,6 +220,8 @@ def test_series_and_headless_checkpoints_are_refused():
 
     with pytest.raises(ValueError, match="time-series model"):
         check_image_classifier({"tokenizer": "series", "num_classes": 2}, "run")
+    with pytest.raises(ValueError, match="time-series model"):  # a model wrapping a series encoder
+        check_image_classifier({"encoder": "rocket_hybrid", "transformer": {"tokenizer": "series"}}, "run")
     with pytest.raises(ValueError, match="without a classifier head"):
         check_image_classifier({"tokenizer": "image", "num_classes": 0}, "run")
 

@@ -29,11 +29,15 @@ _GLOB_CHARS = set("*?[")
 def check_image_classifier(config: dict[str, Any], source: str | os.PathLike) -> None:
     """Raise ``ValueError`` unless the saved model config describes an image classifier (not a series model, a
     NAS supernet or an encoder without a head)."""
-    if config.get("tokenizer", "image") != "image":
-        raise ValueError(f"{source} holds a time-series model (tokenizer {config.get('tokenizer')!r}); predict and "
-                         "validate take image classifiers (series checkpoints are not supported yet)")
+    wrapped = next((v for v in config.values() if isinstance(v, dict) and "tokenizer" in v), {})
+    tokenizer = config.get("tokenizer", wrapped.get("tokenizer", "image"))  # its own, or the wrapped encoder's
+    if tokenizer != "image":
+        raise ValueError(f"{source} holds a time-series model (tokenizer {tokenizer!r}); predict and validate take "
+                         "image classifiers (series checkpoints are not supported yet)")
     if config.get("encoder") == "supernet":
         raise ValueError(f"{source} holds a NAS supernet; extract an architecture first (jumbokit nas-search)")
+    if config.get("encoder") not in (None, "multistage"):
+        raise ValueError(f"{source} holds a {config['encoder']!r} model; predict and validate take image classifiers")
     if not config.get("num_classes"):
         raise ValueError(f"{source} holds an encoder without a classifier head (num_classes 0, an MAE run?); "
                          "train a head first with `jumbokit linear-probe` or `jumbokit supervised --checkpoint`")
