@@ -6,9 +6,9 @@ optimizer, RNG states of every process), ``trainer_state.json`` (position + what
 with a weight average, ``ema.safetensors``. Nothing in it is unpickled on resume.
 
 Naming and pruning stay ours rather than accelerate's ``ProjectConfiguration(automatic_checkpoint_naming=True,
-total_limit=N)``: that writes ``checkpoint_<save count>`` in place and deletes the oldest before the new one is
-complete, so a kill mid-save could leave no good checkpoint, and the names would no longer say epoch and step
-(``--resume`` of a given checkpoint, and the checkpoints of runs written before).
+total_limit=N)``: that writes ``checkpoint_<save count>`` in place (a kill mid-save leaves a half-written newest
+checkpoint) after deleting the oldest (with ``keep_checkpoints=1``, the only good one), and its names no longer say
+epoch and step (``--resume`` of a given checkpoint, and the checkpoints of runs written before).
 """
 from __future__ import annotations
 
