@@ -239,3 +239,15 @@ def test_validate_on_two_processes_equals_one(digits_run, tmp_path):
     launch(torchrun_command([*argv, "--out", str(tmp_path / "two")], nproc=2), timeout=300)
     for name in ("results.csv", "confusion.csv"):
         assert (tmp_path / "one" / name).read_text() == (tmp_path / "two" / name).read_text()
+
+
+def test_a_collapsed_progressive_join_model_keeps_the_data_config(tmp_path):
+    from jumbokit.training.report import collapse_branches
+
+    model = jumbokit.create_model("vit_pico_cls", img_size=16, patch_size=4, in_chans=1, num_classes=10, depth=2,
+                                  branches=2, join_warmup_steps=1)
+    model.update_join(10)
+    model.pretrained_cfg = data_config_from_record(RECORD)
+    batches = [(torch.randn(4, 1, 16, 16), torch.randint(0, 10, (4,)))]
+    collapse_branches(model, "vit_pico_cls", "digits", {"test": batches}, tmp_path)
+    assert jumbokit.load(tmp_path / "reparameterized").pretrained_cfg == model.pretrained_cfg

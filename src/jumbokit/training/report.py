@@ -83,6 +83,6 @@ def collapse_branches(trained: nn.Module, name: str, dataset: str, loaders: dict
         return [], (f"\nThe branches were not fully joined (lambda {trained.join_lambda:.3f} < 1), so no collapsed "
                     "model was written; use a shorter --join-warmup-steps.\n")
     plain = trained.reparameterize()
-    save(plain, Path(out) / "reparameterized")
+    save(plain, Path(out) / "reparameterized", data_config=getattr(trained, "pretrained_cfg", None))
     rows = evaluate_splits(plain, f"{name} (reparameterized)", dataset, loaders)
     return rows, "\nThe joined model was collapsed to a plain encoder in `reparameterized/`.\n"
