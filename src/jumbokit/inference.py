@@ -1,8 +1,9 @@
-"""A trained image classifier in use: loaded with its data config, images read for it, top-k predictions.
+"""A trained image classifier in use: loaded with its data config, images read for it, top-k predictions, and the
+pieces of ``jumbokit validate`` (a dataset split checked against the model's classes, the confusion matrix).
 
 ```python
-from jumbokit.inference import ImageFiles, load_classifier, predict_topk, find_images
-model, cfg = load_classifier("runs/supervised_vit_pico_jumbo_digits")
+from jumbokit.inference import ImageFiles, find_images, load_classifier, predict_topk
+model, cfg = load_classifier("runs/supervised_vit_pico_jumbo_digits")   # or "hf-hub:ORG/NAME"
 files = ImageFiles(find_images(["photos/", "more/*.png"]), cfg)
 rows = predict_topk(model, files, cfg, topk=3)         # [{"file", "top1_label", "top1_prob", ...}, ...]
 ```
@@ -21,7 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 __all__ = ["load_classifier", "check_image_classifier", "find_images", "ImageFiles", "predict_topk",
-           "class_names", "label_counts"]
+           "class_names", "label_counts", "eval_dataset", "confusion_matrix", "confusion_rows", "plot_confusion"]
 
 _GLOB_CHARS = set("*?[")
 
@@ -44,8 +45,8 @@ def check_image_classifier(config: dict[str, Any], source: str | os.PathLike) ->
 
 
 def load_classifier(source: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[nn.Module, dict]:
-    """``(model in eval mode on device, data config)`` of a saved image classifier (run directory or
-    ``.safetensors`` file); raises ``FileNotFoundError`` / ``ValueError`` with one readable line."""
+    """``(model in eval mode on device, data config)`` of a saved image classifier (run directory, ``.safetensors``
+    file or ``hf-hub:`` name); raises ``FileNotFoundError`` / ``ValueError`` with one readable line."""
     from jumbokit.encoders.zoo import load_config
     from jumbokit.pretrained import load, local_path
 
@@ -132,10 +133,10 @@ class ImageFiles(Dataset):
             raise CorruptImageError(f"cannot read image file {path} ({type(err).__name__}: {err})") from None
         gray = is_gray(img)
         if not self.convert and gray != (self.mode == "L"):
-            want, got = ("1-channel (gray)", f"a colour ({img.mode})") if self.mode == "L" else \
-                ("3-channel (colour)", f"a gray ({img.mode})")
-            raise DataError(f"{path}: the model takes {want} images, got {got} image; pass --convert to "
-                                    "convert images to the model's channels as training does")
+            want = "1-channel (gray)" if self.mode == "L" else "3-channel (colour)"
+            got = f"a {'gray' if gray else 'colour'} ({img.mode})"
+            raise DataError(f"{path}: the model takes {want} images, got {got} image; pass --convert to convert "
+                            "images to the model's channels as training does")
         return img.convert(self.mode) if img.mode != self.mode else img
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
