@@ -130,3 +130,28 @@ def test_bad_inputs():
         train_head_on_features(head, torch.randn(10, 8), torch.zeros(9, dtype=torch.long), opt, batch_size=4)
     with pytest.raises(ValueError, match="no batch"):
         extract_features(encoder, [])
+
+
+def test_probe_of_the_last_layer_equals_the_default(tmp_path, monkeypatch):
+    """``linear-probe --layer K``: the last block gives the default run's numbers exactly, an earlier one others."""
+    import jumbokit
+    from jumbokit.recipes import linear_probe
+
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    jumbokit.save(Encoder(tokenizer="image", img_size=8, patch_size=2, in_chans=1, dim=32, depth=3, num_heads=2,
+                          global_tokens="jumbo", jumbo_multiplier=2), tmp_path / "encoder")
+
+    def probe(*flags: str) -> tuple[str, dict]:
+        out = tmp_path / f"probe{'_'.join(flags)}"
+        summary = linear_probe.main(["--checkpoint", str(tmp_path / "encoder"), "--dataset", "digits", "--epochs", "2",
+                                     "--max-train-samples", "64", "--batch-size", "32", "--out", str(out),
+                                     "--no-progress", "--cpu", *flags])
+        return (out / "results.csv").read_text(), summary
+
+    default, last, first = probe(), probe("--layer", "2"), probe("--feature-layer", "0")
+    assert last[0] == default[0] and probe("--layer", "-1")[0] == default[0]
+    assert first[0] != default[0]
+    assert (default[1]["layer"], last[1]["layer"], first[1]["layer"]) == (None, 2, 0)
+    with pytest.raises(ValueError, match="out of range"):
+        LinearProbe(tiny_encoder(), num_classes=3, layer=2)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention import Attention
 
-__all__ = ["Block", "Mlp", "DropPath", "LayerScale", "masked_layer_norm"]
+__all__ = ["Block", "Mlp", "DropPath", "LayerScale", "masked_layer_norm", "run_block"]
 
 
 def masked_layer_norm(x: torch.Tensor, mask: torch.Tensor | None, count: torch.Tensor | None,
@@ -136,3 +137,13 @@ class Block(nn.Module):
         p.add_(self.drop_path2(self.ls2(self.mlp(self.norm2(p)))))
         x[:, :num_global] = global_tokens.ffn(x[:, :num_global], self.layer_idx, self.drop_path2)
         return x
+
+
+def run_block(block: Block, x: torch.Tensor, attn_mask: torch.Tensor | None, global_tokens: nn.Module | None,
+              checkpointing: bool = False, inplace: bool = False) -> torch.Tensor:
+    """``block(x, attn_mask, global_tokens, inplace=inplace)``; with ``checkpointing`` and autograd on, the block's
+    activations are recomputed in the backward pass instead of kept (timm's ``set_grad_checkpointing``: the same
+    gradients for less memory)."""
+    if checkpointing and torch.is_grad_enabled():
+        return checkpoint(block, x, attn_mask, global_tokens, use_reentrant=False)
+    return block(x, attn_mask, global_tokens, inplace=inplace)

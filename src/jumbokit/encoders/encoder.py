@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .blocks import Block
+from .blocks import Block, run_block
 from .extras import mean_probability_logits, tokenizer_kind, tokenizer_kinds
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
 from .tokenizers import Tokens, exporting
@@ -222,6 +222,7 @@ class Encoder(nn.Module):
         self._aux_head_name = kind.aux_head_name
         self._set_aux_head()
         self._aux_logits: torch.Tensor | None = None  # the auxiliary head's logits of the last training forward
+        self.grad_checkpointing = False
 
         self.apply(_init_linear)
         self._plugin_keys = set(self.global_tokens.state_dict().keys())
@@ -240,7 +241,30 @@ class Encoder(nn.Module):
             names.add("pos_embed")
         return names
 
-    def reset_classifier(self, num_classes: int) -> None:
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        """timm's parameter grouping (layer-wise lr decay): the stem (patch embedding, positions, global tokens),
+        then one group per block (the Jumbo plug-in's per-layer norm, LoRA and LayerScale join their block; its
+        shared FFN, used by every block, joins the last block with the final norm), the head last."""
+        return dict(
+            stem=r"^patch_embed|^pos_embed|^global_tokens\.(?:cls_token|reg_token|jumbo_token)",
+            blocks=[(r"^blocks\.(\d+)", None), (r"^global_tokens\.jumbo_(?:norms|mlp|lora|ls)\.(\d+)", None),
+                    (r"^norm|^global_tokens\.jumbo_mlp\.", (99999,))],
+        )
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block's activations in the backward pass instead of keeping them (training with autograd
+        only; the gradients are the same)."""
+        self.grad_checkpointing = bool(enable)
+
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A new head for ``num_classes`` (0: none, ``forward`` returns the feature). ``global_pool`` (timm's
+        argument) may only repeat the model's pooling: the feature width and norms depend on it."""
+        if global_pool is not None and global_pool != self.config["global_pool"]:
+            raise ValueError(f"this model pools with global_pool={self.config['global_pool']!r}, got "
+                             f"global_pool={global_pool!r}; build the model with the pooling it needs")
         self.num_classes = num_classes
         self.config["num_classes"] = num_classes
         device = self.patch_embed.proj.weight.device
@@ -271,14 +295,116 @@ class Encoder(nn.Module):
 
     def forward_features(
         self, x: torch.Tensor, keep: torch.Tensor | None = None, pad_mask: torch.Tensor | None = None,
-        global_offset: torch.Tensor | None = None,
+        global_offset: torch.Tensor | None = None, layer: int | None = None,
     ) -> EncoderOutput:
         """x: images (B, C, H, W) or series (B, C, L) -> :class:`EncoderOutput`.
 
         keep: (B', K) or (K,) indices of patch tokens to keep; None keeps all.
         pad_mask: (B', N) bool, True = ignore this patch (merged with the tokenizer's own mask).
         global_offset: (B', G, D) added to the global tokens before the first block (input-dependent tokens).
+        layer: the block whose output is normed and pooled (negative counts from the end); None = the last, so the
+            blocks after it are not run (intermediate-layer features, e.g. a linear probe of block ``layer``).
         """
+        blocks = self.blocks if layer is None else self.blocks[:self._block_index(layer) + 1]
+        state = self._embed(x, keep, pad_mask, global_offset)
+        x = state.pop("x")
+        inplace = not torch.is_grad_enabled()  # x is this call's own buffer: residuals may go in place
+        for block in blocks:
+            x = run_block(block, x, state["attn_mask"], self.global_tokens, self.grad_checkpointing, inplace)
+        return self._output(x, state)
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | list[int] | tuple[int, ...] | None = None,
+        return_prefix_tokens: bool = False,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str | None = None,
+        intermediates_only: bool = False,
+        pad_mask: torch.Tensor | None = None,
+    ) -> list[Any] | tuple[EncoderOutput, list[Any]]:
+        """The outputs of chosen blocks, with timm's signature and semantics.
+
+        indices: an int n takes the last n blocks, a list takes those block indices (negative from the end), None
+            takes every block.
+        return_prefix_tokens: each intermediate becomes a pair (patch tokens, global tokens), the global tokens
+            (B', G, D) being the plug-in's (CLS, CLS + registers, or the J Jumbo tokens). Without global tokens the
+            intermediates stay plain tensors, as timm's are without prefix tokens.
+        norm: apply the final norm to the intermediates (Identity for ``fc_norm`` models, as in timm).
+        stop_early: run no block after the last one taken.
+        output_fmt: ``"NCHW"`` patch tokens as (B, D, Hp, Wp) maps (images), ``"NLC"`` as (B', N, D); None = NCHW for
+            images, NLC for series.
+        intermediates_only: return only the list of intermediates.
+
+        Returns ``(final, intermediates)``, ``final`` being the :class:`EncoderOutput` of ``forward_features`` (after
+        the last block run), so ``forward_head(final)`` gives the logits; or the list alone.
+        """
+        take, last = self._take_indices(indices)
+        if output_fmt not in (None, "NCHW", "NLC"):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        state = self._embed(x, None, pad_mask, None)
+        x = state.pop("x")
+        output_fmt = output_fmt or ("NCHW" if len(state["grid"]) == 2 else "NLC")
+        if output_fmt == "NCHW" and len(state["grid"]) != 2:
+            raise ValueError(f"output_fmt='NCHW' needs a 2-D patch grid (images), got grid {tuple(state['grid'])}; "
+                             "use output_fmt='NLC'")
+        blocks = self.blocks[:last + 1] if stop_early else self.blocks
+        intermediates = []
+        for i, block in enumerate(blocks):
+            x = run_block(block, x, state["attn_mask"], self.global_tokens, self.grad_checkpointing)
+            if i in take:
+                intermediates.append(self.norm(x) if norm else x)
+        num_global = self.num_global_tokens
+        pairs = []
+        for y in intermediates:
+            g, p = y.split([num_global, y.shape[1] - num_global], dim=1)
+            if output_fmt == "NCHW":
+                p = p.reshape(p.shape[0], *state["grid"], p.shape[-1]).permute(0, 3, 1, 2).contiguous()
+            pairs.append((p, g) if return_prefix_tokens and num_global else p)
+        if intermediates_only:
+            return pairs
+        return self._output(x, state), pairs
+
+    def prune_intermediate_layers(
+        self, indices: int | list[int] | tuple[int, ...] = 1, prune_norm: bool = False, prune_head: bool = True,
+    ) -> list[int]:
+        """Drop the blocks after the last one ``indices`` takes (as in :meth:`forward_intermediates`); returns the
+        taken block indices. ``prune_norm`` replaces the final norm by Identity; ``prune_head`` removes the
+        classifier (``reset_classifier(0)``). The config follows (depth), so a pruned model saves and loads."""
+        take, last = self._take_indices(indices)
+        self.blocks = self.blocks[:last + 1]
+        self.global_tokens.truncate(last + 1)
+        self.depth = self.config["depth"] = last + 1
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0)
+        return take
+
+    def _block_index(self, index: int) -> int:
+        if not -self.depth <= index < self.depth:
+            raise ValueError(f"block index {index} is out of range for {self.depth} blocks "
+                             f"(expected {-self.depth} to {self.depth - 1})")
+        return index % self.depth
+
+    def _take_indices(self, indices: int | list[int] | tuple[int, ...] | None) -> tuple[list[int], int]:
+        """timm's ``feature_take_indices``: absolute block indices and the largest one."""
+        if indices is None:
+            indices = self.depth
+        if isinstance(indices, int):
+            if not 0 < indices <= self.depth:
+                raise ValueError(f"last-n indices={indices} is out of range (1 to {self.depth} blocks)")
+            take = list(range(self.depth - indices, self.depth))
+        else:
+            take = [self._block_index(int(i)) for i in indices]
+            if not take:
+                raise ValueError("indices is an empty list; give block indices or a count of last blocks")
+        return take, max(take)
+
+    def _embed(self, x: torch.Tensor, keep: torch.Tensor | None, pad_mask: torch.Tensor | None,
+               global_offset: torch.Tensor | None) -> dict[str, Any]:
+        """Everything before the first block: the joined tokens ``x`` and what the blocks and the output need."""
         tok = self.tokenize(x)
         tokens, mask = tok.tokens, tok.pad_mask
         num_tokens = tokens.shape[1]
@@ -296,19 +422,22 @@ class Encoder(nn.Module):
             offset = extra.global_offset(x)
             if offset is not None:
                 global_offset = offset if global_offset is None else global_offset + offset
-        x = self.global_tokens.join(tokens, global_offset)
-        attn_mask = self._attention_mask(mask, num_tokens, keep, x.dtype)
-        inplace = not torch.is_grad_enabled()  # x is this call's own buffer: residuals may go in place
-        for block in self.blocks:
-            x = block(x, attn_mask, self.global_tokens, inplace=inplace)
+        joined = self.global_tokens.join(tokens, global_offset)
+        return dict(x=joined, attn_mask=self._attention_mask(mask, num_tokens, keep, joined.dtype), mask=mask,
+                    keep=keep, channels=tok.channels, grid=tuple(tok.grid), token_mean=token_mean)
+
+    def _output(self, x: torch.Tensor, state: dict[str, Any]) -> EncoderOutput:
+        """The last block's tokens -> final norm, pooling -> :class:`EncoderOutput`."""
         x = self.norm(x)
         g, p = x.split([self.num_global_tokens, x.shape[1] - self.num_global_tokens], dim=1)
+        mask = state["mask"]
         if self.config["global_pool"] == "avg":
             feature = masked_mean(p, mask)
         else:
             feature = self.global_tokens.pool(g, p, mask)
         feature = self.fc_norm(feature)
-        return EncoderOutput(feature, p, g, keep, mask, tok.channels, tuple(tok.grid), token_mean)
+        return EncoderOutput(feature, p, g, state["keep"], mask, state["channels"], state["grid"],
+                             state["token_mean"])
 
     def _attention_mask(self, mask: torch.Tensor | None, num_tokens: int, keep: torch.Tensor | None,
                         dtype: torch.dtype) -> torch.Tensor | None:

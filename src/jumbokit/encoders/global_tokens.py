@@ -84,6 +84,9 @@ class GlobalTokens(nn.Module):
     def no_weight_decay(self) -> set[str]:
         return {name for name, _ in self.named_parameters(recurse=False)}
 
+    def truncate(self, depth: int) -> None:
+        """Keep the per-layer parts of the first ``depth`` layers (an encoder pruned to ``depth`` blocks)."""
+
 
 class NoGlobalTokens(GlobalTokens):
     """No global token; the feature is the mean of the patch tokens."""
@@ -260,6 +263,12 @@ class Jumbo(GlobalTokens):
             out = self.jumbo_ls[layer_idx](out)
         wide = wide + drop_path(out)
         return wide.reshape(batch, self.multiplier, self.dim)
+
+    def truncate(self, depth: int) -> None:
+        for name in ("jumbo_norms", "jumbo_lora", "jumbo_ls") + (() if self.share else ("jumbo_mlp",)):
+            layers = getattr(self, name)
+            if layers is not None:
+                setattr(self, name, layers[:depth])
 
     def pool(self, global_tokens, patches, pad_mask):
         batch = global_tokens.shape[0]

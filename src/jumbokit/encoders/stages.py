@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .blocks import Block, masked_layer_norm
+from .blocks import Block, masked_layer_norm, run_block
 from .encoder import DEFAULT_CONFIG, EncoderOutput, _add_plugin_prefix, _init_linear, _strip_plugin_prefix, unknown_options
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
 from .tokenizers import IMAGE_OPTIONS, ImagePatchTokenizer, resample_pos_embed, sincos_pos_embed_2d, to_2tuple
@@ -279,6 +279,7 @@ class MultiStageEncoder(nn.Module):
         self.head = nn.Linear(self.num_features, self.num_classes) if self.num_classes > 0 else nn.Identity()
         self.patch_head = nn.Linear(dims[-1], self.num_classes) if cfg["patch_head"] and self.num_classes else None
         self.apply(_init_linear)
+        self.grad_checkpointing = False
 
     # ------------------------------------------------------------------ api
     @property
@@ -300,7 +301,31 @@ class MultiStageEncoder(nn.Module):
                   if stage.downsample is not None and stage.downsample.pos_embed is not None}
         return names
 
-    def reset_classifier(self, num_classes: int) -> None:
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        """timm's parameter grouping (layer-wise lr decay): the stem, then per stage its spatial reduction and one
+        group per block (a Jumbo plug-in's per-layer parts join their block, its shared FFN the stage's last
+        block), the final norm, the head last."""
+        return dict(
+            stem=r"^patch_embed|^pos_embed|^stages\.0\.global_tokens\.(?:cls_token|reg_token|jumbo_token)",
+            blocks=[(r"^stages\.(\d+)\.downsample", (0,)), (r"^stages\.(\d+)\.blocks\.(\d+)", None),
+                    (r"^stages\.(\d+)\.global_tokens\.jumbo_(?:norms|mlp|lora|ls)\.(\d+)", None),
+                    (r"^stages\.(\d+)\.global_tokens\.jumbo_mlp\.", (99999,)), (r"^norm", (99999,))],
+        )
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block's activations in the backward pass instead of keeping them (training with autograd
+        only; the gradients are the same)."""
+        self.grad_checkpointing = bool(enable)
+
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A new head for ``num_classes`` (0: none). ``global_pool`` (timm's argument) may only repeat the model's
+        pooling."""
+        if global_pool is not None and global_pool != self.config["global_pool"]:
+            raise ValueError(f"this model pools with global_pool={self.config['global_pool']!r}, got "
+                             f"global_pool={global_pool!r}; build the model with the pooling it needs")
         self.num_classes = num_classes
         self.config["num_classes"] = num_classes
         device = self.norm.weight.device
@@ -328,7 +353,7 @@ class MultiStageEncoder(nn.Module):
             if stage.downsample is not None:
                 x, grid = stage.downsample(x, grid, num_global)
             for block in stage.blocks:
-                x = block(x, None, stage.global_tokens, inplace=inplace)
+                x = run_block(block, x, None, stage.global_tokens, self.grad_checkpointing, inplace)
         x = self.norm(x)
         g, p = x.split([num_global, x.shape[1] - num_global], dim=1)
         if self.config["global_pool"] == "avg":

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--feature", default="token", choices=("token", "avg"),
                      help="token: the plug-in's pooled feature (CLS, Jumbo J*D, ...); avg: mean patch token "
                           "(default: %(default)s)")
+    src.add_argument("--layer", "--feature-layer", dest="layer", type=int, default=None, metavar="K",
+                     help="probe the output of block K (0-based, negative from the end), normed and pooled as the "
+                          "last block's (default: the last block)")
     add_data_args(parser, dataset=None)
     probe_defaults = {"dataset": "the checkpoint's pretraining dataset", "img_size": "the checkpoint's"}
     for action in parser._actions:  # argparse has no public access to one flag's help
@@ -148,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                           batch_given="batch_size" in given)
     precision = resolve_precision(args.mixed_precision, use_cpu(args.cpu))
     torch.manual_seed(args.seed)  # the head's initial weights: the same on every process
-    probe = ssl.LinearProbe(encoder, num_classes=train.num_classes, feature=args.feature).to(state.device)
+    probe = ssl.LinearProbe(encoder, num_classes=train.num_classes, feature=args.feature,
+                             layer=args.layer).to(state.device)
     run = RunDir(out, enabled=state.is_main_process)
     run_config = {"recipe": RECIPE, "checkpoint": str(checkpoint), "args": vars(args), "lr": plan.lr,
                   "batch_size": plan.batch_size, "effective_batch": plan.effective_batch, "epochs": plan.epochs,
@@ -156,8 +160,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "feature_dim": probe.head.bn.num_features}
     raised = f" (raised from {args.epochs} by --min-steps {args.min_steps})" if plan.epochs > args.epochs else ""
     per_process = f" ({plan.batch_size} x {state.num_processes} processes)" if state.num_processes > 1 else ""
+    at_layer = "" if args.layer is None else f" of block {args.layer}"
     logger.info(f"linear probe of {checkpoint} ({encoder.config.get('global_tokens')} tokens, feature "
-                f"{args.feature!r}, {probe.head.bn.num_features} dims) on {dataset}: {len(train)} train images, "
+                f"{args.feature!r}{at_layer}, {probe.head.bn.num_features} dims) on {dataset}: {len(train)} train "
+                f"images, "
                 f"{args.optimizer} lr {plan.lr:.3g}, batch {plan.effective_batch}{per_process}, {plan.epochs} epochs"
                 f"{raised}, {'cached features' if args.cache_features else 'augmented images'}, {precision} autocast")
     cfg = TrainConfig(epochs=plan.epochs, lr=plan.lr, min_lr=0.0, weight_decay=args.weight_decay,
@@ -180,12 +186,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                              run_config=run_config)
     summary: dict[str, Any] = {}
     if state.is_main_process:
-        summary = {"checkpoint": str(checkpoint), "dataset": dataset, "feature": args.feature, "lr": plan.lr,
-                   "optimizer": args.optimizer, "epochs": plan.epochs, "batch_size": plan.batch_size,
+        summary = {"checkpoint": str(checkpoint), "dataset": dataset, "feature": args.feature, "layer": args.layer,
+                   "lr": plan.lr, "optimizer": args.optimizer, "epochs": plan.epochs, "batch_size": plan.batch_size,
                    "effective_batch": plan.effective_batch}
         rows, summary = ssl.write_probe_outputs(out, probe.head, results, summary, (
-            f"Frozen encoder ({encoder.config.get('global_tokens')} global tokens), feature `{args.feature}`, head "
-            f"BatchNorm1d(affine=False) + Linear, {args.optimizer} lr {plan.lr:.3g}, global batch "
+            f"Frozen encoder ({encoder.config.get('global_tokens')} global tokens), feature `{args.feature}`"
+            f"{at_layer}, head BatchNorm1d(affine=False) + Linear, {args.optimizer} lr {plan.lr:.3g}, global batch "
             f"{plan.effective_batch}, {plan.epochs} epochs."))
         print(f"linear probe ({args.feature} feature, {args.optimizer})\n{ssl.results_text(rows)}\n"
               f"wrote {out}/results.csv, report.md, probe_head.safetensors")

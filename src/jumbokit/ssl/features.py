@@ -73,14 +73,14 @@ def real_rows(step: int, steps: int, count: int, batch_size: int, rank: int, wor
 
 @torch.no_grad()
 def embed_shard(encoder: Encoder, loader: Any, accelerator: Any, count: int, batch_size: int,
-                feature: str = "token", progress: bool = False, desc: str = "features",
+                feature: str = "token", progress: bool = False, desc: str = "features", layer: int | None = None,
                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Per step of this process's prepared ``loader`` of ``IndexedDataset`` items: features (B, F) float32, labels
     (B,) and dataset indices (B,), ready for ``gather_for_metrics``.
 
     Only the real rows (``real_rows``) go through the encoder, so every sample is embedded in the very batch a
     one-process run gives it; the padding rows get zero features and index -1 (``restore_order`` refuses one that
-    survives the gather). The encoder runs under ``accelerator.autocast()``."""
+    survives the gather). The encoder runs under ``accelerator.autocast()``; ``layer`` as in ``encoder_features``."""
     from tqdm.auto import tqdm
 
     steps, width = len(loader), probe_feature_dim(encoder, feature)
@@ -91,7 +91,7 @@ def embed_shard(encoder: Encoder, loader: Any, accelerator: Any, count: int, bat
         out = torch.zeros(len(images), width, device=images.device)
         if real:
             with accelerator.autocast():
-                out[:real] = encoder_features(encoder, images[:real], feature).float()
+                out[:real] = encoder_features(encoder, images[:real], feature, layer).float()
         position = position.clone()
         position[real:] = -1
         yield out, torch.as_tensor(target, device=images.device).long(), position.to(images.device)
@@ -106,8 +106,10 @@ def extract_split_features(
     num_workers: int | None = None,
     progress: bool = False,
     desc: str = "features",
+    layer: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Frozen features of every sample of ``dataset``, embedded sharded over the processes of ``accelerator``.
+    """Frozen features of every sample of ``dataset``, embedded sharded over the processes of ``accelerator``
+    (of block ``layer``, see ``encoder_features``; None: the last).
 
     The encoder (on ``accelerator.device``) runs in eval mode under ``accelerator.autocast()``; its train/eval
     state is restored afterwards. Every process returns the same features (M, F) float32 and labels (M,) long,
@@ -120,7 +122,8 @@ def extract_split_features(
     encoder.eval()
     columns: list[list[torch.Tensor]] = [[], [], []]
     try:
-        for step in embed_shard(encoder, loader, accelerator, len(dataset), batch_size, feature, progress, desc):
+        for step in embed_shard(encoder, loader, accelerator, len(dataset), batch_size, feature, progress, desc,
+                                layer):
             for column, value in zip(columns, accelerator.gather_for_metrics(step)):
                 column.append(value.cpu())
     finally:

@@ -26,6 +26,7 @@ __all__ = [
     "make_probe_head",
     "probe_feature_dim",
     "encoder_features",
+    "check_probe_layer",
     "extract_features",
     "build_probe_optimizer",
     "train_head_on_features",
@@ -58,10 +59,23 @@ def make_probe_head(in_features: int, num_classes: int) -> ProbeHead:
     return ProbeHead(in_features, num_classes)
 
 
-def encoder_features(encoder: Encoder, images: torch.Tensor, feature: str = "token") -> torch.Tensor:
-    """(B, C, H, W) -> (B, F) frozen features: the pooled plug-in feature or the mean final patch token."""
+def check_probe_layer(encoder: Encoder, layer: int | None) -> None:
+    """``layer`` must name a block of a plain encoder (negative counts from the end), or be None (the last)."""
+    if layer is None:
+        return
+    if not isinstance(encoder, Encoder):
+        raise ValueError(f"probing an intermediate layer needs a plain encoder; got a {type(encoder).__name__} "
+                         "(drop --layer to probe its output)")
+    encoder._block_index(layer)
+
+
+def encoder_features(encoder: Encoder, images: torch.Tensor, feature: str = "token",
+                     layer: int | None = None) -> torch.Tensor:
+    """(B, C, H, W) -> (B, F) frozen features: the pooled plug-in feature or the mean patch token, of the final
+    norm applied to the output of block ``layer`` (None: the last block, the encoder's own output)."""
     _check_feature_kind(feature)
-    return select_feature(encoder.forward_features(images), _SOURCES[feature])
+    out = encoder.forward_features(images) if layer is None else encoder.forward_features(images, layer=layer)
+    return select_feature(out, _SOURCES[feature])
 
 
 class LinearProbe(nn.Module):
@@ -70,14 +84,18 @@ class LinearProbe(nn.Module):
     The encoder's parameters get ``requires_grad=False`` and the encoder stays in eval mode whatever
     ``train()`` is called with, so its weights and statistics never change.
 
+    ``layer`` probes the output of that block (normed and pooled as the last one is); None probes the last.
+
     forward: images (B, C, H, W) -> logits (B, num_classes).
     """
 
-    def __init__(self, encoder: Encoder, num_classes: int, feature: str = "token") -> None:
+    def __init__(self, encoder: Encoder, num_classes: int, feature: str = "token", layer: int | None = None) -> None:
         super().__init__()
         _check_feature_kind(feature)
+        check_probe_layer(encoder, layer)
         self.encoder = encoder
         self.feature = feature
+        self.layer = layer
         self.encoder.requires_grad_(False)
         self.head = make_probe_head(probe_feature_dim(encoder, feature), num_classes)
         self.train()
@@ -89,7 +107,7 @@ class LinearProbe(nn.Module):
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return encoder_features(self.encoder, images, self.feature)
+            return encoder_features(self.encoder, images, self.feature, self.layer)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(images))
@@ -116,10 +134,13 @@ def extract_features(
     device: torch.device | str | None = None,
     progress: bool = False,
     desc: str = "features",
+    layer: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the frozen encoder (eval mode) over a loader once: returns features (M, F) float32 and labels (M,)
-    on the CPU. The encoder's train/eval state is restored afterwards."""
+    on the CPU (of block ``layer``, see ``encoder_features``). The encoder's train/eval state is restored
+    afterwards."""
     _check_feature_kind(feature)
+    check_probe_layer(encoder, layer)
     if device is None:
         device = next(encoder.parameters()).device
     was_training = encoder.training
@@ -133,7 +154,7 @@ def extract_features(
     try:
         for batch in iterator:
             images, target = split_batch(batch)
-            feats.append(encoder_features(encoder, images.to(device), feature).float().cpu())
+            feats.append(encoder_features(encoder, images.to(device), feature, layer).float().cpu())
             labels.append(torch.as_tensor(target).long().cpu())
     finally:
         encoder.train(was_training)

@@ -103,7 +103,7 @@ def probe_on_features(
 
     def features(dataset, desc: str):
         return extract_split_features(probe.encoder, dataset, accelerator, probe.feature, num_workers=num_workers,
-                                      progress=progress, desc=desc)
+                                      progress=progress, desc=desc, layer=probe.layer)
 
     train_feats, train_labels = features(train, f"features {train_split}")
     cached = {split: features(ds, f"features {split}") for split, ds in eval_sets.items()}
