@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for d in ("recipes", "benchmarks") for p in (ROOT / d).glob("*.py"))
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script_help(script):
     proc = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -65,6 +66,7 @@ def test_zero_batch_size_is_named_in_one_line(recipe, capsys):
     assert err == "error: --batch-size must be an integer >= 1 (the per-process batch), got 0"
 
 
+@pytest.mark.multiprocess
 def test_mae_recipe_imports_no_heavy_optional_packages():
     """The main job starts without the time-series, plotting and corruption packages (seconds of imports)."""
     code = ("import sys; import jumbokit.recipes.mae_pretrain as mae_pretrain; mae_pretrain.build_parser(); "
@@ -116,6 +118,7 @@ def _run_record(dataset: str, model: str, val: float, val_loss: float, test: flo
                      step_ms=1.0, params=100, patch_len=8, stride=8, num_patches=4, global_tokens=1)
 
 
+@pytest.mark.multiprocess
 def test_trunk_benchmark_tabulates_a_partial_sweep(tmp_path):
     """``--collect-only`` reads the finished runs of a stopped sweep: selection on validation (ties: lower loss),
     the runs in seed order (``_s10`` after ``_s2``), and the (set, model) pairs without runs named as not finished."""
@@ -144,6 +147,7 @@ def test_trunk_benchmark_tabulates_a_partial_sweep(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.multiprocess
 def test_trunk_benchmark_records_the_trunk_recipe(tmp_path):
     """``--recipe small-data-trunk`` runs that recipe with no trunk flags of its own, says so in the record,
     scores the arm's ensemble from the stored probabilities, and compares the arm with the recipe's runs from
@@ -183,6 +187,7 @@ def test_trunk_benchmark_records_the_trunk_recipe(tmp_path):
     assert not out_json.exists()
 
 
+@pytest.mark.multiprocess
 def test_trunk_benchmark_reads_baselines_from_several_references(tmp_path):
     """``--reference A B``: a set's ROCKET columns come from whichever file holds it (B's row wins over A's), as
     benchmarks/timeseries_rocket.py writes them (its summary rows and table); a missing file is refused."""
@@ -214,6 +219,7 @@ def test_trunk_benchmark_reads_baselines_from_several_references(tmp_path):
     assert missing.returncode != 0 and "none.json" in missing.stderr and not out_json.exists()
 
 
+@pytest.mark.multiprocess
 def test_rocket_benchmark_refuses_a_set_not_available_locally(tmp_path):
     out_json = tmp_path / "rocket.json"
     proc = subprocess.run([sys.executable, "benchmarks/timeseries_rocket.py", "--datasets", "GunPoint,Nope", "--json",
@@ -222,6 +228,7 @@ def test_rocket_benchmark_refuses_a_set_not_available_locally(tmp_path):
     assert not out_json.exists()
 
 
+@pytest.mark.multiprocess
 def test_trunk_benchmark_pools_sweeps_of_other_seeds(tmp_path):
     """``--pool`` tabulates sweeps of one arm run with other seeds as one sweep: the run chosen on validation
     among all of them, the mean over all, the seeds recorded; a sweep of other settings, or one storing a run of a
@@ -275,6 +282,7 @@ def _trunk_json(path: Path, command: str, device: str, rows: list[tuple[str, str
     return path
 
 
+@pytest.mark.multiprocess
 def test_rank_benchmark_ranks_sets_run_side_by_side(tmp_path):
     """Ranks come from sets where every model has enough runs on one device; the first file wins a shared row;
     files of different front ends are refused with nothing written."""
@@ -303,6 +311,7 @@ def test_rank_benchmark_ranks_sets_run_side_by_side(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.multiprocess
 def test_rank_benchmark_ranks_a_recipe_from_the_explicit_flags_it_stands_for(tmp_path):
     """``--front-end "tstrain --recipe small-data-trunk"`` takes, set by set, the rows of files whose explicit flags
     train the recipe's runs there: the plain trunk flags on GunPoint but not on PLAID (where the recipe reads level
@@ -332,6 +341,7 @@ def test_rank_benchmark_ranks_a_recipe_from_the_explicit_flags_it_stands_for(tmp
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.multiprocess
 def test_rank_benchmark_resolves_auto_trunk_width_per_set(tmp_path):
     """``--trunk-width auto`` ranks beside width-32 rows on a short set (ArrowHead, 251 steps) and width-64 rows on
     a long one (OSULeaf, 427 steps); a row at the other width is not used there."""
@@ -355,6 +365,7 @@ def test_rank_benchmark_resolves_auto_trunk_width_per_set(tmp_path):
     assert "| ArrowHead | cpu | 32 |" in out.with_suffix(".md").read_text()
 
 
+@pytest.mark.multiprocess
 def test_small_data_benchmark_reports_a_sweep_without_an_ensemble(tmp_path):
     """benchmarks/timeseries_small.py on one set with ``--ensemble 1``: the tables say "-" where no ensemble ran
     (results.json then has no "ensemble"), the copies under --results are written; a bad --long-sets writes nothing."""
@@ -381,6 +392,7 @@ def test_small_data_benchmark_reports_a_sweep_without_an_ensemble(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.multiprocess
 def test_pretrain_pool_benchmark_tabulates_its_three_arms(tmp_path):
     """``--collect-only`` reads the three arms' runs (one sweep directory each; "without" shared between mask ratios):
     the run chosen on validation, the runs in seed order, the mean gains; a set an arm has not finished, or an
@@ -418,6 +430,7 @@ def test_pretrain_pool_benchmark_tabulates_its_three_arms(tmp_path):
     assert not (tmp_path / "bad.json").exists()
 
 
+@pytest.mark.multiprocess
 def test_fusion_benchmark_scores_every_pair_of_runs(tmp_path):
     """benchmarks/timeseries_fusion.py: each side's runs and the mean probabilities of every (first, second) pair,
     on the sets both sides ran; a directory without a sweep is refused in one line."""
@@ -455,6 +468,7 @@ def test_fusion_benchmark_scores_every_pair_of_runs(tmp_path):
     assert bad.returncode == 2 and "holds no sweep.json: expected a tstrain output directory" in bad.stderr
 
 
+@pytest.mark.multiprocess
 def test_rank_pool_significance_of_a_model_always_first(tmp_path):
     """Three models ranked 1/2/3 on six draws: Friedman's chi2 = 12 (p = e^-6), the Nemenyi critical difference
     for 3 models and 6 draws 2.343 * sqrt(1/3), the sign test 2 / 2^6 for each pair, which 4 draws would find with 80% power."""
@@ -489,6 +503,7 @@ def _rank_json(path: Path, front: str, sets: list[tuple[str, str, dict[str, floa
     return path
 
 
+@pytest.mark.multiprocess
 def test_rank_pool_counts_every_set_draw_once(tmp_path):
     """Pooled ranks are the mean over all (set, draw) pairs of tables of one front end (seeds never matter); a
     table of another front end, or the same draw twice, is refused with nothing written."""
@@ -522,6 +537,7 @@ def test_rank_pool_counts_every_set_draw_once(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.multiprocess
 def test_rank_pool_averages_each_sets_accuracy_over_its_draws_and_pools_named_sets(tmp_path):
     """Accuracy per set is the mean over its draws, the overall mean counts each set once (not each draw);
     ``--sets`` keeps only the named sets, and a name no table ranks is refused with nothing written."""
@@ -563,16 +579,17 @@ def test_length_probe_scores_lengths_that_decide_the_class_and_lengths_that_do_n
     assert silent["majority_class"] == 50.0 and silent["random_forest"] <= 50.0
 
 
+@pytest.mark.multiprocess
 def test_length_probe_reads_unequal_sets_and_refuses_equal_ones(tmp_path):
     out = tmp_path / "probe.json"
     cmd = [sys.executable, "benchmarks/timeseries_length_probe.py", "--json", str(out), "--datasets"]
-    proc = subprocess.run([*cmd, "GunPoint,JapaneseVowels"], capture_output=True, text=True)
+    proc = subprocess.run([*cmd, "GunPoint,JapaneseVowels"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(out.read_text())["rows"]  # GunPoint's series share one length: left out
     assert (row["dataset"], row["classes"], row["lengths"]) == ("JapaneseVowels", 9, "7-29")
     assert row["random_forest"] > 2 * row["majority_class"]
     assert "| JapaneseVowels | 9 | 7-29 |" in out.with_suffix(".md").read_text()
-    proc = subprocess.run([*cmd, "GunPoint"], capture_output=True, text=True)
+    proc = subprocess.run([*cmd, "GunPoint"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "nothing to probe" in proc.stderr
-    proc = subprocess.run([*cmd, "GunPoint,Nope"], capture_output=True, text=True)
+    proc = subprocess.run([*cmd, "GunPoint,Nope"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "unknown dataset 'Nope'" in proc.stderr and "Traceback" not in proc.stderr

@@ -151,6 +151,7 @@ def test_bad_flags_rejected_before_training(recipe, tmp_path, argv, message):
         recipe.main([*argv, "--out", str(tmp_path / "x")])
 
 
+@pytest.mark.multiprocess
 def test_cli_prints_one_line_and_exits_nonzero(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "jumbokit", "supervised", "--dataset", "cifar10", "--out", str(tmp_path / "x"),

@@ -55,6 +55,7 @@ def test_a_users_choice_is_kept(parent):
         choose_threads(0)
 
 
+@pytest.mark.multiprocess
 def test_accelerate_launch_single_cpu_process_uses_the_cores(tmp_path):
     script = tmp_path / "probe.py"
     script.write_text(textwrap.dedent("""

@@ -341,7 +341,8 @@ def test_auto_trunk_width_follows_series_length(tmp_path, monkeypatch):
     params = {}
     for width in ("auto", "64", "32"):
         out = tmp_path / width
-        front = ["--model", "patchtst", "--trunk", "resnet", "--trunk-depth", "1", "--trunk-width", width]
+        front = ["--model", "patchtst", "--trunk", "resnet", "--trunk-depth", "1", "--trunk-width", width,
+                 "--epochs", "1"]  # the width is read from the runs' parameter counts: one epoch shows it
         assert cli.main(tiny(out, *front)) == 0
         params[width] = json.loads((out / "runs/ItalyPowerDemand/patchtst/lr0.001_do0.1.json").read_text())["params"]
     assert params["auto"] == params["64"] != params["32"]
@@ -513,6 +514,7 @@ def test_estimator_small_data_options():
         PatchTSTClassifier(ema_decay=1.5).fit(X, y)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("chosen, expected", [(None, "workqueue"), ("omp", "omp")])
 def test_rocket_baselines_run_numba_on_workqueue_threads(chosen, expected):
     """numba's OpenMP workers slow later torch training in the same process 2x; a user's own choice is kept."""
