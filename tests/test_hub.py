@@ -126,3 +126,19 @@ def test_bad_hub_names_are_refused(name):
     with pytest.raises(ValueError, match="hf-hub:ORG/NAME"):
         parse_hub_name(name)
     assert parse_hub_name("hf-hub:org/name@v1") == ("org/name", "v1")
+
+
+def test_validate_and_predict_take_a_hub_name(tmp_path, offline_cache, monkeypatch):
+    from jumbokit.recipes import predict, validate
+
+    run, _ = old_run(tmp_path)
+    push_to_hub(run, "org/pico", api=FakeHubApi(offline_cache))
+    direct = validate.main(["--checkpoint", str(run), "--no-progress", "--out", str(tmp_path / "direct")])
+    monkeypatch.chdir(tmp_path)
+    hub = validate.main(["--checkpoint", "hf-hub:org/pico", "--dataset", "digits", "--no-progress"])
+    assert hub["out"] == "validate_pico_digits_test" and (tmp_path / hub["out"] / "confusion.csv").is_file()
+    assert (hub["top1"], hub["n"], hub["confusion"]) == (direct["top1"], direct["n"], direct["confusion"])
+    image = tmp_path / "x.png"
+    Image.new("L", (16, 16)).save(image)
+    rows = predict.main(["--checkpoint", "hf-hub:org/pico", str(image), "--no-progress"])["rows"]
+    assert rows[0]["file"] == str(image) and (tmp_path / "predictions.csv").is_file()
