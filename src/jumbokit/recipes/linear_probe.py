@@ -29,6 +29,7 @@ logger = logging.getLogger("jumbokit.recipes.linear_probe")
 
 def build_parser() -> argparse.ArgumentParser:
     from jumbokit.data.cli import add_data_args
+    from jumbokit.training.cli import add_config_arg, add_tracker_args
     from jumbokit.training.config import PRECISIONS
     from jumbokit.training.threads import add_threads_arg
 
@@ -85,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "the whole training); auto = bf16 on a CUDA GPU, fp32 on a CPU (default: %(default)s)")
     run.add_argument("--no-progress", action="store_true",
                      help="hide progress bars; the summary lines stay (default: bars shown)")
+    add_tracker_args(run)
     add_threads_arg(run)
+    add_config_arg(parser)
     run.add_argument("--debug", action="store_true", help="print full tracebacks of errors (default: off)")
     return parser
 
@@ -124,12 +127,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit.training import (RunDir, TrainConfig, check_count_flags, launch_state, make_accelerator,
                                    prepare_out_dir, setup_threads)
     from jumbokit.training.accelerator import resolve_precision, use_cpu
-    from jumbokit.training.cli import given_flags
+    from jumbokit.training.cli import parse_flags
+    from jumbokit.training.loop import tracker_config
+    from jumbokit.training.resume import write_start_records
     from jumbokit.training.rundir import read_data_record
 
     configure_logging()
     parser = build_parser()
-    args, given = parser.parse_args(argv), given_flags(parser, argv)
+    args, given = parse_flags(parser, argv)
     check_count_flags(args)
     setup_threads(args)
     splits = [s.strip() for s in args.eval_splits.split(",") if s.strip()]
@@ -169,17 +174,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = TrainConfig(epochs=plan.epochs, lr=plan.lr, min_lr=0.0, weight_decay=args.weight_decay,
                       optimizer=args.optimizer, momentum=args.momentum, warmup_epochs=args.warmup_epochs,
                       seed=args.seed, mixed_precision=precision, cpu=args.cpu, progress=not args.no_progress,
-                      checkpoint_every=0, save_model=False)
+                      checkpoint_every=0, save_model=False, log_with=args.log_with, run_name=args.run_name)
     if args.cache_features:
-        run.write_config(run_config)
-        run.write_text(RunDir.METRICS, "")
+        write_start_records(run, run_config, None)  # config.json, args.yaml, an empty metrics.jsonl
+        accelerator = make_accelerator(cfg, out)
+        if cfg.log_with:
+            accelerator.init_trackers(cfg.run_name or out.name, config=tracker_config(vars(args)))
+
+        def on_epoch(record: dict[str, Any]) -> None:
+            run.append_metrics({"kind": "epoch", **record})
+            if cfg.log_with:
+                accelerator.log({f"epoch/{k}": v for k, v in record.items() if k != "epoch"}, step=record["epoch"])
         optimizer = ssl.build_probe_optimizer(probe.head, args.optimizer, lr=plan.lr, weight_decay=args.weight_decay,
                                               momentum=args.momentum)
         results = ssl.probe_on_features(
-            probe, train, eval_sets, optimizer, accelerator=make_accelerator(cfg), epochs=plan.epochs,
+            probe, train, eval_sets, optimizer, accelerator=accelerator, epochs=plan.epochs,
             batch_size=plan.effective_batch, warmup_epochs=args.warmup_epochs, seed=args.seed,
             num_workers=args.num_workers, progress=cfg.progress and state.is_main_process,
-            train_split=args.train_split, on_epoch=lambda record: run.append_metrics({"kind": "epoch", **record}))
+            train_split=args.train_split, on_epoch=on_epoch)
+        if cfg.log_with:
+            accelerator.end_training()
     else:
         probe, results = ssl.probe_on_images(probe, train, eval_sets, cfg, out, batch_size=plan.batch_size,
                                              num_workers=args.num_workers, world_size=state.num_processes,

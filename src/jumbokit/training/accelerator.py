@@ -15,7 +15,7 @@ from .config import TrainConfig
 logger = logging.getLogger(__name__)
 
 __all__ = ["use_cpu", "launch_state", "make_accelerator", "resolve_precision", "is_fsdp", "configure_tf32",
-           "check_tracker"]
+           "check_tracker", "tracker_names"]
 
 
 def use_cpu(cpu: bool = False) -> bool:
@@ -67,8 +67,7 @@ def make_accelerator(cfg: TrainConfig, out_dir: str | os.PathLike | None = None)
     if cfg.log_with:
         if out_dir is None:
             raise ValueError(f"log_with={cfg.log_with!r} needs an out_dir for the tracker logs")
-        check_tracker(cfg.log_with)
-        kwargs["log_with"] = cfg.log_with
+        kwargs["log_with"] = tracker_names(cfg.log_with)
         kwargs["project_config"] = ProjectConfiguration(project_dir=str(out_dir), logging_dir=str(Path(out_dir) / "logs"))
     accelerator = Accelerator(**kwargs)
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
@@ -118,6 +117,17 @@ def configure_tf32(enabled: bool, device: torch.device | str) -> bool:
     torch.set_float32_matmul_precision("high" if enabled else "highest")
     torch.backends.cudnn.allow_tf32 = bool(enabled)
     return bool(enabled)
+
+
+def tracker_names(log_with: str) -> list[str]:
+    """The accelerate trackers of ``--log-with`` ("tensorboard", "tensorboard,wandb", "all"), each checked by
+    ``check_tracker``."""
+    names = [name.strip() for name in log_with.split(",") if name.strip()]
+    if not names:
+        raise ValueError(f"--log-with names no tracker, got {log_with!r}; expected e.g. tensorboard or wandb")
+    for name in names:
+        check_tracker(name)
+    return names
 
 
 def check_tracker(name: str) -> None:

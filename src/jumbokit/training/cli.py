@@ -37,6 +37,36 @@ def fraction_arg(noun: str, example: str):
 ema_decay_arg = fraction_arg("decay", "0.998")  # argparse type of ``--ema``
 
 
+def layer_decay_arg(text: str) -> float:
+    """The argparse type of ``--layer-decay``: a rate in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a rate in (0, 1], e.g. 0.75, got {text!r}")
+    return value
+
+
+def add_config_arg(parser: argparse.ArgumentParser, written: str = "config.json and args.yaml") -> None:
+    """``--config FILE``: a YAML or JSON file of flags that sets the defaults of a new run (see ``parse_flags``);
+    ``written`` names where the run writes its full settings back (for the help)."""
+    parser.add_argument("--config", "-c", default=None, metavar="FILE",
+                        help="YAML or JSON file of flags (keys as the flags' names: lr, batch_size or batch-size) "
+                             "that sets the defaults of a new run; flags given on the command line win; the run "
+                             f"writes its full settings back to {written} (default: none)")
+
+
+def add_tracker_args(group) -> None:
+    """``--log-with`` (accelerate trackers) and ``--run-name``."""
+    group.add_argument("--log-with", default=None, metavar="TRACKERS",
+                       help="log the run's config and metrics through accelerate's trackers, comma-separated: "
+                            "tensorboard (offline, under <out>/logs/<run name>), wandb, mlflow, aim, comet_ml, "
+                            "all (default: none)")
+    group.add_argument("--run-name", default=None,
+                       help="the trackers' run name (default: the run directory's name)")
+
+
 def add_common_args(
     parser: argparse.ArgumentParser,
     *,
@@ -55,6 +85,7 @@ def add_common_args(
     """Add the flags every image recipe shares; recipe-specific defaults are passed as keywords."""
     from jumbokit.data.cli import add_data_args
 
+    add_config_arg(parser)
     add_data_args(parser, dataset=dataset, img_size=img_size)  # the "data" and "augmentation" groups
 
     run = parser.add_argument_group("run")
@@ -80,7 +111,12 @@ def add_common_args(
                      help="also checkpoint every N optimizer steps inside epochs, 0 = off (default: %(default)s)")
     run.add_argument("--log-every", type=int, default=10,
                      help="optimizer steps between metrics.jsonl lines (default: %(default)s)")
-    run.add_argument("--log-with", default=None, help="accelerate tracker, e.g. tensorboard (default: none)")
+    add_tracker_args(run)
+    run.add_argument("--compile", action="store_true",
+                     help="torch.compile the model (the first steps are slow while it compiles) (default: off)")
+    run.add_argument("--grad-checkpointing", action="store_true",
+                     help="recompute each block's activations in the backward pass instead of keeping them (timm's "
+                          "set_grad_checkpointing): less memory, the same gradients (default: off)")
     run.add_argument("--no-progress", action="store_true",
                      help="hide progress bars; the summary lines stay (default: bars shown)")
     add_threads_arg(run)
@@ -106,6 +142,9 @@ def add_common_args(
                      help="max gradient norm (default: " + ("%(default)s)" if grad_clip is not None else "off)"))
     opt.add_argument("--grad-accum", type=int, default=1,
                      help="micro-batches per optimizer step (default: %(default)s)")
+    opt.add_argument("--layer-decay", type=layer_decay_arg, default=None, metavar="RATE",
+                     help="layer-wise learning-rate decay for fine-tuning: layer i of L gets lr x RATE^(L - i), "
+                          "the head the full lr (timm's param_groups_layer_decay), e.g. 0.75 (default: off)")
     opt.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                      help="keep an exponential moving average of the weights with this decay (e.g. 0.9998), "
                           "evaluate and save it instead of the last weights (default: 0, off)")
@@ -150,7 +189,9 @@ def train_config_from_args(args: argparse.Namespace, **overrides: Any) -> TrainC
         mixed_precision=args.mixed_precision, tf32=getattr(args, "tf32", True), seed=args.seed, checkpoint_every=args.checkpoint_every,
         checkpoint_steps=getattr(args, "checkpoint_steps", 0),
         resume=args.resume, log_every=args.log_every, progress=not args.no_progress, cpu=args.cpu,
-        log_with=args.log_with, ema_decay=getattr(args, "ema", 0.0),
+        log_with=args.log_with, ema_decay=getattr(args, "ema", 0.0), run_name=getattr(args, "run_name", None),
+        compile=getattr(args, "compile", False), grad_checkpointing=getattr(args, "grad_checkpointing", False),
+        layer_decay=getattr(args, "layer_decay", None),
     )
     values.update(overrides)
     if values["lr"] is None:
@@ -185,7 +226,7 @@ def prepare_out_dir(out: str | Path, resume: str | None, overwrite: bool) -> Pat
         if state.is_main_process:
             shutil.rmtree(out / RunDir.CHECKPOINTS, ignore_errors=True)
             for name in (RunDir.METRICS, "model.safetensors", "model_config.json", RunDir.REPORT, RunDir.RESULTS,
-                         RunDir.CONFIG, RESUMES_FILE):
+                         RunDir.CONFIG, RunDir.ARGS, RESUMES_FILE):
                 (out / name).unlink(missing_ok=True)
     state.wait_for_everyone()
     return out
@@ -193,9 +234,11 @@ def prepare_out_dir(out: str | Path, resume: str | None, overwrite: bool) -> Pat
 
 # ------------------------------------------------------------------------------------------------ resume
 RESUMES_FILE = "resumes.jsonl"
-# flags that change how a run is watched or where it runs, never what it computes: free on resume
+# flags that change how a run is watched or where and how it runs, never what it computes: free on resume (the
+# values a --config file sets are compared one by one)
 NEUTRAL_ON_RESUME = frozenset({"resume", "out", "overwrite", "no_progress", "debug", "threads", "num_workers",
-                               "log_every", "log_with", "checkpoint_every", "checkpoint_steps"})
+                               "log_every", "log_with", "run_name", "checkpoint_every", "checkpoint_steps",
+                               "compile", "grad_checkpointing", "config"})
 
 
 class _Unset:
@@ -223,6 +266,92 @@ def given_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None = No
     second time into a namespace on which argparse sets no default."""
     argv = list(sys.argv[1:] if argv is None else argv)
     return dict(vars(parser.parse_args(argv, namespace=_GivenOnly())))
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping of a ``--config`` file: JSON (``.json``) or YAML (anything else; JSON is YAML too)."""
+    import yaml
+
+    path = Path(path).expanduser()
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise FileNotFoundError(f"--config {path}: cannot read it ({err.strerror or err})") from None
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise ValueError(f"--config {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'} "
+                         f"({one_line(err)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: expected a mapping of flag names to values, got a "
+                         f"{type(data).__name__}")
+    return data
+
+
+def _config_value(action: argparse.Action, flag: str, value: Any, path: Path) -> Any:
+    """``value`` of ``flag`` from a config file, converted and checked as argparse would check it typed."""
+    where = f"--config {path}: {flag}"
+    if value is None:
+        return None
+    if action.nargs == 0:  # store_true / BooleanOptionalAction / store_const
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} takes true or false, got {value!r}")
+        return action.const if value and action.const is not None else value
+    many = action.nargs in ("+", "*") or isinstance(action.nargs, int)
+    items = list(value) if many and isinstance(value, (list, tuple)) else [value]
+    if isinstance(action.nargs, int) and len(items) != action.nargs:
+        raise ValueError(f"{where} takes {action.nargs} values, got {value!r}")
+    converted = []
+    for item in items:
+        try:
+            item = action.type(str(item)) if action.type is not None else item
+        except argparse.ArgumentTypeError as err:
+            raise ValueError(f"{where}: {one_line(err)}") from None
+        except (TypeError, ValueError):
+            kind = getattr(action.type, "__name__", "value")
+            raise ValueError(f"{where} takes {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {item!r}") from None
+        if action.choices is not None and item not in action.choices:
+            raise ValueError(f"{where} must be one of {', '.join(map(str, action.choices))}, got {item!r}")
+        converted.append(item)
+    return converted if many else converted[0]
+
+
+def config_file_defaults(parser: argparse.ArgumentParser, path: str | Path) -> dict[str, Any]:
+    """The flags a ``--config`` file sets (dest -> value, converted and checked like typed flags).
+
+    Keys are flag names with or without dashes (``batch_size``, ``batch-size``, ``--batch-size``). A key that is no
+    flag of ``parser`` raises one ``ValueError`` naming it and the closest flag."""
+    import difflib
+
+    path = Path(path).expanduser()
+    actions = {action.dest: action for action in parser._actions  # argparse has no public list of its actions
+               if action.option_strings and action.dest not in ("help", "config")}
+    names = _flag_names(parser)
+    values = {}
+    for key, value in read_config_file(path).items():
+        dest = str(key).lstrip("-").replace("-", "_")
+        if dest not in actions:
+            close = difflib.get_close_matches(dest, list(actions), n=1)
+            hint = f"; did you mean {names[close[0]]}?" if close else f"; see {parser.prog} --help"
+            raise ValueError(f"--config {path}: {key!r} is not a flag of {parser.prog}{hint}")
+        values[dest] = _config_value(actions[dest], names.get(dest, "--" + dest), value, path)
+    return values
+
+
+def parse_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
+                ) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """Parse ``argv`` after the ``--config`` file (when given) has set the parser's defaults, like timm's ``-c``:
+    flags on the command line win over the file, the file over the recipe's defaults. Returns the flags and those
+    the user chose (dest -> value: the file's, then the command line's)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    from_file = config_file_defaults(parser, args.config) if getattr(args, "config", None) else {}
+    if from_file:
+        parser.set_defaults(**from_file)
+        args = parser.parse_args(argv)
+    return args, {**from_file, **given_flags(parser, argv)}
 
 
 def read_stored_args(run: str | Path) -> dict[str, Any] | None:
@@ -324,8 +453,7 @@ def parse_run_args(
     ``default_out(args)`` names the run directory when ``--out`` is not given.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    given = given_flags(parser, argv)
+    args, given = parse_flags(parser, argv)
     out = Path(args.out).expanduser() if getattr(args, "out", None) else default_out(args)
     if getattr(args, "resume", None) is None:
         return RunArgs(args, out, given)

@@ -20,6 +20,11 @@ class TrainConfig:
     ``checkpoint_steps`` adds mid-epoch checkpoints every that many optimizer steps (0 = off).
     ``resume``: None (fresh), "latest" (newest checkpoint in out_dir; fresh start if none) or a checkpoint /
     run directory path.
+    ``layer_decay`` (e.g. 0.75) scales each layer's learning rate by ``layer_decay ** (last layer - layer)`` with
+    the model's ``group_matcher()`` (timm's ``param_groups_layer_decay``); None keeps ``param_groups``.
+    ``compile`` and ``grad_checkpointing`` change how the steps run, not what they compute (see
+    ``training.compute``); ``log_with`` names accelerate trackers (comma-separated) that get the run's config and
+    metrics under ``run_name``.
     ``ema_decay`` > 0 keeps an exponential moving average of the weights, updated after every optimizer step
     with decay ``min(ema_decay, (1 + t) / (10 + t))`` at update t (timm's warm-up); the per-epoch evaluation, the
     returned model and the saved weights are then the average (0 = off).
@@ -50,7 +55,11 @@ class TrainConfig:
     progress: bool = True
     cpu: bool = False
     tf32: bool = True  # CUDA only: fp32 matmuls / convolutions on TF32 tensor cores (see configure_tf32)
-    log_with: str | None = None  # accelerate tracker, e.g. "tensorboard"
+    log_with: str | None = None  # accelerate trackers, e.g. "tensorboard" or "tensorboard,wandb"
+    run_name: str | None = None  # the trackers' run name (default: the run directory's name)
+    compile: bool = False  # torch.compile the model (in place: state dict and checkpoints unchanged)
+    grad_checkpointing: bool = False  # timm's set_grad_checkpointing: recompute block activations in backward
+    layer_decay: float | None = None  # layer-wise lr decay (fine-tuning), e.g. 0.75; None = off
     save_model: bool = True  # write model.safetensors + model_config.json at the end
     ema_decay: float = 0.0  # weight EMA (0 = off), e.g. 0.998
 
@@ -77,6 +86,7 @@ class TrainConfig:
             ("keep_checkpoints", self.keep_checkpoints >= 1, ">= 1"),
             ("log_every", self.log_every >= 1, ">= 1"),
             ("ema_decay", 0 <= self.ema_decay < 1, "in [0, 1) (0 = off)"),
+            ("layer_decay", self.layer_decay is None or 0 < self.layer_decay <= 1, "None or in (0, 1]"),
             ("betas", len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "two numbers in [0, 1)"),
         ]
         for name, ok, expected in checks:

@@ -4,7 +4,8 @@ Per optimizer step: ``update_join(step)`` (progressive-join models), learning ra
 schedule, ``loss_fn(model, batch)``, backward (mixed precision, gradient accumulation, DDP through Accelerate),
 gradient clipping, optimizer step, weight average. Per epoch: ``eval_loaders`` on every process (combined with
 ``gather_for_metrics``), ``eval_fn`` on the main process, a ``metrics.jsonl`` line, an atomic checkpoint. At the
-end: ``model.safetensors`` + ``model_config.json``.
+end: ``model.safetensors`` + ``model_config.json``. Switches of the ``TrainConfig``: gradient checkpointing and
+``torch.compile`` of the model (``compute``), layer-wise lr decay (``optim``), accelerate's trackers.
 
 The loop stays short because its parts are collaborators: ``resume`` (find, check and restore a checkpoint;
 the run's records), ``meters`` (running means kept on the device), ``checkpoint`` (``Checkpointer``),
@@ -30,6 +31,7 @@ from torch import nn
 
 from .accelerator import launch_state, make_accelerator  # noqa: F401  (launch_state: imported from here too)
 from .checkpoint import Checkpointer, TrainerState, save_final_model
+from .compute import compile_model, enable_grad_checkpointing
 from .config import TrainConfig
 from .distributed import FullModel, check_sharding, evaluate_loaders, seed_process
 from .ema import WeightEMA
@@ -146,6 +148,8 @@ def fit(
         FitResult(history, final, model (unwrapped; the weight average with ``cfg.ema_decay`` > 0; under FSDP the
         whole model on the main process and the sharded module on the others), accelerator).
     """
+    if cfg.grad_checkpointing:  # a model without it is refused before anything is written
+        enable_grad_checkpointing(model)
     acc = accelerator or make_accelerator(cfg, out_dir)
     check_sharding(acc, cfg.ema_decay)
     run = RunDir(out_dir, enabled=acc.is_main_process) if out_dir is not None else None
@@ -162,6 +166,8 @@ def fit(
     whole.attach(model)
     unwrapped, state = acc.unwrap_model(model), TrainerState()
     ema = WeightEMA(unwrapped, cfg.ema_decay) if cfg.ema_decay > 0 else None
+    if cfg.compile:  # after the average's copy is taken (see compile_model)
+        compile_model(unwrapped)
     history = restore(acc, checkpoint, saved, state, ema, run) if checkpoint is not None else []
     checkpointer = _open_run(acc, cfg, run, plan, fingerprint, ema, run_config,
                              None if checkpoint is None else resume_entry(
@@ -189,10 +195,15 @@ def _open_run(acc, cfg: TrainConfig, run: RunDir | None, plan: StepPlan, fingerp
             "num_processes": acc.num_processes, "steps_per_epoch": plan.steps_per_epoch,
             "total_steps": plan.total_steps, "warmup_steps": plan.warmup_steps}, resumed)
     if cfg.log_with:
-        acc.init_trackers("jumbokit", config={k: v if isinstance(v, (int, float, str, bool)) else str(v)
-                                              for k, v in cfg.to_dict().items()})
+        name = cfg.run_name or (run.path.name if run is not None else "jumbokit")
+        acc.init_trackers(name, config=tracker_config({**cfg.to_dict(), **(run_config or {}).get("args", {})}))
     return None if run is None else Checkpointer(acc, run, cfg.keep_checkpoints, {
         "model": fingerprint, "total_steps": plan.total_steps, "train": cfg.to_dict()}, ema)
+
+
+def tracker_config(config: dict[str, Any]) -> dict[str, int | float | str | bool]:
+    """A run's settings as trackers take them (TensorBoard's hyperparameters: numbers, strings and booleans)."""
+    return {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in config.items()}
 
 
 def _train_epoch(f: _Fit, epoch: int) -> RunningMean:

@@ -49,13 +49,37 @@ def param_groups(
     return groups
 
 
-def build_optimizer(model_or_params: nn.Module | Iterable, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Optimizer named by ``cfg.optimizer`` over ``param_groups(model)`` or the given params / groups.
-
-    Every group keeps ``base_lr`` (its peak learning rate: its own ``lr`` or ``cfg.lr``); the schedule scales it.
-    ``"lars"`` is :func:`build_lars` (LARS as MAE's linear probe uses it); weight decay is set per group.
+def layer_decay_groups(model: nn.Module, weight_decay: float, layer_decay: float) -> list[dict]:
+    """Param groups for layer-wise learning-rate decay (fine-tuning; BEiT / MAE), as timm's
+    ``param_groups_layer_decay`` makes them: one group per (layer, decay / no decay), the layers from the model's
+    ``group_matcher()``, each group's ``lr_scale`` = ``layer_decay ** (last layer - layer)`` (the head keeps the
+    full rate). Weight decay is split as in :func:`param_groups`: 1-D params and ``no_weight_decay()`` names
+    (exactly or as a prefix) get none. Frozen params are left out.
     """
-    if isinstance(model_or_params, nn.Module):
+    from timm.optim import param_groups_layer_decay
+
+    if not callable(getattr(model, "group_matcher", None)):
+        raise ValueError(f"--layer-decay needs a model with timm's group_matcher() (its layers); "
+                         f"{type(model).__name__} has none")
+    if not 0 < layer_decay <= 1:
+        raise ValueError(f"--layer-decay must be in (0, 1] (e.g. 0.75; 1 = every layer at the full rate), "
+                         f"got {layer_decay}")
+    names = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    patterns = sorted(names | {name + ".*" for name in names})  # timm matches by fnmatch pattern
+    return param_groups_layer_decay(model, weight_decay, patterns, layer_decay=layer_decay)
+
+
+def build_optimizer(model_or_params: nn.Module | Iterable, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Optimizer named by ``cfg.optimizer`` over ``param_groups(model)`` (``layer_decay_groups`` with
+    ``cfg.layer_decay``) or the given params / groups.
+
+    Every group keeps ``base_lr`` (its peak learning rate: its own ``lr``, else ``cfg.lr`` times its ``lr_scale``
+    when it has one); the schedule scales it. ``"lars"`` is :func:`build_lars` (LARS as MAE's linear probe uses
+    it); weight decay is set per group.
+    """
+    if isinstance(model_or_params, nn.Module) and cfg.layer_decay is not None:
+        groups = layer_decay_groups(model_or_params, cfg.weight_decay, cfg.layer_decay)
+    elif isinstance(model_or_params, nn.Module):
         groups = param_groups(model_or_params, cfg.weight_decay)
     else:
         groups = list(model_or_params)
@@ -65,7 +89,7 @@ def build_optimizer(model_or_params: nn.Module | Iterable, cfg: TrainConfig) -> 
             groups = [{"params": groups}]
     for g in groups:
         g.setdefault("weight_decay", cfg.weight_decay)
-        g.setdefault("lr", cfg.lr)
+        g.setdefault("lr", cfg.lr * g["lr_scale"] if "lr_scale" in g else cfg.lr)
         g["base_lr"] = g["lr"]
         g.pop("names", None)
     if cfg.optimizer == "adamw":

@@ -15,7 +15,7 @@ from torch import nn
 from .checkpoint import EMA_FILE, STATE_FILE, TrainerState
 from .config import TrainConfig
 from .ema import WeightEMA
-from .rundir import CHECKPOINT_RE, RunDir, list_checkpoints
+from .rundir import CHECKPOINT_RE, RunDir, list_checkpoints, to_json
 
 __all__ = ["model_fingerprint", "flatten_config", "config_differences", "check_fingerprint", "resolve_resume",
            "find_resume", "restore", "resume_entry", "write_start_records"]
@@ -149,10 +149,17 @@ def resume_entry(checkpoint: Path, state: TrainerState, num_processes: int, epoc
 
 
 def write_start_records(run: RunDir, config: dict[str, Any], resume: dict[str, Any] | None) -> None:
-    """A fresh run (``resume`` None) starts an empty ``metrics.jsonl`` and writes ``config.json``; a resume
-    appends ``resume`` to ``resumes.jsonl`` and leaves ``config.json`` as it is (writing it only if missing)."""
+    """A fresh run (``resume`` None) starts an empty ``metrics.jsonl`` and writes ``config.json`` and, when the
+    config holds the run's flags (``"args"``), ``args.yaml`` (the flags, a ``--config`` file for another run); a
+    resume appends ``resume`` to ``resumes.jsonl`` and leaves ``config.json`` as it is (writing it only if
+    missing)."""
     if resume is None:
         run.write_text(RunDir.METRICS, "")
+        if isinstance(config.get("args"), dict):
+            import yaml
+
+            flags = {k: v for k, v in json.loads(to_json(config["args"], indent=None)).items() if k != "config"}
+            run.write_text(RunDir.ARGS, yaml.safe_dump(flags, sort_keys=False))
     if resume is None or not (run / RunDir.CONFIG).exists():
         run.update_config(**config)
     if resume is not None:

@@ -104,6 +104,7 @@ class RunDir:
     """Helpers for one run directory. With ``enabled=False`` (non-main processes) every write is a no-op."""
 
     CONFIG = "config.json"
+    ARGS = "args.yaml"  # the run's flags, a --config file
     METRICS = "metrics.jsonl"
     RESUMES = "resumes.jsonl"
     REPORT = "report.md"
