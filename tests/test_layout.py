@@ -29,7 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "hub": {"encoders", "data", "training", "logs"},  # the Hugging Face Hub: push a run, fetch a snapshot
     "pretrained": {"encoders", "data", "hub"},  # jumbokit.load: a saved model with its data config
     "inference": {"encoders", "data", "training", "pretrained"},  # a trained classifier in use (predict, validate)
-    "jumbokit": {"encoders", "timeseries", "pretrained", "hub"},
+    "timm_models": {"encoders", "data"},  # the zoo's image models in timm's registry
+    "jumbokit": {"encoders", "timeseries", "pretrained", "hub", "timm_models"},
     "recipes": {"jumbokit"} | LIBRARY,
     "benchmarking": {"jumbokit", "recipes"} | LIBRARY,  # benchmark support and rank statistics, over the rest
     "cli": {"jumbokit", "recipes"} | LIBRARY,

@@ -11,6 +11,7 @@ from .encoders.branches import reparameterize
 from .hub import push_to_hub  # a run or model to the Hugging Face Hub (jumbokit.load reads hf-hub: names)
 from .pretrained import load  # a saved model with its data config (model.pretrained_cfg)
 from .timeseries import models as _series_models  # noqa: F401  (the series tokenizer and models join the zoo)
+from . import timm_models as _timm_models  # noqa: F401  (timm.create_model builds the zoo's image models)
 
 __version__ = "0.1.0"
 

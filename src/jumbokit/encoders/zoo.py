@@ -26,6 +26,7 @@ from .io import (MODEL_FILE, atomic_write, load_state_dict_checked, read_safeten
 from .stages import MULTISTAGE_CONFIG, MultiStageEncoder
 
 __all__ = ["load_config", "register_model", "register_architecture", "create_model", "list_models", "model_config",
+           "registered_config",
            "build_model", "save",
            "load", "load_data_config", "CONFIG_FILE", "DATA_CONFIG_KEY"]
 
@@ -72,6 +73,11 @@ def list_models(pattern: str | None = None) -> list[str]:
     if pattern:
         names = [n for n in names if fnmatch.fnmatch(n, pattern)]
     return names
+
+
+def registered_config(name: str) -> dict[str, Any]:
+    """A copy of the config ``name`` was registered with (before its builder and any overrides)."""
+    return dict(_entry(name).config)
 
 
 def _entry(name: str) -> _Entry:
