@@ -213,3 +213,18 @@ def test_run_writes_its_full_flags_back_and_args_yaml_rebuilds_them(supervised_p
     assert written == {k: v for k, v in stored["args"].items() if k != "config"}
     again, _ = parse_flags(supervised_parser, ["--config", str(out / "args.yaml")])
     assert {k: v for k, v in vars(again).items() if k != "config"} == written
+
+
+def test_tstrain_takes_a_config_file(tmp_path, capsys):
+    from jumbokit.recipes import tstrain
+    from jumbokit.timeseries.flags import sweep_settings
+
+    file = tmp_path / "sweep.yaml"
+    file.write_text("weight-decay: 0.1\nrecipe: small-data-trunk\n")
+    assert sweep_settings(["--config", str(file)]).config.weight_decay == 0.1
+    assert sweep_settings(["--config", str(file), "--weight-decay", "0.2"]).config.weight_decay == 0.2
+    file.write_text("weight_decy: 0.1\n")
+    assert tstrain.main(["--config", str(file), "--dataset", "BasicMotions", "--out", str(tmp_path / "x")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == f"tstrain: error: --config {file}: 'weight_decy' is not a flag of tstrain; did you mean --weight-decay?"
+    assert not (tmp_path / "x").exists()

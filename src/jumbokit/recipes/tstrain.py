@@ -96,10 +96,14 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``tstrain``; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
     from jumbokit.logs import configure_logging
+    from jumbokit.training.cli import parse_flags
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     configure_logging()
     try:
+        if args.config is not None:  # the file's flags as defaults, the command line's winning
+            args = parse_flags(parser, argv)[0]
         return _run(args)
     except KeyboardInterrupt:
         print("tstrain: interrupted; run the same command again to resume (finished runs are kept)",

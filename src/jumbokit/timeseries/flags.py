@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
 from .models.trunk import TRUNKS
-from ..training.cli import ema_decay_arg, fraction_arg
+from ..training.cli import add_config_arg, ema_decay_arg, fraction_arg, parse_flags
 from ..training.threads import add_threads_arg
 from .augment import AUGMENTATIONS
 from .data import UNEQUAL_LENGTHS
@@ -356,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--no-progress", action="store_true",
                      help="hide progress bars (the log lines and the final summary stay)")
     out.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    add_config_arg(parser, written="sweep.json")
     return parser
 
 
@@ -484,4 +485,4 @@ def sweep_settings(argv: Sequence[str]) -> SweepSettings:
     """The settings of a ``tstrain`` command line (``argv`` without the program name), exactly as ``tstrain`` would
     resolve them, without reading data or training: e.g. to tell whether two recorded commands train the same
     runs."""
-    return settings_from_args(build_parser().parse_args(list(argv)))
+    return settings_from_args(parse_flags(build_parser(), list(argv))[0])
