@@ -228,3 +228,28 @@ def test_tstrain_takes_a_config_file(tmp_path, capsys):
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line == f"tstrain: error: --config {file}: 'weight_decy' is not a flag of tstrain; did you mean --weight-decay?"
     assert not (tmp_path / "x").exists()
+
+
+def test_mae_and_linear_probe_take_the_switches(tmp_path):
+    """mae-pretrain with --grad-checkpointing and TensorBoard; linear-probe (cached features) with a --config file
+    and TensorBoard: both write event files and their flags back."""
+    pytest.importorskip("tensorboard")
+    import yaml
+
+    from jumbokit.recipes import linear_probe, mae_pretrain
+
+    mae = tmp_path / "mae"
+    mae_pretrain.main(["--model", "vit_pico_cls", "--depth", "1", "--decoder-depth", "1", "--decoder-dim", "32",
+                       "--decoder-heads", "2", "--epochs", "1", "--batch-size", "32", "--max-train-samples", "32",
+                       "--val-samples", "16", "--vis-images", "2", "--no-progress", "--cpu", "--grad-checkpointing",
+                       "--log-with", "tensorboard", "--run-name", "pretrain", "--out", str(mae)])
+    assert list((mae / "logs" / "pretrain").glob("events.out.tfevents.*"))
+    assert yaml.safe_load((mae / "args.yaml").read_text())["grad_checkpointing"] is True
+    file = tmp_path / "probe.yaml"
+    file.write_text("epochs: 2\nmax-train-samples: 32\nno_progress: true\n")
+    probe = tmp_path / "probe"
+    linear_probe.main(["--checkpoint", str(mae), "--config", str(file), "--log-with", "tensorboard", "--cpu",
+                       "--out", str(probe)])
+    assert list((probe / "logs" / "probe").glob("events.out.tfevents.*"))
+    written = yaml.safe_load((probe / "args.yaml").read_text())
+    assert (written["epochs"], written["max_train_samples"], written["log_with"]) == (2, 32, "tensorboard")
