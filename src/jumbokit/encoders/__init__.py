@@ -16,7 +16,7 @@ from .global_tokens import (
     make_global_tokens,
     masked_mean,
 )
-from .timm_compat import from_timm
+from .timm_compat import from_timm, to_timm
 from .extras import EncoderExtra, TokenizerKind, register_tokenizer
 from .tokenizers import ImagePatchTokenizer, Tokens, sincos_pos_embed_1d, sincos_pos_embed_2d
 from .io import atomic_write, load_state_dict_checked
@@ -26,7 +26,7 @@ from .zoo import (build_model, create_model, list_models, load, load_config, mod
 __all__ = [
     "Attention", "Block", "DropPath", "LayerScale", "Mlp", "DEFAULT_CONFIG", "Encoder", "EncoderOutput",
     "gather_tokens", "random_keep", "GLOBAL_TOKEN_KINDS", "ClsToken", "GlobalTokens", "Jumbo", "NoGlobalTokens",
-    "Registers", "make_global_tokens", "masked_mean", "from_timm", "ImagePatchTokenizer",
+    "Registers", "make_global_tokens", "masked_mean", "from_timm", "to_timm", "ImagePatchTokenizer",
     "Tokens", "sincos_pos_embed_1d", "sincos_pos_embed_2d", "build_model", "create_model", "list_models", "load",
     "load_config", "load_state_dict_checked", "model_config", "atomic_write", "register_model", "register_architecture",
     "save", "flops", "MultiStageEncoder", "EncoderExtra", "TokenizerKind", "register_tokenizer",

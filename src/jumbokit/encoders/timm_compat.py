@@ -1,8 +1,10 @@
-"""Load timm VisionTransformer weights into jumbokit encoders.
+"""timm's VisionTransformer and jumbokit's encoders, both ways: ``from_timm`` and ``to_timm``.
 
 State-dict names already match timm's; the only change is that jumbokit keeps position embeddings for patches only,
 so a timm model whose table also covers its prefix tokens (``no_embed_class=False``) has those rows
-folded into the tokens themselves (exact, since the tokens are constants).
+folded into the tokens themselves (exact, since the tokens are constants). ``to_timm`` builds timm's model with
+``no_embed_class=True`` (jumbokit's layout), so the round trips are exact for such models; timm models that embed
+their prefix tokens come back with the rows folded (the same outputs, not the same tensors).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from torch import nn
 from .encoder import Encoder
 from .io import load_state_dict_checked
 
-__all__ = ["from_timm", "timm_config", "convert_timm_state_dict"]
+__all__ = ["from_timm", "to_timm", "timm_config", "convert_timm_state_dict"]
 
 _HEADS_BY_WIDTH = {96: 3, 128: 4, 192: 3, 384: 6, 512: 8, 768: 12, 1024: 16, 1280: 16}
 
@@ -157,3 +159,48 @@ def from_timm(model_or_state_dict: nn.Module | dict[str, torch.Tensor], **overri
     model = Encoder(**config)
     load_state_dict_checked(model, convert_timm_state_dict(state, config), source="timm weights")
     return model
+
+
+def to_timm(encoder: nn.Module, **overrides: Any) -> nn.Module:
+    """timm's ``VisionTransformer`` equivalent to a jumbokit image encoder (CLS, registers, or no global token),
+    weights loaded: the same outputs, and ``from_timm(to_timm(encoder))`` gives back the same state dict.
+
+    ``overrides`` go to timm's constructor (``dynamic_img_size=False``, ``drop_path_rate=0.1``, ...). Jumbo
+    encoders (timm's blocks have no Jumbo FFN), multi-stage encoders (no residual spatial reduction in timm), series
+    encoders and collapsed progressive-join encoders (wider q/k than the width) are refused with ``ValueError``.
+    """
+    from timm.models.vision_transformer import VisionTransformer
+
+    if not isinstance(encoder, Encoder):
+        raise ValueError(f"to_timm converts a plain jumbokit Encoder (CLS or registers), got a "
+                         f"{type(encoder).__name__}: timm's VisionTransformer has no stages or branches")
+    cfg = encoder.config
+    if cfg["tokenizer"] != "image":
+        raise ValueError(f"to_timm converts image encoders, got tokenizer={cfg['tokenizer']!r}")
+    kind = cfg["global_tokens"]
+    if kind not in ("cls", "registers", "none"):
+        raise ValueError(f"timm's VisionTransformer has no {kind!r} global tokens (no block with a Jumbo FFN); "
+                         "to_timm converts global_tokens 'cls', 'registers' or 'none'")
+    if cfg["qk_dim"] not in (None, cfg["dim"]) or cfg["v_dim"] not in (None, cfg["dim"]):
+        raise ValueError(f"timm's attention has q/k/v of the model width {cfg['dim']}, got qk_dim={cfg['qk_dim']}, "
+                         f"v_dim={cfg['v_dim']} (a collapsed progressive-join encoder)")
+    dim = int(cfg["dim"])
+    hidden = encoder.blocks[0].mlp.fc1.out_features if encoder.depth else dim * 4
+    if int(dim * (hidden / dim)) != hidden:
+        raise ValueError(f"timm sizes the MLP as int(dim * mlp_ratio); no ratio gives {hidden} at width {dim}")
+    class_token = kind == "cls" or (kind == "registers" and cfg["class_token"])
+    args = dict(
+        img_size=tuple(encoder.patch_embed.img_size), patch_size=tuple(encoder.patch_embed.patch_size),
+        in_chans=cfg["in_chans"], num_classes=encoder.num_classes,
+        global_pool="token" if class_token and cfg["global_pool"] == "token" else "avg",
+        embed_dim=dim, depth=encoder.depth, num_heads=cfg["num_heads"], mlp_ratio=hidden / dim,
+        qkv_bias=cfg["qkv_bias"], init_values=1.0 if cfg["init_values"] else None, class_token=class_token,
+        reg_tokens=cfg["num_registers"] if kind == "registers" else 0, no_embed_class=True,
+        pos_embed="none" if encoder.pos_embed is None else "learn",
+        fc_norm=not isinstance(encoder.fc_norm, nn.Identity), dynamic_img_size=cfg["dynamic_img_size"],
+        drop_rate=cfg["head_drop_rate"], proj_drop_rate=cfg["drop_rate"], attn_drop_rate=cfg["attn_drop_rate"],
+        drop_path_rate=cfg["drop_path_rate"],
+    )
+    model = VisionTransformer(**{**args, **overrides})
+    load_state_dict_checked(model, encoder.state_dict(), source="the jumbokit encoder")
+    return model.train(encoder.training)
