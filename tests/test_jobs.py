@@ -107,6 +107,7 @@ def test_an_exception_that_cannot_travel_arrives_as_the_job_failure():
         run_jobs(JobQueue([1]), fn)
 
 
+@pytest.mark.multiprocess
 def test_a_local_pool_does_the_jobs_whole_and_names_a_failure():
     assert run_jobs(JobQueue(["3", "1", "2", "5"]), int, workers=2) == [3, 1, 2, 5]
     with pytest.raises(ValueError, match="invalid literal") as raised:
