@@ -120,9 +120,13 @@ def test_without_layer_decay_the_groups_stay_decay_then_no_decay():
     assert all(g["lr"] == 1e-3 and "lr_scale" not in g for g in optimizer.param_groups)
 
 
-def test_layer_decay_refuses_a_model_without_layers():
-    with pytest.raises(ValueError, match="group_matcher"):
-        build_optimizer(torch.nn.Linear(2, 2), TrainConfig(layer_decay=0.75))
+@pytest.mark.parametrize("switch, message", [({"layer_decay": 0.75}, "group_matcher"),
+                                             ({"grad_checkpointing": True}, "set_grad_checkpointing")])
+def test_a_model_without_layers_is_refused_before_anything_is_written(tmp_path, switch, message):
+    cfg = TrainConfig(epochs=1, cpu=True, progress=False, **switch)
+    with pytest.raises(ValueError, match=message):
+        fit(torch.nn.Linear(2, 2), tiny_loader(), classification_loss(), cfg, out_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 # ------------------------------------------------------------------------------------------------ --log-with

@@ -37,7 +37,7 @@ from .distributed import FullModel, check_sharding, evaluate_loaders, seed_proce
 from .ema import WeightEMA
 from .losses import LossFn
 from .meters import MetricWindow, RunningMean, check_finite, format_record, scalar_logs
-from .optim import StepPlan, build_optimizer, set_lr
+from .optim import StepPlan, build_optimizer, check_layer_decay, set_lr
 from .progress import Progress
 from .resume import find_resume, model_fingerprint, restore, resume_entry, write_start_records
 from .rundir import RunDir
@@ -130,7 +130,8 @@ def fit(
         eval_fn: ``eval_fn(model) -> metrics`` on the main process alone after every epoch, in eval mode (wrap in
             ``torch.no_grad`` inside; the weight average with ``cfg.ema_decay`` > 0); ``eval_loaders`` is faster.
         accelerator: reuse an Accelerator (default: ``make_accelerator(cfg, out_dir)``).
-        params: param groups for the optimizer (default: ``param_groups(model)`` with no-decay groups).
+        params: param groups for the optimizer (default: ``param_groups(model)`` with no-decay groups, or
+            ``layer_decay_groups`` with ``cfg.layer_decay``).
         eval_loaders: ``{split: loader of (images, labels)}`` evaluated after every epoch on every process (each
             on its shard of the prepared loader) and combined with ``gather_for_metrics``, so each sample counts
             once: the record gets ``{split}_top1``, ``{split}_top5`` (percent), ``{split}_loss``, ``{split}_n``.
@@ -150,6 +151,8 @@ def fit(
     """
     if cfg.grad_checkpointing:  # a model without it is refused before anything is written
         enable_grad_checkpointing(model)
+    if cfg.layer_decay is not None and params is None:
+        check_layer_decay(model, cfg.layer_decay)
     acc = accelerator or make_accelerator(cfg, out_dir)
     check_sharding(acc, cfg.ema_decay)
     run = RunDir(out_dir, enabled=acc.is_main_process) if out_dir is not None else None

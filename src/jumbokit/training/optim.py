@@ -49,6 +49,17 @@ def param_groups(
     return groups
 
 
+def check_layer_decay(model: nn.Module, layer_decay: float) -> None:
+    """Raise ``ValueError`` unless ``model`` has layers (timm's ``group_matcher()``) and ``layer_decay`` is in
+    (0, 1]."""
+    if not callable(getattr(model, "group_matcher", None)):
+        raise ValueError(f"--layer-decay needs a model with timm's group_matcher() (its layers); "
+                         f"{type(model).__name__} has none")
+    if not 0 < layer_decay <= 1:
+        raise ValueError(f"--layer-decay must be in (0, 1] (e.g. 0.75; 1 = every layer at the full rate), "
+                         f"got {layer_decay}")
+
+
 def layer_decay_groups(model: nn.Module, weight_decay: float, layer_decay: float) -> list[dict]:
     """Param groups for layer-wise learning-rate decay (fine-tuning; BEiT / MAE), as timm's
     ``param_groups_layer_decay`` makes them: one group per (layer, decay / no decay), the layers from the model's
@@ -58,12 +69,7 @@ def layer_decay_groups(model: nn.Module, weight_decay: float, layer_decay: float
     """
     from timm.optim import param_groups_layer_decay
 
-    if not callable(getattr(model, "group_matcher", None)):
-        raise ValueError(f"--layer-decay needs a model with timm's group_matcher() (its layers); "
-                         f"{type(model).__name__} has none")
-    if not 0 < layer_decay <= 1:
-        raise ValueError(f"--layer-decay must be in (0, 1] (e.g. 0.75; 1 = every layer at the full rate), "
-                         f"got {layer_decay}")
+    check_layer_decay(model, layer_decay)
     names = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
     patterns = sorted(names | {name + ".*" for name in names})  # timm matches by fnmatch pattern
     return param_groups_layer_decay(model, weight_decay, patterns, layer_decay=layer_decay)
