@@ -2,7 +2,7 @@
 
 A launch that runs past its timeout is a hang (a deadlock, a rank waiting for a peer that never comes): the test
 fails with the command, the timeout and the tail of what the processes printed, and every process the launch
-started is killed. A launch only skips when it cannot start at all: the launcher is missing, or this torch has no
+started is killed. A launch only skips when it cannot start at all: the launcher is not installed, or this torch has no
 gloo backend for CPU processes.
 """
 from __future__ import annotations
@@ -67,8 +67,8 @@ def launch(command: list[str], timeout: float, **env: str) -> subprocess.Complet
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         try:
             proc = subprocess.Popen(command, env=launch_env(**env), stdout=out, stderr=err, text=True)
-        except OSError as error:
-            pytest.skip(f"cannot start the launcher {command[0]}: {error}")
+        except FileNotFoundError as error:  # any other failure to start is a failure of the test
+            pytest.skip(f"the launcher {command[0]} is not installed here: {error}")
         try:
             proc.wait(timeout=timeout)
             hung = False

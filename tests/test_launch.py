@@ -33,7 +33,7 @@ def test_a_failing_launch_fails_with_its_exit_status_and_output():
 
 
 def test_a_missing_launcher_skips_with_its_reason(tmp_path):
-    with pytest.raises(pytest.skip.Exception, match="cannot start the launcher"):
+    with pytest.raises(pytest.skip.Exception, match="is not installed here"):
         launch([str(tmp_path / "no_such_launcher")], timeout=60)
 
 
