@@ -108,6 +108,9 @@ def test_layer_decay_groups_equal_timms_own_optimizer_on_a_timm_vit():
     assert [(g["lr_scale"], g["weight_decay"], [id(p) for p in g["params"]]) for g in ours.param_groups] == \
         [(g["lr_scale"], g["weight_decay"], [id(p) for p in g["params"]]) for g in theirs.param_groups]
     assert [g["lr"] for g in ours.param_groups] == pytest.approx([1e-3 * g["lr_scale"] for g in ours.param_groups])
+    from jumbokit.training import set_lr
+
+    assert set_lr(ours, 10, 20, 0, TrainConfig(lr=1e-3, min_lr=0.0)) == pytest.approx(0.5e-3)  # the head's rate
 
 
 def test_without_layer_decay_the_groups_stay_decay_then_no_decay():

@@ -198,8 +198,9 @@ class StepPlan:
 
 
 def set_lr(optimizer: torch.optim.Optimizer, step: int, total_steps: int, warmup_steps: int, cfg: TrainConfig) -> float:
-    """Set every group's lr for ``step``; returns the lr of the first group."""
+    """Set every group's lr for ``step``; returns the lr of the first group with the highest ``base_lr`` (the
+    first group when all share one; the head's under layer-wise lr decay, i.e. the schedule's own rate)."""
     for g in optimizer.param_groups:
         base = g.get("base_lr", cfg.lr)
         g["lr"] = base * lr_lambda(step, total_steps, warmup_steps, base, min(cfg.min_lr, base), cfg.schedule)
-    return optimizer.param_groups[0]["lr"]
+    return max(optimizer.param_groups, key=lambda g: g.get("base_lr", cfg.lr))["lr"]
