@@ -306,7 +306,7 @@ def _config_value(action: argparse.Action, flag: str, value: Any, path: Path) ->
     converted = []
     for item in items:
         try:
-            item = action.type(str(item)) if action.type is not None else item
+            item = (action.type or str)(str(item))  # as typed: argparse hands every type a string
         except argparse.ArgumentTypeError as err:
             raise ValueError(f"{where}: {one_line(err)}") from None
         except (TypeError, ValueError):
