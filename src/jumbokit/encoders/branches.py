@@ -148,14 +148,14 @@ class BranchedEncoder(Encoder):
         return value
 
     # ------------------------------------------------------------ forward
-    def forward_features(self, x, keep=None, pad_mask=None):
+    def forward_features(self, x, keep=None, pad_mask=None, layer=None):
         """As ``Encoder.forward_features``; also sets ``aux_loss`` (weighted diversity term or None)."""
         collect = self.diversity_weight > 0 and self.training and torch.is_grad_enabled()
         for block in self.blocks:
             if isinstance(block, BranchedBlock):
                 block.collect_diversity, block.diversity = collect, []
         try:
-            out = super().forward_features(x, keep=keep, pad_mask=pad_mask)
+            out = super().forward_features(x, keep=keep, pad_mask=pad_mask, layer=layer)
         finally:
             terms = []
             for block in self.blocks:
