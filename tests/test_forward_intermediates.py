@@ -139,3 +139,13 @@ def test_gradient_checkpointing_gives_identical_gradients(name):
     plain, checkpointed = grads(False), grads(True)
     assert plain.keys() == checkpointed.keys() and len(plain) == sum(1 for _ in model.parameters())
     assert all(torch.equal(plain[n], checkpointed[n]) for n in plain)
+
+
+def test_progressive_join_form_has_the_same_api():
+    model = jumbokit.create_model("vit_pico_jumbo", img_size=32, patch_size=8, depth=4, branches=2).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        reference = model.forward_features(x)
+        final, [last] = model.forward_intermediates(x, indices=1, output_fmt="NLC")
+        assert torch.equal(model.forward_features(x, layer=-1).feature, reference.feature)
+    assert torch.equal(final.feature, reference.feature) and torch.equal(last, hooked_block_outputs(model, x)[-1][:, 6:])
