@@ -19,10 +19,12 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
 import numpy as np
 
 from .bundled import bundled_source, has_split_files, install_hint, load_bundled
-from .normalize import check_normalization, check_series, normalize_splits, resolve_normalization
+from .normalize import check_normalization, check_series, fit_normalizer, resolve_normalization
 from .ucr_tsv import has_tsv_split_files, load_tsv
 
 __all__ = [
@@ -334,6 +336,7 @@ class ClassificationData:
     meta: dict = field(default_factory=dict)
     val_index: np.ndarray | None = None  # positions in the official test set (the paper's protocol, "seed")
     test_index: np.ndarray | None = None
+    normalizer: Callable[[np.ndarray], np.ndarray] | None = None  # fitted on train (fit_normalizer), for new series
 
     @property
     def num_classes(self) -> int:
@@ -412,10 +415,12 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
         raise ValueError(f"{name}: expected at least 2 classes in the training split, got 1 "
                          f"({classes[0]!r}); classification needs two or more")
     applied = resolve_normalization(x_train, normalize)
-    x_train, x_test = normalize_splits(x_train, x_test, how=applied)
+    normalizer = fit_normalizer(x_train, applied)
+    x_train, x_test = normalizer(x_train), normalizer(x_test)
     meta = {"equal_length": bool(train_len.min() == test_len.min() == length),
             "min_length": int(min(train_len.min(), test_len.min())), "max_length": length,
-            "normalize": normalize, "normalized_as": applied, "unequal_length": unequal_length}
+            "normalize": normalize, "normalized_as": applied, "unequal_length": unequal_length,
+            "split_seed": split_seed}
     if unequal_length != "pad":
         train_len, test_len = np.full_like(train_len, length), np.full_like(test_len, length)
     train = SeriesSplit(x_train, y_train, train_len)
@@ -427,4 +432,4 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
         val = test = SeriesSplit(x_test, y_test, test_len)
         val_idx = test_idx = None
     meta["missing_or_padded"] = bool(np.isnan(x_train).any() or np.isnan(x_test).any())
-    return ClassificationData(name, train, val, test, classes, protocol, meta, val_idx, test_idx)
+    return ClassificationData(name, train, val, test, classes, protocol, meta, val_idx, test_idx, normalizer)

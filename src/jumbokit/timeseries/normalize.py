@@ -68,10 +68,13 @@ class ChannelScaler:
         return cls(mean.astype(np.float64), std.astype(np.float64))
 
     def transform(self, x: np.ndarray) -> np.ndarray:
+        """x (n, C, L) standardised with the stored statistics, as float32; ValueError for other channels."""
         if x.shape[1] != self.mean.shape[1]:
             raise ValueError(f"expected series with {self.mean.shape[1]} channel(s) (as in training), "
                              f"got {x.shape[1]}")
         return ((x - self.mean) / self.std).astype(np.float32)
+
+    __call__ = transform
 
 
 def check_normalization(how: str) -> str:
@@ -108,12 +111,13 @@ def resolve_normalization(train: np.ndarray, how: str) -> str:
 
 def fit_normalizer(train: np.ndarray, how: str = "train") -> Callable[[np.ndarray], np.ndarray]:
     """The normalisation ``how`` fitted on ``train`` (n, C, L), as a picklable (n', C, L') -> float32 transform:
-    ``"train"`` = per-channel statistics of ``train`` (:class:`ChannelScaler`); ``"instance"`` = each series by
+    ``"train"`` = per-channel statistics of ``train`` (the fitted :class:`ChannelScaler` itself, whose ``mean``
+    and ``std`` a saved model keeps); ``"instance"`` = each series by
     its own statistics (:func:`normalize_instances`); ``"auto"`` = one of the two (:func:`resolve_normalization`);
     ``"none"`` = as is."""
     how = resolve_normalization(train, how)
     if how == "train":
-        return ChannelScaler.fit(train).transform
+        return ChannelScaler.fit(train)
     return normalize_instances if how == "instance" else _as_float32
 
 

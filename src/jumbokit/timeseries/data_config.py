@@ -1,0 +1,120 @@
+"""The data config a saved series model carries: how raw series become its input, and what its outputs mean.
+
+The series variant of the image models' ``pretrained_cfg`` block (``jumbokit.data.data_config``), stored the same
+way (``jumbokit.save(model, path, data_config=...)``) and exposed by ``jumbokit.load`` as ``model.pretrained_cfg``:
+
+- ``modality``: ``"series"`` (what tells it from an image block);
+- ``in_chans`` and ``seq_len``: the channels and the steps of the longest training series;
+- ``unequal_length``: ``"pad"`` (NaN-padded at the end and masked), ``"resample"`` (stretched to ``seq_len``) or
+  ``"zero"`` (zero-padded; see ``jumbokit.timeseries.data.load_dataset``);
+- ``normalize``: ``"train"`` (per channel, with the training split's ``mean`` and ``std``, one value per channel),
+  ``"instance"`` (each series by its own statistics) or ``"none"``;
+- ``num_classes`` and ``label_names``: the original labels as text, in the order of the model's outputs;
+- ``dataset``, ``protocol`` and ``split_seed`` where known: the set and the split a sweep scored it on.
+
+```python
+import jumbokit
+from jumbokit.timeseries.data_config import prepare_series
+model = jumbokit.load("sweep/models/GunPoint/patchtst_jumbo")
+x = prepare_series(raw_series, model.pretrained_cfg)     # (n, C, seq_len) float32, as in training
+```
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["SERIES_MODALITY", "is_series_config", "series_data_config", "check_series_data_config",
+           "prepare_series"]
+
+SERIES_MODALITY = "series"
+_NORMALIZATIONS = ("train", "instance", "none")
+
+
+def is_series_config(config: dict[str, Any] | None) -> bool:
+    """Whether a data config (``pretrained_cfg``) describes a series model."""
+    return bool(config) and config.get("modality") == SERIES_MODALITY
+
+
+def series_data_config(data, normalizer=None) -> dict[str, Any]:
+    """The data config of a model trained on ``data`` (:class:`~jumbokit.timeseries.data.ClassificationData`);
+    ``normalizer``: the normalisation fitted on its training split (default ``data.normalizer``)."""
+    from .normalize import ChannelScaler
+
+    normalizer = data.normalizer if normalizer is None else normalizer
+    how = data.meta.get("normalized_as", "train")
+    config: dict[str, Any] = {
+        "modality": SERIES_MODALITY, "in_chans": data.channels, "seq_len": data.seq_len,
+        "unequal_length": data.meta.get("unequal_length", "pad"), "normalize": how,
+        "num_classes": data.num_classes, "label_names": [str(c) for c in data.classes],
+        "dataset": data.name, "protocol": data.protocol,
+    }
+    if data.meta.get("split_seed") is not None:
+        config["split_seed"] = int(data.meta["split_seed"])
+    if how == "train":
+        if not isinstance(normalizer, ChannelScaler):
+            raise ValueError(f"{data.name}: normalize='train' needs the fitted ChannelScaler, got {normalizer!r}")
+        config.update(mean=normalizer.mean.ravel().tolist(), std=normalizer.std.ravel().tolist())
+    return check_series_data_config(config)
+
+
+def check_series_data_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` after checking what :func:`prepare_series` needs; ``ValueError`` naming the key that is missing
+    or inconsistent."""
+    from .data import UNEQUAL_LENGTHS
+
+    missing = [k for k in ("in_chans", "seq_len", "unequal_length", "normalize") if config.get(k) is None]
+    if missing:
+        raise ValueError(f"series data config lacks {', '.join(missing)}")
+    if config["unequal_length"] not in UNEQUAL_LENGTHS:
+        raise ValueError(f"series data config unequal_length must be one of {', '.join(UNEQUAL_LENGTHS)}, "
+                         f"got {config['unequal_length']!r}")
+    if config["normalize"] not in _NORMALIZATIONS:
+        raise ValueError(f"series data config normalize must be one of {', '.join(_NORMALIZATIONS)}, "
+                         f"got {config['normalize']!r}")
+    chans = int(config["in_chans"])
+    if config["normalize"] == "train":
+        for key in ("mean", "std"):
+            if len(config.get(key) or ()) != chans:
+                raise ValueError(f"series data config {key} must hold one value per channel ({chans}), "
+                                 f"got {config.get(key)!r}")
+    names = config.get("label_names")
+    if names is not None and config.get("num_classes") not in (None, len(names)):
+        raise ValueError(f"series data config has {len(names)} label_names for num_classes {config['num_classes']}")
+    return dict(config)
+
+
+def prepare_series(series: np.ndarray | Sequence[np.ndarray], config: dict[str, Any],
+                   what: str = "series") -> np.ndarray:
+    """Raw series as the model's input, exactly as its training data was prepared: (n, C, seq_len) float32, NaN =
+    missing or padded.
+
+    series: (n, C, L) or (n, L) array, or a list of (C, L_i) / (L_i,) arrays. Series must have the model's
+    channels and (unless resampled) at most ``seq_len`` steps; ``ValueError`` naming ``what`` otherwise."""
+    from .data import lengths_of, pad_series, resample_to_length, zero_tails
+    from .normalize import ChannelScaler, check_series, normalize_instances
+
+    chans, length = int(config["in_chans"]), int(config["seq_len"])
+    x = pad_series(series)
+    if x.shape[1] != chans:
+        raise ValueError(f"{what}: the model takes series of {chans} channel(s), got {x.shape[1]}")
+    lengths = lengths_of(series) if not isinstance(series, np.ndarray) or series.dtype == object \
+        else np.full(x.shape[0], x.shape[-1], dtype=np.int64)
+    how = config["unequal_length"]
+    if how == "resample":
+        x = resample_to_length(x, lengths, length)
+    else:
+        if x.shape[-1] > length:
+            raise ValueError(f"{what}: the model takes series of at most {length} steps (its longest training "
+                             f"series; unequal_length={how!r}), got {x.shape[-1]}")
+        x = pad_series(x, length)
+        if how == "zero":
+            x = zero_tails(x, lengths)
+    check_series(x, what)
+    if config["normalize"] == "train":
+        shape = (1, chans, 1)
+        scaler = ChannelScaler(np.asarray(config["mean"], dtype=np.float64).reshape(shape),
+                               np.asarray(config["std"], dtype=np.float64).reshape(shape))
+        return scaler(x)
+    return normalize_instances(x) if config["normalize"] == "instance" else x.astype(np.float32)
