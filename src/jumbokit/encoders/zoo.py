@@ -160,10 +160,13 @@ def _config_of(model: nn.Module) -> dict[str, Any]:
     raise TypeError(f"expected a jumbokit encoder (with a .config), got {type(model).__name__}")
 
 
-def save(model: nn.Module, path: str | os.PathLike, data_config: dict[str, Any] | None = None) -> Path:
+def save(model: nn.Module, path: str | os.PathLike, data_config: dict[str, Any] | None = None,
+         config_file: bool = True) -> Path:
     """Write ``model.safetensors`` + ``model_config.json`` into directory ``path`` (created if needed),
     or to ``path`` itself when it ends in ``.safetensors``. Files are written atomically. ``data_config`` (default:
-    the model's ``pretrained_cfg``, when it has one) is stored as the config's ``pretrained_cfg`` block."""
+    the model's ``pretrained_cfg``, when it has one) is stored as the config's ``pretrained_cfg`` block.
+    The config is always stored in the weights file's metadata; ``config_file=False`` leaves out the readable
+    copy beside it."""
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -176,8 +179,9 @@ def save(model: nn.Module, path: str | os.PathLike, data_config: dict[str, Any] 
     text = json.dumps(config, indent=2, sort_keys=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     atomic_write(target, lambda tmp: save_file(tensors, tmp, metadata={_METADATA_KEY: text}))
-    atomic_write(target.with_name(CONFIG_FILE) if target.name == MODEL_FILE else target.with_suffix(".json"),
-                 lambda tmp: Path(tmp).write_text(text + "\n"))
+    if config_file:
+        atomic_write(target.with_name(CONFIG_FILE) if target.name == MODEL_FILE else target.with_suffix(".json"),
+                     lambda tmp: Path(tmp).write_text(text + "\n"))
     return target
 
 

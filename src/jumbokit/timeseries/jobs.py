@@ -193,10 +193,11 @@ def _pretrained_for(job: Job, ctx: JobContext) -> dict[str, torch.Tensor]:
 
 
 def execute_job(job: Job, ctx: JobContext) -> None:
-    """Do one job whole in this process and write its files (a run: probabilities, then its record). A failed
-    pretraining leaves a marker, so that the runs waiting for it fail too rather than wait for ever."""
+    """Do one job whole in this process and write its files (a run: probabilities and weights, then its record).
+    A failed pretraining leaves a marker, so that the runs waiting for it fail too rather than wait for ever."""
     from .baselines import rocket_baseline
-    from .run import pretrain_run, train_run_with_proba
+    from .data_config import series_data_config
+    from .run import pretrain_run, train_run_model
 
     data = ctx.datasets[job.dataset]
     if job.kind == "pretrain":
@@ -210,9 +211,9 @@ def execute_job(job: Job, ctx: JobContext) -> None:
     elif job.kind == "run":
         pretrained = _pretrained_for(job, ctx) if ctx.cfg.pretrain_epochs else None
         acc = ctx.accelerator(job.seed)
-        run, proba = train_run_with_proba(data, job.model, job.lr, job.dropout, ctx.cfg, accelerator=acc,
-                                          seed=job.seed, pretrained=pretrained)
-        store.write_run(job.path(ctx.out_dir), run, proba)
+        run, proba, model = train_run_model(data, job.model, job.lr, job.dropout, ctx.cfg, accelerator=acc,
+                                            seed=job.seed, pretrained=pretrained)
+        store.write_run(job.path(ctx.out_dir), run, proba, model, series_data_config(data))
         acc.free_memory()
     elif job.kind == "baseline":
         result = rocket_baseline(job.model, data, seed=ctx.cfg.seed, data_dir=ctx.data_dir)

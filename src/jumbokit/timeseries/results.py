@@ -22,6 +22,7 @@ __all__ = [
     "SummaryRow",
     "SweepResult",
     "selection_order",
+    "selection_ranking",
     "ensemble_proba",
     "ensemble_scores",
     "baseline_results",
@@ -105,6 +106,13 @@ def selection_order(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]
     return sorted(runs, key=_selection_key)
 
 
+def selection_ranking(runs: Sequence[RunResult | Mapping[str, Any]]) -> list[int]:
+    """Indices of ``runs`` in :func:`selection_order`: the first is the chosen run, the first k the top-k
+    ensemble's members."""
+    records = [_record(r) for r in runs]
+    return sorted(range(len(records)), key=lambda i: _selection_key(records[i]))
+
+
 def ensemble_proba(probas: Sequence[np.ndarray]) -> np.ndarray:
     """The mean of several runs' class probabilities, each (n, K); one run gives its own probabilities."""
     if not probas:
@@ -123,8 +131,7 @@ def ensemble_scores(runs: Sequence[RunResult | Mapping[str, Any]], probas: Seque
     Returns {"k": members used, "test_top1", "val_top1", "members": indices into runs}."""
     if k < 1:
         raise ValueError(f"expected an ensemble of at least 1 run, got {k}")
-    records = [_record(r) for r in runs]
-    ranked = sorted(range(len(records)), key=lambda i: _selection_key(records[i]))[:k]
+    ranked = selection_ranking(runs)[:k]
     val = ensemble_proba([probas[i]["val"] for i in ranked])
     test = ensemble_proba([probas[i]["test"] for i in ranked])
     return {"k": len(ranked), "val_top1": 100.0 * scores(val, y_val)[0], "test_top1": 100.0 * scores(test, y_test)[0],

@@ -41,6 +41,7 @@ __all__ = [
     "fit_series_model",
     "pretrain_model",
     "train_run",
+    "train_run_model",
     "train_run_with_proba",
     "pretrain_run",
     "quiet_training",
@@ -334,10 +335,12 @@ def pretrain_model(model: nn.Module, data: ClassificationData, cfg: SweepConfig,
                            accelerator=accelerator)
 
 
-def train_run_with_proba(data: ClassificationData, model_name: str, lr: float, dropout: float, cfg: SweepConfig,
-                         progress: bool = False, accelerator: Any = None, cpu: bool = False, seed: int | None = None,
-                         pretrained: dict[str, torch.Tensor] | None = None) -> tuple[RunResult, dict[str, np.ndarray]]:
-    """One run and its validation / test probabilities ({"val": (n_val, K), "test": (n_test, K)})."""
+def train_run_model(data: ClassificationData, model_name: str, lr: float, dropout: float, cfg: SweepConfig,
+                    progress: bool = False, accelerator: Any = None, cpu: bool = False, seed: int | None = None,
+                    pretrained: dict[str, torch.Tensor] | None = None
+                    ) -> tuple[RunResult, dict[str, np.ndarray], nn.Module]:
+    """One run, its validation / test probabilities ({"val": (n_val, K), "test": (n_test, K)}) and the scored
+    model (in eval mode)."""
     seed = cfg.seed if seed is None else int(seed)
     wall_start = time.perf_counter()
     cfg = cfg.for_dataset(data.train.x)
@@ -365,7 +368,14 @@ def train_run_with_proba(data: ClassificationData, model_name: str, lr: float, d
         stride=int(model.config["stride"]), num_patches=int(model.num_patches),
         global_tokens=int(model.num_global_tokens), extra=extra,
     )
-    return run, proba
+    return run, proba, model.eval()
+
+
+def train_run_with_proba(data: ClassificationData, model_name: str, lr: float, dropout: float, cfg: SweepConfig,
+                         progress: bool = False, accelerator: Any = None, cpu: bool = False, seed: int | None = None,
+                         pretrained: dict[str, torch.Tensor] | None = None) -> tuple[RunResult, dict[str, np.ndarray]]:
+    """One run and its validation / test probabilities ({"val": (n_val, K), "test": (n_test, K)})."""
+    return train_run_model(data, model_name, lr, dropout, cfg, progress, accelerator, cpu, seed, pretrained)[:2]
 
 
 def train_run(data: ClassificationData, model_name: str, lr: float, dropout: float, cfg: SweepConfig,

@@ -1,17 +1,23 @@
 """The sweep directory: ``sweep.json``, one record per finished run (with its probabilities), pretrained
 weights and baseline results; every file written atomically, so an interrupted sweep resumes from it.
 
-Layout: ``sweep.json``, ``runs/<dataset>/<model>/<run>.json`` + ``<run>.proba.safetensors``,
-``runs/<dataset>/<model>/pretrained_s<seed>.safetensors`` + ``.json`` (``.failed`` while a failed pretraining's
-runs are told to stop waiting), ``runs/<dataset>/<baseline>.json``.
+Layout: ``sweep.json``, ``runs/<dataset>/<model>/<run>.json`` + ``<run>.proba.safetensors`` + ``<run>.model.
+safetensors`` (the run's weights with its model and data config, loadable with ``jumbokit.load``; sweeps written
+before runs kept them have none), ``runs/<dataset>/<model>/pretrained_s<seed>.safetensors`` + ``.json``
+(``.failed`` while a failed pretraining's runs are told to stop waiting), ``runs/<dataset>/<baseline>.json``; after
+the sweep, ``models/<dataset>/<model>/`` holds the run chosen on validation (``model.safetensors`` +
+``model_config.json``), the top-k ensemble's members (``ensemble/<rank>_<run>.safetensors``) when one is scored,
+and ``kept.json`` (which runs, their accuracies).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -23,7 +29,7 @@ from .run import RunResult
 
 __all__ = ["run_id", "check_out_dir", "write_sweep_file", "read_sweep_file", "load_run", "run_paths", "load_runs", "write_run",
            "load_proba", "proba_path", "read_pretrained", "write_pretrained", "pretrain_record_path",
-           "pretrain_failed_path", "clear_pretrain_failures"]
+           "pretrain_failed_path", "clear_pretrain_failures", "model_path", "models_folder", "keep_models"]
 
 
 def run_id(lr: float, dropout: float, seed_offset: int = 0) -> str:
@@ -96,14 +102,24 @@ def proba_path(run_path: Path) -> Path:
     return run_path.with_name(run_path.stem + ".proba.safetensors")
 
 
-def write_run(path: Path, run: RunResult, proba: dict[str, np.ndarray]) -> None:
-    """A finished run: its probabilities first, then its record (whose presence marks the run done)."""
+def model_path(run_path: Path) -> Path:
+    """Where a run's weights lie, beside its record."""
+    return run_path.with_name(run_path.stem + ".model.safetensors")
+
+
+def write_run(path: Path, run: RunResult, proba: dict[str, np.ndarray], model: torch.nn.Module | None = None,
+              data_config: dict[str, Any] | None = None) -> None:
+    """A finished run: its probabilities and weights (``model`` with its ``data_config``, config in the file's
+    metadata) first, then its record (whose presence marks the run done)."""
     from safetensors.numpy import save_file
 
+    from ..encoders import save
     from ..encoders.io import atomic_write
 
     arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in proba.items()}
     atomic_write(proba_path(path), lambda tmp: save_file(arrays, tmp))
+    if model is not None:
+        save(model, model_path(path), data_config=data_config, config_file=False)
     atomic_write_text(path, json.dumps(asdict(run), indent=1) + "\n")
 
 
@@ -155,3 +171,62 @@ def write_pretrained(folder: Path, seed: int, state: dict[str, torch.Tensor], re
     tensors = {k: v.contiguous() for k, v in state.items()}
     atomic_write(folder / f"pretrained_s{seed}.safetensors", lambda tmp: save_file(tensors, tmp))
     atomic_write_text(pretrain_record_path(folder, seed), json.dumps(record, indent=1) + "\n")
+
+
+def models_folder(out_dir: Path, dataset: str, model: str) -> Path:
+    """Where the kept models of one (dataset, model) lie: ``models/<dataset>/<model>``."""
+    return Path(out_dir) / "models" / dataset / model
+
+
+def _link_or_copy(source: Path, target: Path) -> Path:
+    """``target`` as a hard link to ``source`` (a copy where links are not possible), replaced atomically."""
+    from ..encoders.io import atomic_write
+
+    def write(tmp: str) -> None:
+        os.unlink(tmp)
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copyfile(source, tmp)
+
+    return atomic_write(target, write)
+
+
+def keep_models(out_dir: Path, dataset: str, model: str, runs: Sequence[RunResult], paths: Sequence[Path],
+                ensemble: int = 1) -> str | None:
+    """Keep the run chosen on validation (and the top-``ensemble`` members) of one (dataset, model) in
+    :func:`models_folder`: its weights linked as ``model.safetensors`` + ``model_config.json``, the members as
+    ``ensemble/<rank>_<run>.safetensors``, and ``kept.json``. ``runs`` and their record ``paths`` in the sweep's
+    order. Returns None, or one line saying why no model is kept (runs written before runs kept their weights)."""
+    from ..encoders.io import MODEL_FILE
+    from ..encoders.zoo import CONFIG_FILE, load_config, load_data_config
+    from .results import selection_ranking
+
+    ranking = selection_ranking(runs)
+    members = ranking[:ensemble] if ensemble > 1 else ranking[:1]
+    missing = [paths[i].stem for i in members if not model_path(paths[i]).is_file()]
+    if missing:
+        return (f"{dataset} {model}: no model kept: run(s) {', '.join(missing)} have no saved weights (the sweep "
+                "ran before runs kept them)")
+    folder = models_folder(out_dir, dataset, model)
+    chosen = model_path(paths[members[0]])
+    _link_or_copy(chosen, folder / MODEL_FILE)
+    config = {**load_config(chosen), "pretrained_cfg": load_data_config(chosen)}
+    atomic_write_text(folder / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    record: dict[str, Any] = {"dataset": dataset, "model": model}
+    entries = []
+    for rank, i in enumerate(members, start=1):
+        entries.append({"run": paths[i].stem, "val_top1": runs[i].val_top1, "test_top1": runs[i].test_top1,
+                        "lr": runs[i].lr, "dropout": runs[i].dropout})
+        if ensemble > 1:
+            entries[-1]["file"] = f"ensemble/{rank}_{paths[i].stem}.safetensors"
+            _link_or_copy(model_path(paths[i]), folder / entries[-1]["file"])
+    current = {folder / e["file"] for e in entries if "file" in e}
+    for stale in (folder / "ensemble").glob("*.safetensors"):  # members of an earlier, other --ensemble
+        if stale not in current:
+            stale.unlink()
+    record["chosen"] = {**entries[0], "file": MODEL_FILE}
+    if ensemble > 1:
+        record["ensemble"] = entries
+    atomic_write_text(folder / "kept.json", json.dumps(record, indent=1) + "\n")
+    return None

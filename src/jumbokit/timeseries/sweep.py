@@ -4,7 +4,8 @@
 :func:`execute_sweep` does the jobs (:mod:`jumbokit.timeseries.jobs`) the sweep directory
 (:mod:`jumbokit.timeseries.store`) does not hold yet, each whole in one process (on N processes the jobs are split
 between them, never a run), reads every finished run back, scores ensembles and writes the reports
-(``results.csv``, ``results.json``, ``report.md``, ``accuracy.png``) from the main process alone.
+(``results.csv``, ``results.json``, ``report.md``, ``accuracy.png``) and keeps the chosen models (``models/``) from
+the main process alone.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class _Gathered:
     baselines: dict[str, dict] = field(default_factory=dict)
     dataset_seconds: dict[str, float] = field(default_factory=dict)
     pretrain_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
+    run_paths: dict[tuple[str, str], list[Path]] = field(default_factory=dict)  # records, in the sweep's order
 
     def add_seconds(self, dataset: str, seconds: float) -> None:
         self.dataset_seconds[dataset] = self.dataset_seconds.get(dataset, 0.0) + seconds
@@ -69,6 +71,7 @@ def _gather_model(got: _Gathered, plan: "SweepPlan", data: ClassificationData, m
         got.add_seconds(data.name, spent)
     if plan.ensemble > 1:
         got.ensembles[(data.name, model)] = ensemble_scores(runs, probas, plan.ensemble, data.val.y, data.test.y)
+    got.run_paths[(data.name, model)] = [job.path(plan.out_dir) for job in jobs]
 
 
 def _gather(plan: "SweepPlan", jobs: list[Job]) -> _Gathered:
@@ -230,10 +233,25 @@ def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False, run
     bar.set_postfix_str("")
     tick()
     bar.close()
-    result = _result(_gather(plan, jobs), plan)
+    got = _gather(plan, jobs)
+    result = _result(got, plan)
     if state.is_main_process:
         result.paths = write_reports(plan.out_dir, result, plan.cfg)
+        result.paths.update(_keep_models(plan, got))
     return result
+
+
+def _keep_models(plan: SweepPlan, got: _Gathered) -> dict[str, Path]:
+    """Keep the chosen run (and the ensemble's members) of every (dataset, model) in ``models/``
+    (:func:`~jumbokit.timeseries.store.keep_models`); ``{"models": folder}`` when any was kept."""
+    kept = False
+    for (dataset, model), paths in got.run_paths.items():
+        runs = [r for r in got.runs if r.dataset == dataset and r.model == model]
+        note = store.keep_models(plan.out_dir, dataset, model, runs, paths, plan.ensemble)
+        if note:
+            logger.warning(note)
+        kept = kept or note is None
+    return {"models": plan.out_dir / "models"} if kept else {}
 
 def run_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, out_dir: str | Path,
               lrs: Sequence[float] = SWEEP_LRS, dropouts: Sequence[float] = SWEEP_DROPOUTS,
