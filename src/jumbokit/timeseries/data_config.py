@@ -25,8 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["SERIES_MODALITY", "is_series_config", "series_data_config", "check_series_data_config",
-           "prepare_series"]
+__all__ = ["SERIES_MODALITY", "is_series_config", "series_data_config", "normalizer_config",
+           "normalizer_from_config", "check_series_data_config", "prepare_series"]
 
 SERIES_MODALITY = "series"
 _NORMALIZATIONS = ("train", "instance", "none")
@@ -40,23 +40,43 @@ def is_series_config(config: dict[str, Any] | None) -> bool:
 def series_data_config(data, normalizer=None) -> dict[str, Any]:
     """The data config of a model trained on ``data`` (:class:`~jumbokit.timeseries.data.ClassificationData`);
     ``normalizer``: the normalisation fitted on its training split (default ``data.normalizer``)."""
-    from .normalize import ChannelScaler
-
-    normalizer = data.normalizer if normalizer is None else normalizer
-    how = data.meta.get("normalized_as", "train")
     config: dict[str, Any] = {
         "modality": SERIES_MODALITY, "in_chans": data.channels, "seq_len": data.seq_len,
-        "unequal_length": data.meta.get("unequal_length", "pad"), "normalize": how,
+        "unequal_length": data.meta.get("unequal_length", "pad"),
+        **normalizer_config(data.normalizer if normalizer is None else normalizer),
         "num_classes": data.num_classes, "label_names": [str(c) for c in data.classes],
         "dataset": data.name, "protocol": data.protocol,
     }
     if data.meta.get("split_seed") is not None:
         config["split_seed"] = int(data.meta["split_seed"])
-    if how == "train":
-        if not isinstance(normalizer, ChannelScaler):
-            raise ValueError(f"{data.name}: normalize='train' needs the fitted ChannelScaler, got {normalizer!r}")
-        config.update(mean=normalizer.mean.ravel().tolist(), std=normalizer.std.ravel().tolist())
     return check_series_data_config(config)
+
+
+def normalizer_config(normalizer) -> dict[str, Any]:
+    """The keys that describe a fitted normalisation (:func:`~jumbokit.timeseries.normalize.fit_normalizer`):
+    ``normalize`` and, for the training split's per-channel statistics, ``mean`` and ``std``."""
+    from .normalize import ChannelScaler, as_float32, normalize_instances
+
+    if isinstance(normalizer, ChannelScaler):
+        return {"normalize": "train", "mean": normalizer.mean.ravel().tolist(), "std": normalizer.std.ravel().tolist()}
+    if normalizer is normalize_instances:
+        return {"normalize": "instance"}
+    if normalizer is None or normalizer is as_float32:
+        return {"normalize": "none"}
+    raise ValueError(f"expected a normalisation of fit_normalizer, got {normalizer!r}")
+
+
+def normalizer_from_config(config: dict[str, Any]):
+    """The (n, C, L) -> float32 normalisation a data config describes (the inverse of :func:`normalizer_config`)."""
+    from .normalize import ChannelScaler, as_float32, normalize_instances
+
+    if config["normalize"] == "train":
+        shape = (1, int(config["in_chans"]), 1)
+        return ChannelScaler(np.asarray(config["mean"], dtype=np.float64).reshape(shape),
+                             np.asarray(config["std"], dtype=np.float64).reshape(shape))
+    if config["normalize"] == "instance":
+        return normalize_instances
+    return as_float32
 
 
 def check_series_data_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +113,7 @@ def prepare_series(series: np.ndarray | Sequence[np.ndarray], config: dict[str, 
     series: (n, C, L) or (n, L) array, or a list of (C, L_i) / (L_i,) arrays. Series must have the model's
     channels and (unless resampled) at most ``seq_len`` steps; ``ValueError`` naming ``what`` otherwise."""
     from .data import lengths_of, pad_series, resample_to_length, zero_tails
-    from .normalize import ChannelScaler, check_series, normalize_instances
+    from .normalize import check_series
 
     chans, length = int(config["in_chans"]), int(config["seq_len"])
     x = pad_series(series)
@@ -112,9 +132,4 @@ def prepare_series(series: np.ndarray | Sequence[np.ndarray], config: dict[str, 
         if how == "zero":
             x = zero_tails(x, lengths)
     check_series(x, what)
-    if config["normalize"] == "train":
-        shape = (1, chans, 1)
-        scaler = ChannelScaler(np.asarray(config["mean"], dtype=np.float64).reshape(shape),
-                               np.asarray(config["std"], dtype=np.float64).reshape(shape))
-        return scaler(x)
-    return normalize_instances(x) if config["normalize"] == "instance" else x.astype(np.float32)
+    return normalizer_from_config(config)(x)

@@ -3,6 +3,7 @@
     from jumbokit.timeseries.estimator import PatchTSTClassifier
     clf = PatchTSTClassifier(model="patchtst_jumbo", epochs=50).fit(X_train, y_train)   # X: (n, C, L) or list
     clf.predict(X_test); clf.predict_proba(X_test)
+    clf.save("clf/"); PatchTSTClassifier.load("clf/")     # safetensors + JSON, no pickle
     PatchTSTClassifier(steps="auto", batch_size="auto", augment="default", conv_stem=32, patches=16)   # small sets
 
 Unequal-length collections (lists of (C, L_i) arrays) and missing values (NaN) are padded/masked,
@@ -12,9 +13,12 @@ kept in ``normalizer_``) or each series by its own (``normalize="instance"``).
 
 from __future__ import annotations
 
+import json
+import os
 import warnings
 from contextlib import nullcontext
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
 import numpy as np
@@ -25,6 +29,15 @@ from .normalize import check_series, fit_normalizer
 from .models import JUMBO_MULTIPLIER, PATCHTST_MODELS, REFERENCE_MODELS
 
 __all__ = ["PatchTSTClassifier"]
+
+ESTIMATOR_FILE = "estimator.json"
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars in a saved record as Python numbers."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot store {type(value).__name__} in {ESTIMATOR_FILE}")
 
 
 def _as_field_types(cls: type, options: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +160,13 @@ class PatchTSTClassifier(BaseClassifier):
         Series shorter than the longest training series: NaN-padded at the end and masked (their length stays
         visible to the model), each stretched linearly to that length, or zero-padded and read as data (aeon's
         fill), in ``fit`` and at prediction alike.
+    save_last_model : bool, default=False
+        After ``fit``, save the fitted estimator (:meth:`save`) to ``file_path``/``last_file_name`` (aeon's deep
+        classifiers' convention; the model kept is always the last one: training has no per-epoch selection).
+    file_path : str, default="./"
+        The folder that ``save_last_model`` writes into.
+    last_file_name : str, default="last_model"
+        The name of the folder ``save_last_model`` writes (``model.safetensors`` + ``estimator.json``).
 
     Attributes
     ----------
@@ -166,6 +186,7 @@ class PatchTSTClassifier(BaseClassifier):
     See Also
     --------
     jumbokit.timeseries.sweep.run_sweep : the paper's protocol (a sweep with model selection on validation).
+    PatchTSTClassifier.load : a saved estimator, fitted, without pickle.
 
     Examples
     --------
@@ -203,7 +224,8 @@ class PatchTSTClassifier(BaseClassifier):
                  jumbo_pool: str = "segments", jumbo_multiplier: int = JUMBO_MULTIPLIER, layer_scale: float = 0.0,
                  pos_embed: str = "learn",
                  layers: int | None = None, drop_path: float = 0.0, dim: int | None = None,
-                 unequal_length: str = "pad") -> None:
+                 unequal_length: str = "pad", save_last_model: bool = False, file_path: str = "./",
+                 last_file_name: str = "last_model") -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -236,6 +258,9 @@ class PatchTSTClassifier(BaseClassifier):
         self.drop_path = drop_path
         self.dim = dim
         self.unequal_length = unequal_length
+        self.save_last_model = save_last_model
+        self.file_path = file_path
+        self.last_file_name = last_file_name
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -275,6 +300,8 @@ class PatchTSTClassifier(BaseClassifier):
             fitted = fit_series_model(net, data, float(self.lr), cfg, seed, progress=bool(self.verbose))
         self.network_ = fitted.model.eval()
         self.history_ = fitted.history
+        if self.save_last_model:
+            self._save(Path(self.file_path) / self.last_file_name)
         return self
 
     def _predict_proba(self, X) -> np.ndarray:
@@ -298,6 +325,58 @@ class PatchTSTClassifier(BaseClassifier):
                           f"({length}); the model sees more patches than in training", stacklevel=3)
         padded = pad_series(X, max(longest, length or 0))
         return zero_tails(padded, lengths) if self.unequal_length == "zero" else padded
+
+    # ------------------------------------------------------------------ saving without pickle
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the fitted estimator into folder ``path``: the network's weights with its model config and
+        series data config (``model.safetensors``, loadable with ``jumbokit.load`` and ``jumbokit predict``) and
+        ``estimator.json`` (parameters, classes, what ``fit`` saw). Restore it with :meth:`load`."""
+        self._check_is_fitted()
+        return self._save(Path(path))
+
+    def _save(self, path: Path) -> Path:
+        from jumbokit.encoders import save as save_model
+        from jumbokit.training.rundir import atomic_write_text
+
+        from .data_config import SERIES_MODALITY, check_series_data_config, normalizer_config
+
+        data_config = check_series_data_config({
+            "modality": SERIES_MODALITY, "in_chans": int(self.network_.config["in_chans"]), "seq_len": self.seq_len_,
+            "unequal_length": self.unequal_length, **normalizer_config(self.normalizer_),
+            "num_classes": int(self.n_classes_), "label_names": [str(c) for c in self.classes_]})
+        save_model(self.network_, path, data_config=data_config)
+        record = {"estimator": type(self).__name__, "params": self.get_params(deep=False),
+                  "classes": self.classes_.tolist(), "classes_dtype": self.classes_.dtype.str,
+                  "metadata": self.metadata_, "seq_len": self.seq_len_, "history": self.history_}
+        atomic_write_text(path / ESTIMATOR_FILE, json.dumps(record, indent=1, default=_plain) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, map_location: str = "cpu") -> "PatchTSTClassifier":
+        """The fitted estimator :meth:`save` wrote into folder ``path`` (no pickle: safetensors and JSON)."""
+        from jumbokit import load as load_model
+
+        from .data_config import normalizer_from_config
+
+        path = Path(path)
+        try:
+            record = json.loads((path / ESTIMATOR_FILE).read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no {ESTIMATOR_FILE} in {path}; expected a folder written by "
+                                    "PatchTSTClassifier.save") from None
+        if record.get("estimator") != cls.__name__:
+            raise ValueError(f"{path} holds a {record.get('estimator')!r}, expected a {cls.__name__}")
+        clf = cls(**record["params"])
+        clf.network_ = load_model(path, map_location=map_location).eval()
+        clf.normalizer_ = normalizer_from_config(clf.network_.pretrained_cfg)
+        clf.classes_ = np.asarray(record["classes"], dtype=np.dtype(record["classes_dtype"]))
+        clf.n_classes_ = len(clf.classes_)
+        clf._class_dictionary = {c: i for i, c in enumerate(clf.classes_)}
+        clf.metadata_ = record["metadata"]
+        clf.seq_len_ = int(record["seq_len"])
+        clf.history_ = record["history"]
+        clf.is_fitted = True
+        return clf
 
     def _predict(self, X) -> np.ndarray:
         proba = self._predict_proba(X)

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["NORMALIZATIONS", "AUTO_SCALE_SPREAD", "ChannelScaler", "check_series", "normalize_instances",
-           "normalize_splits", "fit_normalizer", "resolve_normalization", "scale_spread"]
+           "normalize_splits", "fit_normalizer", "as_float32", "resolve_normalization", "scale_spread"]
 
 NORMALIZATIONS = ("train", "instance", "auto", "none")
 # "auto" standardises each series on its own when the training series' scales differ by more than this factor
@@ -83,7 +83,8 @@ def check_normalization(how: str) -> str:
     return how
 
 
-def _as_float32(x: np.ndarray) -> np.ndarray:
+def as_float32(x: np.ndarray) -> np.ndarray:
+    """x as float32, values unchanged (the normalisation "none")."""
     return x.astype(np.float32)
 
 
@@ -118,7 +119,7 @@ def fit_normalizer(train: np.ndarray, how: str = "train") -> Callable[[np.ndarra
     how = resolve_normalization(train, how)
     if how == "train":
         return ChannelScaler.fit(train)
-    return normalize_instances if how == "instance" else _as_float32
+    return normalize_instances if how == "instance" else as_float32
 
 
 def normalize_splits(train: np.ndarray, *others: np.ndarray, how: str = "train") -> list[np.ndarray]:
