@@ -85,3 +85,107 @@ def test_a_sweep_without_run_weights_resumes_and_says_so(sweep, tmp_path, caplog
                          "--dropout", "0.1", "--ensemble", "2", "--out", str(old), "--no-progress", "--cpu"]) == 0
     assert not (old / "models").exists() and not list((old / "runs").rglob("*.model.safetensors"))
     assert "no model kept" in caplog.text and "have no saved weights" in caplog.text
+
+
+def test_estimator_saved_and_loaded_predicts_identical_probabilities(tmp_path):
+    from aeon.datasets import load_basic_motions
+
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    X_train, y_train = load_basic_motions(split="train")
+    X_test, _ = load_basic_motions(split="test")
+    clf = PatchTSTClassifier(model="patchtst", patches=4, epochs=2, batch_size=8, random_state=0,
+                             save_last_model=True, file_path=str(tmp_path), last_file_name="fitted")
+    clf.fit(X_train, y_train)
+    for path in (tmp_path / "fitted", clf.save(tmp_path / "again")):
+        back = PatchTSTClassifier.load(path)
+        assert np.array_equal(back.predict_proba(X_test), clf.predict_proba(X_test))
+        assert list(back.classes_) == list(clf.classes_) and back.get_params() == clf.get_params()
+        assert np.array_equal(back.predict(X_test), clf.predict(X_test))
+    assert jumbokit.load(tmp_path / "again").pretrained_cfg["label_names"] == [str(c) for c in clf.classes_]
+    with pytest.raises(FileNotFoundError, match="estimator.json"):
+        PatchTSTClassifier.load(tmp_path)
+
+
+def _cli(argv, capsys):
+    """``jumbokit ARGV`` in this process: (exit status, stdout, stderr)."""
+    from jumbokit.cli import main
+
+    try:
+        status = main(argv)
+    except SystemExit as stop:
+        status = stop.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def bundled_source_files():
+    import aeon
+    from pathlib import Path
+
+    return sorted((Path(aeon.__file__).parent / "datasets" / "data" / "GunPoint").glob("*.ts"))
+
+
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_predict_and_validate_give_the_accuracy_the_sweep_reported(sweep, tmp_path, ensemble):
+    """Paper protocol: the sweep tested on a stratified half of the official test split; predict reads the whole
+    official test file, and the rows of that half give the reported accuracy to the last series."""
+    import csv
+    import json
+
+    from jumbokit.recipes import predict, validate
+
+    row = next(r for r in json.loads((sweep / "results.json").read_text())["summary"] if r["model"] == "patchtst")
+    reported = row["ens_test_top1"] if ensemble else row["test_top1"]
+    flag = ["--ensemble"] if ensemble else []
+    out = tmp_path / "pred.csv"
+    test_file = next(p for p in bundled_source_files() if p.name == "GunPoint_TEST.ts")
+    predict.main(["--checkpoint", str(sweep), str(test_file), "--out", str(out), "--no-progress", "--topk", "2",
+                  *flag])
+    rows = list(csv.DictReader(out.open()))
+    data = load_dataset("GunPoint")
+    assert len(rows) == 150 and [int(r["series"]) for r in rows] == list(range(150))
+    half = [rows[i] for i in data.test_index]
+    assert [r["label"] for r in half] == list(data.decode(data.test.y))
+    right = sum(r["top1_label"] == r["label"] for r in half)
+    assert 100.0 * right / len(half) == pytest.approx(reported, abs=1e-9)
+    checked = validate.main(["--checkpoint", str(sweep / "models" / "GunPoint" / "patchtst"), "--split", "test",
+                             "--out", str(tmp_path / "val"), "--no-progress", *flag])
+    assert checked["n"] == len(data.test) and checked["top1"] == pytest.approx(reported, abs=1e-9)
+    assert (tmp_path / "val" / "confusion.csv").is_file() and (tmp_path / "val" / "results.csv").is_file()
+
+
+def test_series_inputs_of_every_format_agree(sweep, tmp_path):
+    from jumbokit.recipes import predict
+    from jumbokit.timeseries.data import load_raw
+
+    x, labels = load_raw("GunPoint", "test")
+    np.save(tmp_path / "a.npy", x[:7, 0])  # (n, L)
+    np.save(tmp_path / "b.npy", x[:7])  # (n, C, L)
+    np.savetxt(tmp_path / "c.csv", x[:7, 0], delimiter=",")
+    (tmp_path / "d.tsv").write_text("".join(f"{y}\t" + "\t".join(repr(float(v)) for v in s[0]) + "\n"
+                                            for y, s in zip(labels[:7], x[:7])))
+    got = predict.main(["--checkpoint", str(sweep), str(tmp_path), "--out", str(tmp_path / "p.csv"),
+                        "--no-progress"])["rows"]
+    by_file = {}
+    for r in got:
+        by_file.setdefault(r["file"], []).append((r["top1_label"], r["top1_prob"]))
+    assert len(by_file) == 4 and len({tuple(v) for v in by_file.values()}) == 1, by_file
+
+
+def test_bad_series_inputs_get_one_line_and_no_file(sweep, tmp_path, capsys):
+    from jumbokit.timeseries.data import load_raw
+
+    x, _ = load_raw("GunPoint", "test")
+    np.save(tmp_path / "three.npy", np.repeat(x[:4], 3, axis=1))
+    (tmp_path / "broken.ts").write_text("@problemName X\n@data\n1,2,:nonsense\n")
+    (tmp_path / "broken.npy").write_bytes(b"\x93NUMPY not really")
+    (tmp_path / "words.csv").write_text("1,2,three\n")
+    out = tmp_path / "pred.csv"
+    cases = {"three.npy": "takes series of 1 channel(s), got 3", "broken.ts": "cannot read series file",
+             "broken.npy": "cannot read series file", "words.csv": "expected numbers"}
+    for name, message in cases.items():
+        status, _, err = _cli(["predict", "--checkpoint", str(sweep), str(tmp_path / name), "--out", str(out),
+                               "--no-progress"], capsys)
+        assert status != 0 and message in err and len(err.strip().splitlines()) == 1, err
+        assert not out.exists() and not list(tmp_path.glob(".pred.csv*"))

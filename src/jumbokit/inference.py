@@ -8,7 +8,7 @@ files = ImageFiles(find_images(["photos/", "more/*.png"]), cfg)
 rows = predict_topk(model, files, cfg, topk=3)         # [{"file", "top1_label", "top1_prob", ...}, ...]
 ```
 
-Only image models are served here; a time-series checkpoint is refused with a message that says so.
+Only image models are served here; series models are served by ``jumbokit.timeseries.inference``.
 """
 from __future__ import annotations
 
@@ -21,20 +21,25 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-__all__ = ["load_classifier", "check_image_classifier", "find_images", "ImageFiles", "predict_topk",
+__all__ = ["load_classifier", "checkpoint_tokenizer", "check_image_classifier", "find_images", "find_files", "ImageFiles", "predict_topk",
            "class_names", "label_counts", "eval_dataset", "confusion_matrix", "confusion_rows", "plot_confusion"]
 
 _GLOB_CHARS = set("*?[")
 
 
+def checkpoint_tokenizer(config: dict[str, Any]) -> str:
+    """The tokenizer of a saved model config ("image" or "series"): its own, or that of the encoder it wraps."""
+    wrapped = next((v for v in config.values() if isinstance(v, dict) and "tokenizer" in v), {})
+    return config.get("tokenizer", wrapped.get("tokenizer", "image"))
+
+
 def check_image_classifier(config: dict[str, Any], source: str | os.PathLike) -> None:
     """Raise ``ValueError`` unless the saved model config describes an image classifier (not a series model, a
     NAS supernet or an encoder without a head)."""
-    wrapped = next((v for v in config.values() if isinstance(v, dict) and "tokenizer" in v), {})
-    tokenizer = config.get("tokenizer", wrapped.get("tokenizer", "image"))  # its own, or the wrapped encoder's
+    tokenizer = checkpoint_tokenizer(config)
     if tokenizer != "image":
-        raise ValueError(f"{source} holds a time-series model (tokenizer {tokenizer!r}); predict and validate take "
-                         "image classifiers (series checkpoints are not supported yet)")
+        raise ValueError(f"{source} holds a time-series model (tokenizer {tokenizer!r}), not an image classifier; "
+                         "load it with jumbokit.timeseries.inference.load_series_models")
     if config.get("encoder") == "supernet":
         raise ValueError(f"{source} holds a NAS supernet; extract an architecture first (jumbokit nas-search)")
     if config.get("encoder") not in (None, "multistage"):
@@ -74,8 +79,14 @@ def find_images(inputs: Sequence[str | os.PathLike]) -> list[Path]:
     Raises ``FileNotFoundError`` for a missing path and ``ValueError`` for a folder or pattern without images."""
     from jumbokit.data import IMG_EXTENSIONS
 
-    def is_image(p: Path) -> bool:
-        return p.is_file() and p.suffix.lower() in IMG_EXTENSIONS and not p.name.startswith(".")
+    return find_files(inputs, IMG_EXTENSIONS, "image")
+
+
+def find_files(inputs: Sequence[str | os.PathLike], extensions: Sequence[str], what: str) -> list[Path]:
+    """The files with one of ``extensions`` named by ``inputs`` (files, folders searched recursively, glob
+    patterns), as :func:`find_images` finds images; ``what`` names them in errors ("image", "series")."""
+    def is_wanted(p: Path) -> bool:
+        return p.is_file() and p.suffix.lower() in extensions and not p.name.startswith(".")
 
     found: dict[Path, None] = {}
     for item in inputs:
@@ -85,16 +96,16 @@ def find_images(inputs: Sequence[str | os.PathLike]) -> list[Path]:
             found[path] = None
             continue
         if path.is_dir():
-            matches = sorted(p for p in path.rglob("*") if is_image(p))
+            matches = sorted(p for p in path.rglob("*") if is_wanted(p))
         elif _GLOB_CHARS & set(text):
-            matches = sorted(p for p in map(Path, glob.glob(os.path.expanduser(text), recursive=True)) if is_image(p))
+            matches = sorted(p for p in map(Path, glob.glob(os.path.expanduser(text), recursive=True)) if is_wanted(p))
         else:
-            raise FileNotFoundError(f"input {text} does not exist (expected image files, folders or glob patterns)")
+            raise FileNotFoundError(f"input {text} does not exist (expected {what} files, folders or glob patterns)")
         if not matches:
-            raise ValueError(f"no image files ({', '.join(IMG_EXTENSIONS)}) in {text}")
+            raise ValueError(f"no {what} files ({', '.join(extensions)}) in {text}")
         found.update(dict.fromkeys(matches))
     if not found:
-        raise ValueError("no input images given (expected image files, folders or glob patterns)")
+        raise ValueError(f"no input {what} files given (expected {what} files, folders or glob patterns)")
     return list(found)
 
 

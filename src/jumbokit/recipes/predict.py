@@ -1,7 +1,9 @@
-"""Predict the classes of images with a saved image classifier: a CSV of the top-k labels and probabilities.
+"""Predict the classes of images or series with a saved classifier: a CSV of the top-k labels and probabilities.
 
     jumbokit predict --checkpoint runs/supervised_vit_pico_jumbo_digits photos/     # every image under photos/
     jumbokit predict --checkpoint RUN a.png b.jpg "scans/**/*.png" --topk 3 --out labels.csv
+    jumbokit predict --checkpoint sweep/models/GunPoint/patchtst_jumbo GunPoint_TEST.ts new.npy
+    jumbokit predict --checkpoint sweep --ensemble series.csv        # a sweep that kept one model: its ensemble
 
 Inputs are image files, folders (searched recursively) and glob patterns. Each image gets the model's own
 evaluation transform (its data config: size, normalisation, crop) and must have the model's channels (gray for a
@@ -9,7 +11,13 @@ evaluation transform (its data config: size, normalisation, crop) and must have 
 per image, in input order: file, then top1_label, top1_prob, ..., topK_label, topK_prob (softmax probabilities,
 class names from the model's data config). It is written only when every image was read (a temp file renamed at
 the end); an unreadable image, an image of the wrong channels or a missing checkpoint stops with one line.
-Time-series checkpoints are refused for now.
+
+A series model (a tstrain sweep's kept model, models/DATASET/MODEL, or the sweep folder when it kept one; a saved
+PatchTSTClassifier) takes .ts, .tsv (UCR 2018: label, then values), .npy ((n, L) or (n, C, L)) and .csv files (one
+series per row; for C channels, C consecutive rows per series), prepared as its training data was (its stored
+normalisation and length handling). Rows: file, series (position in the file), label (where the file has labels),
+then the top-k labels and probabilities; --ensemble averages the probabilities of the sweep's top-k ensemble, as
+the sweep's "ens" column does. A series of the wrong channel count or an unreadable file stops with one line.
 """
 from __future__ import annotations
 
@@ -17,14 +25,21 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jumbokit predict", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files, folders or glob patterns")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="image files, folders or glob patterns (series models: .ts, .tsv, .csv, .npy files)")
     p.add_argument("--checkpoint", required=True, metavar="RUN",
-                   help="the saved classifier: a run directory, a .safetensors file or hf-hub:ORG/NAME")
+                   help="the saved classifier: a run directory, a .safetensors file, hf-hub:ORG/NAME, or a "
+                        "tstrain sweep's kept model (models/DATASET/MODEL, or the sweep folder when it kept one)")
+    p.add_argument("--ensemble", action="store_true",
+                   help="series: the mean probabilities of the sweep's top-k ensemble (tstrain --ensemble K) "
+                        "instead of its chosen run (default: off)")
     p.add_argument("--topk", type=int, default=5, help="labels per image, best first (default: %(default)s)")
     p.add_argument("--out", default="predictions.csv", metavar="CSV", help="the CSV to write (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")
@@ -52,16 +67,37 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--out {args.out} is a folder; name the .csv file to write")
 
 
-def summary(rows: list[dict[str, Any]], checkpoint: str, out: Path, shown: int = 10) -> str:
-    """The lines printed after a prediction: counts, the most frequent labels, the mean top-1 probability."""
+def summary(rows: list[dict[str, Any]], checkpoint: str, out: Path, shown: int = 10, unit: str = "image(s)") -> str:
+    """The lines printed after a prediction: counts, the most frequent labels, the mean top-1 probability, and
+    the accuracy against the inputs' own labels where every row has one."""
     from jumbokit.inference import label_counts
 
     counts = label_counts(rows)
     mean_prob = sum(r["top1_prob"] for r in rows) / len(rows)
     top = ", ".join(f"{label} {n}" for label, n in list(counts.items())[:shown])
     more = f", ... ({len(counts)} labels)" if len(counts) > shown else ""
-    return (f"predicted {len(rows)} image(s) with {checkpoint} -> {out}\n"
+    text = (f"predicted {len(rows)} {unit} with {checkpoint} -> {out}\n"
             f"top-1 labels: {top}{more}\nmean top-1 probability: {mean_prob:.3f}")
+    if all("label" in r for r in rows):
+        right = sum(r["label"] == r["top1_label"] for r in rows)
+        text += f"\ntop-1 accuracy against the files' labels: {100.0 * right / len(rows):.2f}% ({right}/{len(rows)})"
+    return text
+
+
+def predict_series(args: argparse.Namespace, device: str) -> list[dict[str, Any]]:
+    """The rows of a series model's (or ensemble's) predictions for every input file, all files read first."""
+    from jumbokit.timeseries.inference import load_series_models, read_series_files, series_proba, topk_rows
+
+    models, cfg = load_series_models(args.checkpoint, ensemble=args.ensemble, device=device)
+    files = read_series_files(args.inputs, cfg)
+    names = [str(n) for n in cfg["label_names"]]
+    x = np.concatenate([f.x for f in files])
+    proba = series_proba(models, x, batch_size=args.batch_size, progress=not args.no_progress)
+    rows, start = [], 0
+    for f in files:
+        rows += topk_rows(f, proba[start:start + len(f.x)], names, args.topk)
+        start += len(f.x)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -69,17 +105,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from jumbokit.inference import ImageFiles, find_images, load_classifier, predict_topk
     from jumbokit.logs import configure_logging
+    from jumbokit.timeseries.inference import is_series_checkpoint
     from jumbokit.training.rundir import atomic_write_text, csv_text
 
     configure_logging()
     args = build_parser().parse_args(argv)
     check_flags(args)
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
-    model, cfg = load_classifier(args.checkpoint, device=device)
-    files = ImageFiles(find_images(args.inputs), cfg, convert=args.convert)
-    rows = predict_topk(model, files, cfg, topk=args.topk, batch_size=args.batch_size, num_workers=args.num_workers,
-                        progress=not args.no_progress)
+    series = is_series_checkpoint(args.checkpoint)
+    if series:
+        rows = predict_series(args, device)
+    else:
+        if args.ensemble:
+            raise ValueError("--ensemble takes a tstrain sweep's kept series model; "
+                             f"{args.checkpoint} is not a series model")
+        model, cfg = load_classifier(args.checkpoint, device=device)
+        files = ImageFiles(find_images(args.inputs), cfg, convert=args.convert)
+        rows = predict_topk(model, files, cfg, topk=args.topk, batch_size=args.batch_size,
+                            num_workers=args.num_workers, progress=not args.no_progress)
     out = Path(args.out)
     atomic_write_text(out, csv_text(rows))
-    print(summary(rows, str(args.checkpoint), out))
+    print(summary(rows, str(args.checkpoint), out, unit="series" if series else "image(s)"))
     return {"rows": rows, "out": str(out)}

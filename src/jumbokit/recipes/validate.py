@@ -1,14 +1,20 @@
-"""Evaluate a saved image classifier on a dataset split: top-1 / top-5 / loss and a confusion matrix.
+"""Evaluate a saved classifier on a dataset split: top-1 / top-5 / loss and a confusion matrix.
 
     jumbokit validate --checkpoint runs/supervised_vit_pico_jumbo_digits          # the run's dataset, test split
     jumbokit validate --checkpoint RUN --dataset folder:/data/digits28 --split val --out eval/
     accelerate launch -m jumbokit validate --checkpoint RUN --dataset folder:/data/imagenet --split val
+    jumbokit validate --checkpoint sweep/models/GunPoint/patchtst_jumbo --split test     # a series model
 
 The images get the model's own evaluation transform (its data config: size, channels, normalisation, crop) and
 the dataset's classes must be the model's. On N processes each process scores its shard and the per-image results
 are gathered once, so the numbers equal a one-process run's. Writes into --out (default: RUN/validate_<dataset>_
 <split>): results.csv (model, dataset, split, top1 and top5 in percent, loss, n), confusion.csv (rows: true class,
-columns: predicted class) and confusion.png; prints one summary line. Time-series checkpoints are refused for now.
+columns: predicted class) and confusion.png; prints one summary line.
+
+A series model (a tstrain sweep's kept model or ensemble, a saved PatchTSTClassifier) is scored on a UCR/UEA set
+(default: the set it was trained on) prepared with its stored normalisation and length handling: "train", or
+"val" / "test" as its sweep split them (the paper's protocol: the two stratified halves of the official test
+split, so "test" gives the sweep's reported accuracy; the official protocol: the whole test split).
 """
 from __future__ import annotations
 
@@ -24,10 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--checkpoint", required=True, metavar="RUN",
-                   help="the saved classifier: a run directory, a .safetensors file or hf-hub:ORG/NAME")
+                   help="the saved classifier: a run directory, a .safetensors file, hf-hub:ORG/NAME, or a "
+                        "tstrain sweep's kept model (models/DATASET/MODEL, or the sweep folder when it kept one)")
     p.add_argument("--dataset", default=None, metavar="SPEC",
-                   help="digits | fashion-mnist[:DIR] | folder:PATH | hf:NAME[:split] (default: the run's dataset, "
-                        "from its config.json)")
+                   help="digits | fashion-mnist[:DIR] | folder:PATH | hf:NAME[:split]; series: a UCR/UEA set name "
+                        "(default: the run's dataset, from its config.json or the model's data config)")
+    p.add_argument("--ensemble", action="store_true",
+                   help="series: the mean probabilities of the sweep's top-k ensemble (default: off)")
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="series: where UCR/UEA sets are found or downloaded (default: tstrain's)")
     p.add_argument("--split", default="test", choices=SPLITS, help="the split to evaluate (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=256, help="per-process batch (default: %(default)s)")
     p.add_argument("--num-workers", type=int, default=None, metavar="N",
@@ -69,11 +80,45 @@ def default_out(checkpoint: str, dataset: str, split: str) -> Path:
     return (path if path.is_dir() else path.parent) / f"validate_{slug}_{split}"
 
 
+def validate_series(args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """``jumbokit validate`` of a series model or ensemble (one process computes, the main process writes)."""
+    import torch
+
+    from jumbokit.inference import class_names, confusion_matrix, confusion_rows, plot_confusion
+    from jumbokit.timeseries.inference import load_series_models, series_proba, split_of_dataset, split_scores
+    from jumbokit.training import RunDir
+    from jumbokit.training.report import RESULT_COLUMNS
+
+    models, cfg = load_series_models(args.checkpoint, ensemble=args.ensemble, device=device)
+    dataset = args.dataset or cfg.get("dataset")
+    if not dataset:
+        raise ValueError(f"{args.checkpoint} does not name the set it was trained on; pass --dataset")
+    x, codes = split_of_dataset(dataset, args.split, cfg, args.data_dir)
+    proba = series_proba(models, x, batch_size=args.batch_size, progress=not args.no_progress)
+    metrics = split_scores(proba, codes)
+    names = class_names(cfg, proba.shape[-1])
+    matrix = confusion_matrix(torch.as_tensor(codes), torch.as_tensor(proba.argmax(-1)), proba.shape[-1])
+    out = Path(args.out) if args.out else default_out(args.checkpoint, dataset, args.split)
+    row = {"model": str(args.checkpoint) + (" (ensemble)" if args.ensemble else ""), "dataset": dataset,
+           "split": args.split, **metrics}
+    run = RunDir(out)
+    run.write_results_csv([row], RESULT_COLUMNS)
+    run.write_results_csv(confusion_rows(matrix, names), name="confusion.csv")
+    plot_confusion(matrix, names, out / "confusion.png", f"{Path(str(args.checkpoint)).name}: {dataset} {args.split}")
+    protocol = "the paper's half" if cfg.get("protocol") == "seed" and args.split != "train" else "the whole split"
+    top5 = f"  top-5 {metrics['top5']:.2f}%" if "top5" in metrics else ""
+    print(f"{args.checkpoint} on {dataset} {args.split} ({metrics['n']} series, {protocol}"
+          f"{', ensemble of ' + str(len(models)) if args.ensemble else ''}): top-1 {metrics['top1']:.2f}%{top5}  "
+          f"loss {metrics['loss']:.4f}  -> {out}")
+    return {**row, "confusion": matrix.tolist(), "out": str(out)}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit.data import make_loader
     from jumbokit.inference import (class_names, confusion_matrix, confusion_rows, eval_dataset, load_classifier,
                                     plot_confusion)
     from jumbokit.logs import configure_logging
+    from jumbokit.timeseries.inference import is_series_checkpoint
     from jumbokit.training import RunDir, TrainConfig, evaluate_classifier
     from jumbokit.training.accelerator import make_accelerator
     from jumbokit.training.report import RESULT_COLUMNS
@@ -83,6 +128,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     acc = make_accelerator(TrainConfig(cpu=args.cpu, mixed_precision="no"))
+    if is_series_checkpoint(args.checkpoint):
+        return validate_series(args, str(acc.device)) if acc.is_main_process else {}
+    if args.ensemble:
+        raise ValueError(f"--ensemble takes a tstrain sweep's kept series model; {args.checkpoint} is not one")
     model, cfg = load_classifier(args.checkpoint, device=acc.device)
     dataset = run_dataset(args.checkpoint, args.dataset)
     progress = not args.no_progress and acc.is_main_process
