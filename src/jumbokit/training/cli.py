@@ -53,7 +53,7 @@ def add_config_arg(parser: argparse.ArgumentParser, written: str = "config.json 
     ``written`` names where the run writes its full settings back (for the help)."""
     parser.add_argument("--config", "-c", default=None, metavar="FILE",
                         help="YAML or JSON file of flags (keys as the flags' names: lr, batch_size or batch-size) "
-                             "that sets the defaults of a new run; flags given on the command line win; the run "
+                             "whose values a new run starts from; flags given on the command line win; the run "
                              f"writes its full settings back to {written} (default: none)")
 
 
