@@ -119,11 +119,13 @@ def _cli(argv, capsys):
     return status, captured.out, captured.err
 
 
-def bundled_source_files():
-    import aeon
+def _gunpoint_test_file():
+    """aeon's bundled GunPoint_TEST.ts (the official test split as a file)."""
     from pathlib import Path
 
-    return sorted((Path(aeon.__file__).parent / "datasets" / "data" / "GunPoint").glob("*.ts"))
+    import aeon
+
+    return Path(aeon.__file__).parent / "datasets" / "data" / "GunPoint" / "GunPoint_TEST.ts"
 
 
 @pytest.mark.parametrize("ensemble", [False, True])
@@ -139,7 +141,7 @@ def test_predict_and_validate_give_the_accuracy_the_sweep_reported(sweep, tmp_pa
     reported = row["ens_test_top1"] if ensemble else row["test_top1"]
     flag = ["--ensemble"] if ensemble else []
     out = tmp_path / "pred.csv"
-    test_file = next(p for p in bundled_source_files() if p.name == "GunPoint_TEST.ts")
+    test_file = _gunpoint_test_file()
     predict.main(["--checkpoint", str(sweep), str(test_file), "--out", str(out), "--no-progress", "--topk", "2",
                   *flag])
     rows = list(csv.DictReader(out.open()))
@@ -189,3 +191,21 @@ def test_bad_series_inputs_get_one_line_and_no_file(sweep, tmp_path, capsys):
                                "--no-progress"], capsys)
         assert status != 0 and message in err and len(err.strip().splitlines()) == 1, err
         assert not out.exists() and not list(tmp_path.glob(".pred.csv*"))
+
+
+def test_official_protocol_predict_on_the_test_file_gives_the_reported_accuracy(tmp_path):
+    """The official protocol tests on the whole official test split: predict on the test file as it is."""
+    import json
+
+    from jumbokit.recipes import predict, tstrain
+
+    out = tmp_path / "sweep"
+    assert tstrain.main(["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "2", "--lr", "1e-3",
+                         "--dropout", "0.1", "--protocol", "official", "--out", str(out), "--no-progress",
+                         "--cpu"]) == 0
+    reported = json.loads((out / "results.json").read_text())["summary"][0]["test_top1"]
+    test_file = _gunpoint_test_file()
+    rows = predict.main(["--checkpoint", str(out), str(test_file), "--out", str(tmp_path / "p.csv"),
+                         "--no-progress"])["rows"]
+    assert len(rows) == 150
+    assert 100.0 * sum(r["top1_label"] == r["label"] for r in rows) / len(rows) == pytest.approx(reported, abs=1e-9)
