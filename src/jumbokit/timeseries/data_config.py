@@ -40,10 +40,14 @@ def is_series_config(config: dict[str, Any] | None) -> bool:
 def series_data_config(data, normalizer=None) -> dict[str, Any]:
     """The data config of a model trained on ``data`` (:class:`~jumbokit.timeseries.data.ClassificationData`);
     ``normalizer``: the normalisation fitted on its training split (default ``data.normalizer``)."""
+    described = normalizer_config(data.normalizer if normalizer is None else normalizer)
+    applied = data.meta.get("normalized_as", described["normalize"])
+    if applied != described["normalize"]:
+        raise ValueError(f"{data.name} was normalised as {applied!r}, but its normaliser is "
+                         f"{described['normalize']!r}; pass the normaliser fitted on its training split")
     config: dict[str, Any] = {
         "modality": SERIES_MODALITY, "in_chans": data.channels, "seq_len": data.seq_len,
-        "unequal_length": data.meta.get("unequal_length", "pad"),
-        **normalizer_config(data.normalizer if normalizer is None else normalizer),
+        "unequal_length": data.meta.get("unequal_length", "pad"), **described,
         "num_classes": data.num_classes, "label_names": [str(c) for c in data.classes],
         "dataset": data.name, "protocol": data.protocol,
     }
