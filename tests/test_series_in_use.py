@@ -86,6 +86,18 @@ def test_a_sweep_without_run_weights_resumes_and_says_so(sweep, tmp_path, caplog
     assert not (old / "models").exists() and not list((old / "runs").rglob("*.model.safetensors"))
     assert "no model kept" in caplog.text and "have no saved weights" in caplog.text
 
+    # the runs' weights deleted after the sweep to free space: the kept models stay and a resume keeps them
+    freed = tmp_path / "freed"
+    shutil.copytree(sweep, freed)
+    for weights in (freed / "runs").rglob("*.model.safetensors"):
+        weights.unlink()
+    kept = {p: p.read_bytes() for p in (freed / "models").rglob("*") if p.is_file()}
+    caplog.clear()
+    assert tstrain.main(["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "2", "--lr", "1e-3,3e-3",
+                         "--dropout", "0.1", "--ensemble", "2", "--out", str(freed), "--no-progress", "--cpu"]) == 0
+    assert {p: p.read_bytes() for p in (freed / "models").rglob("*") if p.is_file()} == kept
+    assert "no model kept" not in caplog.text
+
 
 def test_estimator_saved_and_loaded_predicts_identical_probabilities(tmp_path):
     from aeon.datasets import load_basic_motions

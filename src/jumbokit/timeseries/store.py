@@ -192,23 +192,39 @@ def _link_or_copy(source: Path, target: Path) -> Path:
     return atomic_write(target, write)
 
 
+def _already_kept(folder: Path, run_names: list[str], ensemble: bool) -> bool:
+    """Whether ``folder`` holds exactly these kept runs (``kept.json`` and every file it names)."""
+    try:
+        record = json.loads((folder / "kept.json").read_text())
+    except (OSError, ValueError):
+        return False
+    entries = record.get("ensemble", [record.get("chosen", {})]) if ensemble else [record.get("chosen", {})]
+    if ("ensemble" in record) != ensemble or [e.get("run") for e in entries] != run_names:
+        return False
+    return all((folder / e.get("file", "")).is_file() for e in entries) and (folder / "model.safetensors").is_file()
+
+
 def keep_models(out_dir: Path, dataset: str, model: str, runs: Sequence[RunResult], paths: Sequence[Path],
                 ensemble: int = 1) -> str | None:
     """Keep the run chosen on validation (and the top-``ensemble`` members) of one (dataset, model) in
     :func:`models_folder`: its weights linked as ``model.safetensors`` + ``model_config.json``, the members as
     ``ensemble/<rank>_<run>.safetensors``, and ``kept.json``. ``runs`` and their record ``paths`` in the sweep's
-    order. Returns None, or one line saying why no model is kept (runs written before runs kept their weights)."""
+    order. Nothing is redone when the folder holds these runs already (the runs' own weights may then be deleted:
+    the kept files are hard links, or copies). Returns None, or one line saying why no model is kept (runs written
+    before runs kept their weights)."""
     from ..encoders.io import MODEL_FILE
     from ..encoders.zoo import CONFIG_FILE, load_config, load_data_config
     from .results import selection_ranking
 
     ranking = selection_ranking(runs)
     members = ranking[:ensemble] if ensemble > 1 else ranking[:1]
+    folder = models_folder(out_dir, dataset, model)
+    if _already_kept(folder, [paths[i].stem for i in members], ensemble > 1):
+        return None  # also when the runs' own weights were deleted since: the kept files are links of their own
     missing = [paths[i].stem for i in members if not model_path(paths[i]).is_file()]
     if missing:
         return (f"{dataset} {model}: no model kept: run(s) {', '.join(missing)} have no saved weights (the sweep "
                 "ran before runs kept them)")
-    folder = models_folder(out_dir, dataset, model)
     chosen = model_path(paths[members[0]])
     _link_or_copy(chosen, folder / MODEL_FILE)
     config = {**load_config(chosen), "pretrained_cfg": load_data_config(chosen)}
