@@ -221,3 +221,46 @@ def test_official_protocol_predict_on_the_test_file_gives_the_reported_accuracy(
                          "--no-progress"])["rows"]
     assert len(rows) == 150
     assert 100.0 * sum(r["top1_label"] == r["label"] for r in rows) / len(rows) == pytest.approx(reported, abs=1e-9)
+
+
+def test_a_kept_series_model_goes_to_the_hub_and_back(sweep, tmp_path, monkeypatch):
+    """push_to_hub of a sweep's kept model (a fake HfApi writing a local Hub cache), then predict from it."""
+    import json
+    import shutil
+
+    from huggingface_hub import constants
+
+    from jumbokit.hub import push_to_hub
+    from jumbokit.recipes import predict
+
+    cache, commit = tmp_path / "hub_cache", "0123456789abcdef0123456789abcdef01234567"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+
+    class FakeHubApi:
+        def create_repo(self, repo_id, **kwargs):
+            pass
+
+        def upload_folder(self, repo_id, folder_path, **kwargs):
+            repo = cache / f"models--{repo_id.replace('/', '--')}"
+            shutil.copytree(folder_path, repo / "snapshots" / commit)
+            (repo / "refs").mkdir(parents=True)
+            (repo / "refs" / "main").write_text(commit)
+            return commit
+
+    folder = sweep / "models" / "GunPoint" / "patchtst"
+    push_to_hub(folder, "org/gunpoint", api=FakeHubApi())
+    card = (cache / "models--org--gunpoint" / "snapshots" / commit / "README.md").read_text()
+    chosen = json.loads((folder / "kept.json").read_text())["chosen"]
+    for text in ("time-series classifier: `patchtst`", "on `GunPoint`", "1 channel(s) x 150 steps",
+                 f"| test | {chosen['test_top1']:.2f} |", "jumbokit predict --checkpoint hf-hub:org/gunpoint"):
+        assert text in card, text
+    assert jumbokit.load("hf-hub:org/gunpoint").pretrained_cfg == jumbokit.load(folder).pretrained_cfg
+    test_file = _gunpoint_test_file()
+    via_hub = predict.main(["--checkpoint", "hf-hub:org/gunpoint", str(test_file), "--out", str(tmp_path / "a.csv"),
+                            "--no-progress"])["rows"]
+    local = predict.main(["--checkpoint", str(folder), str(test_file), "--out", str(tmp_path / "b.csv"),
+                          "--no-progress"])["rows"]
+    assert [r["top1_prob"] for r in via_hub] == [r["top1_prob"] for r in local]

@@ -74,6 +74,7 @@ def _stage(run_or_model: str | os.PathLike | nn.Module, folder: Path) -> tuple[d
     from jumbokit.encoders import load as load_saved
     from jumbokit.encoders import save
     from jumbokit.encoders.zoo import load_config
+    from jumbokit.timeseries.data_config import check_series_data_config, is_series_config
 
     if isinstance(run_or_model, nn.Module):
         model, record = run_or_model, {}
@@ -83,14 +84,24 @@ def _stage(run_or_model: str | os.PathLike | nn.Module, folder: Path) -> tuple[d
         model = load_saved(path)
         data_config = getattr(model, "pretrained_cfg", None) or read_run_data_config(path)
         record = _run_record(path)
-    data_config = check_data_config(data_config) if data_config else None
+    check = check_series_data_config if is_series_config(data_config) else check_data_config
+    data_config = check(data_config) if data_config else None
     save(model, folder, data_config=data_config)
     return load_config(folder), data_config, record
 
 
 def _run_record(path: Path) -> dict[str, Any]:
-    """The run's config.json and its results.csv rows (``{}`` / ``[]`` where missing)."""
+    """The run's config.json and its results.csv rows (``{}`` / ``[]`` where missing); for a model a tstrain
+    sweep kept (``models/DATASET/MODEL``), its ``kept.json``: the model's name, the set and the chosen run's
+    validation and test top-1."""
     run = path if path.is_dir() else path.parent
+    try:
+        kept = json.loads((run / "kept.json").read_text())
+        chosen = kept["chosen"]
+        return {"model_name": kept["model"], "recipe": "tstrain", "data": {"dataset": kept["dataset"]},
+                "results": [{"split": split, "top1": f"{chosen[f'{split}_top1']:.2f}"} for split in ("val", "test")]}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     try:
         record = json.loads((run / "config.json").read_text())
     except (OSError, json.JSONDecodeError):
@@ -106,6 +117,7 @@ def _run_record(path: Path) -> dict[str, Any]:
 def model_card(repo_id: str, config: dict[str, Any], data_config: dict[str, Any] | None,
                record: dict[str, Any]) -> str:
     """The README.md of a pushed model: front matter, architecture, data, metrics and how to use it."""
+    from jumbokit.timeseries.data_config import is_series_config
     from jumbokit.training.rundir import markdown_table
 
     name = record.get("model_name") or config.get("encoder") or "jumbokit encoder"
@@ -113,31 +125,50 @@ def model_card(repo_id: str, config: dict[str, Any], data_config: dict[str, Any]
         ("global_tokens", "global tokens"), ("depth", "depth"), ("dim", "width"), ("num_heads", "heads"),
         ("patch_size", "patch"), ("num_classes", "classes")) if config.get(key) is not None)
     params = record.get("num_params")
-    lines = ["---", "library_name: jumbokit", "pipeline_tag: image-classification",
-             "tags:", "- image-classification", "- jumbokit", "- vision-transformer", "---", "",
+    series = is_series_config(data_config)
+    head = (["tags:", "- time-series-classification", "- jumbokit", "- patchtst"] if series else
+            ["pipeline_tag: image-classification", "tags:", "- image-classification", "- jumbokit",
+             "- vision-transformer"])
+    lines = ["---", "library_name: jumbokit", *head, "---", "",
              f"# {repo_id}", "",
-             f"A jumbokit image classifier: `{name}` ({arch}"
+             f"A jumbokit {'time-series' if series else 'image'} classifier: `{name}` ({arch}"
              + (f"; {params / 1e6:.2f}M parameters" if isinstance(params, (int, float)) else "") + ")"
              + (f", trained by `jumbokit {record['recipe']}`" if record.get("recipe") else "")
              + (f" on `{record['data']['dataset']}`" if isinstance(record.get("data"), dict)
                 and record["data"].get("dataset") else "") + ".", ""]
-    if data_config:
-        names = data_config.get("label_names") or []
+    names = (data_config or {}).get("label_names") or []
+    classes = (f"- classes ({len(names) or (data_config or {}).get('num_classes', '?')}): "
+               + (", ".join(map(str, names[:50])) + (" ..." if len(names) > 50 else "") if names else "by index"))
+    if series:
+        scaled = {"train": f"per channel with the training split's mean {data_config.get('mean')} and std "
+                           f"{data_config.get('std')}", "instance": "each series by its own mean and std",
+                  "none": "none"}[data_config["normalize"]]
+        lines += ["## Data", "",
+                  f"- input: {data_config['in_chans']} channel(s) x {data_config['seq_len']} steps (shorter series: "
+                  f"{data_config['unequal_length']})", f"- normalisation: {scaled}", classes, ""]
+    elif data_config:
         lines += ["## Data", "",
                   f"- input: {' x '.join(map(str, data_config['input_size']))} (channels x height x width), "
                   f"resized to height / crop_pct = {data_config.get('crop_pct')} ({data_config.get('interpolation')})"
                   f" and center-cropped",
                   f"- normalisation: mean {list(data_config['mean'])}, std {list(data_config['std'])}",
-                  f"- classes ({len(names) or data_config.get('num_classes', '?')}): "
-                  + (", ".join(map(str, names[:50])) + (" ..." if len(names) > 50 else "") if names else "by index"),
-                  ""]
+                  classes, ""]
     if record.get("results"):
-        lines += ["## Metrics", "", "Top-1 / top-5 accuracy in percent, from the run's `results.csv`.", "",
-                  markdown_table(record["results"], ["split", "top1", "top5", "loss", "n"]).rstrip(), ""]
-    lines += ["## Use", "", "```python", "import jumbokit, timm.data",
-              f'model = jumbokit.load("hf-hub:{repo_id}").eval()',
-              "transform = timm.data.create_transform(**timm.data.resolve_model_data_config(model))",
-              "```", "", f"or `jumbokit predict --checkpoint hf-hub:{repo_id} images/`.", ""]
+        columns = ["split", "top1"] if series else ["split", "top1", "top5", "loss", "n"]
+        source = "the sweep's chosen run (`kept.json`)" if series else "the run's `results.csv`"
+        lines += ["## Metrics", "", f"Top-1{'' if series else ' / top-5'} accuracy in percent, from {source}.", "",
+                  markdown_table(record["results"], columns).rstrip(), ""]
+    if series:
+        lines += ["## Use", "", "```python", "import jumbokit",
+                  "from jumbokit.timeseries.data_config import prepare_series",
+                  f'model = jumbokit.load("hf-hub:{repo_id}").eval()',
+                  "x = prepare_series(raw_series, model.pretrained_cfg)   # (n, C, L) float32, as in training",
+                  "```", "", f"or `jumbokit predict --checkpoint hf-hub:{repo_id} series.ts`.", ""]
+    else:
+        lines += ["## Use", "", "```python", "import jumbokit, timm.data",
+                  f'model = jumbokit.load("hf-hub:{repo_id}").eval()',
+                  "transform = timm.data.create_transform(**timm.data.resolve_model_data_config(model))",
+                  "```", "", f"or `jumbokit predict --checkpoint hf-hub:{repo_id} images/`.", ""]
     return "\n".join(lines)
 
 

@@ -21,8 +21,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-__all__ = ["load_classifier", "checkpoint_tokenizer", "check_image_classifier", "find_images", "find_files", "ImageFiles", "predict_topk",
-           "class_names", "label_counts", "eval_dataset", "confusion_matrix", "confusion_rows", "plot_confusion"]
+__all__ = ["load_classifier", "checkpoint_tokenizer", "check_image_classifier", "find_images", "find_files",
+           "ImageFiles", "predict_topk", "class_names", "label_counts", "eval_dataset", "confusion_matrix",
+           "confusion_rows", "plot_confusion"]
 
 _GLOB_CHARS = set("*?[")
 
