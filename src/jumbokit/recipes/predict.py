@@ -40,9 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ensemble", action="store_true",
                    help="series: the mean probabilities of the sweep's top-k ensemble (tstrain --ensemble K) "
                         "instead of its chosen run (default: off)")
-    p.add_argument("--topk", type=int, default=5, help="labels per image, best first (default: %(default)s)")
+    p.add_argument("--topk", type=int, default=5, help="labels per image or series, best first (default: %(default)s)")
     p.add_argument("--out", default="predictions.csv", metavar="CSV", help="the CSV to write (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=64, help="images or series per forward pass (default: %(default)s)")
     p.add_argument("--num-workers", type=int, default=0, metavar="N",
                    help="DataLoader workers reading images (default: %(default)s)")
     p.add_argument("--convert", action="store_true",
