@@ -3,6 +3,7 @@
 import ast
 import json
 import math
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -593,3 +594,98 @@ def test_length_probe_reads_unequal_sets_and_refuses_equal_ones(tmp_path):
     assert proc.returncode == 1 and "nothing to probe" in proc.stderr
     proc = subprocess.run([*cmd, "GunPoint,Nope"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "unknown dataset 'Nope'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _write_uint8_idx(path: Path, array: np.ndarray) -> None:
+    """``array`` (uint8) as an IDX file: two zero bytes, type 0x08, the rank, big-endian sizes, the values."""
+    path.write_bytes(bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+                     + array.astype(np.uint8).tobytes())
+
+
+def test_fashion_mnist_benchmark_compares_kinds_with_anchors_and_reads_finished_runs(tmp_path, monkeypatch):
+    """At a tiny size (the accuracies mean nothing): CLS, the registers matched to Jumbo's FLOPs (R = 19 at 16
+    patches of pico) and Jumbo for two seeds on generated IDX files; Jumbo minus each paired by seed, the
+    logistic-regression anchor and the published ResNet-18 row; a second call reads the finished runs."""
+    from jumbokit.data import fashion_mnist
+    from jumbokit.encoders import zoo
+    from jumbokit.recipes import supervised
+
+    rng = np.random.default_rng(0)
+    for part, per_class in (("train", 4), ("test", 2)):
+        labels = np.repeat(np.arange(10, dtype=np.uint8), per_class)
+        images = rng.integers(0, 255, size=(len(labels), 28, 28), dtype=np.uint8)
+        for name, array in zip(fashion_mnist.FASHION_MNIST_FILES[part], (images, labels)):
+            _write_uint8_idx(tmp_path / name, array)
+    monkeypatch.setattr(fashion_mnist, "FASHION_MNIST_VAL_SIZE", 10)  # the real cut is 5,000 images
+    monkeypatch.setattr(zoo, "_REGISTRY", dict(zoo._REGISTRY))  # the matched-registers name stays in this test
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import fashion_mnist_supervised as bench
+
+    out = tmp_path / "fm.json"
+    argv = ["--sizes", "pico", "--patch-size", "8", "--seeds", "0", "1", "--epochs", "1", "--dataset",
+            f"fashion-mnist:{tmp_path}", "--supervised-args=--cpu --batch-size 8", "--runs", str(tmp_path / "runs"),
+            "--json", str(out)]
+    record = bench.main(argv)
+    assert list(record["models"]) == ["vit_pico_cls_p8", "vit_pico_reg19_p8", "vit_pico_jumbo_p8"]
+    reg, jumbo = record["models"]["vit_pico_reg19_p8"], record["models"]["vit_pico_jumbo_p8"]
+    assert reg["num_registers"] == 19 and [r["seed"] for r in jumbo["runs"]] == [0, 1]
+    assert all(r["wall_seconds"] > 0 for e in record["models"].values() for r in e["runs"])
+    (to_reg, to_cls) = record["differences"]
+    runs = {k: {r["seed"]: r["test_top1"] for r in e["runs"]} for k, e in record["models"].items()}
+    assert to_reg["per_seed"] == pytest.approx([runs["vit_pico_jumbo_p8"][s] - runs["vit_pico_reg19_p8"][s]
+                                                for s in (0, 1)])
+    assert to_cls["difference"] == "vit_pico_jumbo - vit_pico_cls"
+    (fit,) = record["anchors"]["logistic_regression"]["fits"]  # all 30 training images: one fit
+    assert fit["train_images"] == 30 and 0 <= fit["test_top1"] <= 100
+    text = out.with_suffix(".md").read_text()
+    assert "| logistic regression on pixels (computed here) |" in text and "| 94.9 |" in text
+
+    def no_training(argv):
+        raise AssertionError(f"finished run trained again: {argv}")
+
+    monkeypatch.setattr(supervised, "main", no_training)
+    again = bench.main(argv)
+    assert again["models"] == record["models"] and again["differences"] == record["differences"]
+
+
+def _write_ucr_tsv(root: Path, name: str, labels: tuple[str, str], length: int, rng) -> None:
+    """A two-class set in the UCR 2018 layout: the class shifts the level; some series NaN-padded at the end."""
+    (root / name).mkdir(parents=True)
+    for split, count in (("TRAIN", 12), ("TEST", 20)):
+        y = np.repeat([0, 1], count // 2)
+        x = rng.normal(size=(count, length)) + 2.0 * y[:, None]
+        x[::5, length - 3:] = np.nan
+        lines = ["\t".join([labels[c], *(f"{v:.4f}" if v == v else "NaN" for v in row)]) for c, row in zip(y, x)]
+        (root / name / f"{name}_{split}.tsv").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.multiprocess
+def test_ucr_archive_benchmark_ranks_models_against_minirocket_and_resumes(tmp_path):
+    """At a tiny size (2 steps a run, the accuracies mean nothing): two generated UCR 2018 sets, two transformers
+    and MiniRocket; accuracy, ranks, wins/ties/losses against MiniRocket, Friedman, the diagram; a second call
+    reuses tstrain's finished runs."""
+    rng = np.random.default_rng(0)
+    _write_ucr_tsv(tmp_path / "ucr", "Odd", ("-1", "1"), 24, rng)
+    _write_ucr_tsv(tmp_path / "ucr", "Even", ("3", "8"), 32, rng)
+    out = tmp_path / "ucr.json"
+    cmd = [sys.executable, "benchmarks/ucr_archive.py", "--data-dir", str(tmp_path / "ucr"), "--model",
+           "patchtst,patchtst_jumbo", "--baseline", "minirocket", "--steps", "2", "--cpu", "--threads", "1",
+           "--out", str(tmp_path / "sweep"), "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out.read_text())
+    assert record["sets"] == ["Even", "Odd"] and record["models"] == ["patchtst", "patchtst_jumbo", "minirocket"]
+    acc = np.array(record["accuracy"])
+    assert record["mean_accuracy"]["minirocket"] == pytest.approx(acc[:, 2].mean())
+    assert np.array(record["ranks"]).sum(axis=1) == pytest.approx([6.0, 6.0])  # 1 + 2 + 3 on each set
+    wtl = record["against_minirocket"]["patchtst_jumbo"]
+    assert wtl["wins"] + wtl["ties"] + wtl["losses"] == 2
+    assert wtl["wins"] == int((acc[:, 1] > acc[:, 2]).sum()) and wtl["losses"] == int((acc[:, 1] < acc[:, 2]).sum())
+    assert record["friedman"] is not None and record["nemenyi_cd"] > 0
+    assert (tmp_path / "ucr_cd.png").stat().st_size > 0 and "vs MiniRocket" in out.with_suffix(".md").read_text()
+    assert all(record["per_set"][s]["cpu_seconds"] > 0 for s in ("Even", "Odd"))
+    runs = sorted(p.stat().st_mtime_ns for p in (tmp_path / "sweep" / "runs").rglob("*.json"))
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.stat().st_mtime_ns for p in (tmp_path / "sweep" / "runs").rglob("*.json")) == runs
+    assert json.loads(out.read_text())["accuracy"] == record["accuracy"]
