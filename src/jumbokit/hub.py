@@ -74,7 +74,6 @@ def _stage(run_or_model: str | os.PathLike | nn.Module, folder: Path) -> tuple[d
     from jumbokit.encoders import load as load_saved
     from jumbokit.encoders import save
     from jumbokit.encoders.zoo import load_config
-    from jumbokit.timeseries.data_config import check_series_data_config, is_series_config
 
     if isinstance(run_or_model, nn.Module):
         model, record = run_or_model, {}
@@ -84,8 +83,7 @@ def _stage(run_or_model: str | os.PathLike | nn.Module, folder: Path) -> tuple[d
         model = load_saved(path)
         data_config = getattr(model, "pretrained_cfg", None) or read_run_data_config(path)
         record = _run_record(path)
-    check = check_series_data_config if is_series_config(data_config) else check_data_config
-    data_config = check(data_config) if data_config else None
+    data_config = check_data_config(data_config) if data_config else None
     save(model, folder, data_config=data_config)
     return load_config(folder), data_config, record
 
@@ -117,7 +115,7 @@ def _run_record(path: Path) -> dict[str, Any]:
 def model_card(repo_id: str, config: dict[str, Any], data_config: dict[str, Any] | None,
                record: dict[str, Any]) -> str:
     """The README.md of a pushed model: front matter, architecture, data, metrics and how to use it."""
-    from jumbokit.timeseries.data_config import is_series_config
+    from jumbokit.data.data_config import is_series_config
     from jumbokit.training.rundir import markdown_table
 
     name = record.get("model_name") or config.get("encoder") or "jumbokit encoder"

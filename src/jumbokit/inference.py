@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-__all__ = ["load_classifier", "checkpoint_tokenizer", "check_image_classifier", "find_images", "find_files",
+__all__ = ["load_classifier", "checkpoint_tokenizer", "is_series_checkpoint", "check_image_classifier", "find_images", "find_files",
            "ImageFiles", "predict_topk", "class_names", "label_counts", "eval_dataset", "confusion_matrix",
            "confusion_rows", "plot_confusion"]
 
@@ -32,6 +32,22 @@ def checkpoint_tokenizer(config: dict[str, Any]) -> str:
     """The tokenizer of a saved model config ("image" or "series"): its own, or that of the encoder it wraps."""
     wrapped = next((v for v in config.values() if isinstance(v, dict) and "tokenizer" in v), {})
     return config.get("tokenizer", wrapped.get("tokenizer", "image"))
+
+
+def is_series_checkpoint(source: str | os.PathLike) -> bool:
+    """Whether ``source`` names a series model (its saved config has a series tokenizer) or a tstrain sweep
+    folder (``sweep.json``); False for anything else (an image model, a missing path: the image path reports
+    those). An ``hf-hub:`` name is fetched (or found in the cache) first."""
+    from jumbokit.encoders.zoo import load_config
+    from jumbokit.pretrained import local_path
+
+    path = local_path(source)
+    if (path / "sweep.json").is_file():
+        return True
+    try:
+        return checkpoint_tokenizer(load_config(path)) == "series"
+    except (OSError, ValueError):
+        return False
 
 
 def check_image_classifier(config: dict[str, Any], source: str | os.PathLike) -> None:

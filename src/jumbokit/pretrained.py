@@ -2,10 +2,9 @@
 
 ``load(path)`` rebuilds the model of a run directory, a ``.safetensors`` file or an ``hf-hub:ORG/NAME`` name (see
 ``jumbokit.hub``) with ``jumbokit.encoders.load`` and sets ``model.pretrained_cfg`` (timm's name; see
-``jumbokit.data.data_config``; for series models ``jumbokit.timeseries.data_config``): the block saved with the
-weights, or, for runs written before models carried one,
-the one derived from the run's ``config.json``. A model without either has no ``pretrained_cfg``, and
-``data_config(model)`` is None.
+``jumbokit.data.data_config``, which also describes the series variant): the block saved with the weights, or,
+for runs written before models carried one, the one derived from the run's ``config.json``. A model without either
+has no ``pretrained_cfg``, and ``data_config(model)`` is None.
 """
 from __future__ import annotations
 
@@ -28,14 +27,12 @@ def load(source: str | os.PathLike, map_location: str | torch.device = "cpu", **
     """
     from jumbokit.data.data_config import check_data_config, read_run_data_config
     from jumbokit.encoders import load as load_saved
-    from jumbokit.timeseries.data_config import check_series_data_config, is_series_config
 
     path = local_path(source)
     model = load_saved(path, map_location=map_location, **overrides)
     config = getattr(model, "pretrained_cfg", None) or read_run_data_config(path)
     if config:
-        check = check_series_data_config if is_series_config(config) else check_data_config
-        model.pretrained_cfg = check(config)
+        model.pretrained_cfg = check_data_config(config)
     return model
 
 

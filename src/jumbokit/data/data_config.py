@@ -13,6 +13,11 @@ transform = timm.data.create_transform(**timm.data.resolve_model_data_config(mod
 
 The training recipes store the block in the saved model config (``jumbokit.save``); for runs written before
 that, ``read_run_data_config`` derives it from the ``data`` record of the run's ``config.json``.
+
+Series models carry a variant of the block, marked ``modality: "series"`` (``is_series_config``): ``in_chans``,
+``seq_len``, ``unequal_length``, ``normalize`` (with the per-channel ``mean`` / ``std`` for "train"),
+``num_classes`` and ``label_names``; ``jumbokit.timeseries.data_config`` writes it and prepares raw series with it.
+``check_data_config`` checks either kind.
 """
 from __future__ import annotations
 
@@ -23,10 +28,15 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["DATA_CONFIG_KEYS", "data_config_from_record", "read_run_data_config", "check_data_config",
-           "timm_crop_pct", "eval_transform", "image_mode"]
+           "timm_crop_pct", "eval_transform", "image_mode", "SERIES_MODALITY", "SERIES_UNEQUAL_LENGTHS",
+           "SERIES_NORMALIZATIONS", "is_series_config", "check_series_data_config"]
 
 DATA_CONFIG_KEYS = ("input_size", "mean", "std", "crop_pct", "crop_mode", "interpolation", "num_classes",
                     "label_names")
+SERIES_MODALITY = "series"
+# shorter series: NaN-padded and masked, stretched to the longest, or zero-padded (jumbokit.timeseries.data)
+SERIES_UNEQUAL_LENGTHS = ("pad", "resample", "zero")
+SERIES_NORMALIZATIONS = ("train", "instance", "none")  # as applied (tstrain's "auto" resolves to one of the first two)
 
 
 def timm_crop_pct(img_size: int, crop_pct: float) -> float:
@@ -73,9 +83,38 @@ def read_run_data_config(path: str | os.PathLike) -> dict[str, Any] | None:
     return data_config_from_record(record) if isinstance(record, dict) else None
 
 
+def is_series_config(config: dict[str, Any] | None) -> bool:
+    """Whether a data config (``pretrained_cfg``) describes a series model."""
+    return bool(config) and config.get("modality") == SERIES_MODALITY
+
+
+def check_series_data_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A series data config after checking what preparing series needs; ``ValueError`` naming the key that is
+    missing or inconsistent."""
+    missing = [k for k in ("in_chans", "seq_len", "unequal_length", "normalize") if config.get(k) is None]
+    if missing:
+        raise ValueError(f"series data config lacks {', '.join(missing)}")
+    for key, allowed in (("unequal_length", SERIES_UNEQUAL_LENGTHS), ("normalize", SERIES_NORMALIZATIONS)):
+        if config[key] not in allowed:
+            raise ValueError(f"series data config {key} must be one of {', '.join(allowed)}, got {config[key]!r}")
+    chans = int(config["in_chans"])
+    if config["normalize"] == "train":
+        for key in ("mean", "std"):
+            if len(config.get(key) or ()) != chans:
+                raise ValueError(f"series data config {key} must hold one value per channel ({chans}), "
+                                 f"got {config.get(key)!r}")
+    names = config.get("label_names")
+    if names is not None and config.get("num_classes") not in (None, len(names)):
+        raise ValueError(f"series data config has {len(names)} label_names for num_classes {config['num_classes']}")
+    return dict(config)
+
+
 def check_data_config(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` with tuples for its sequences, after checking what the transform needs; raises ``ValueError``
-    naming the key that is missing or inconsistent."""
+    naming the key that is missing or inconsistent. A series data config is checked by
+    :func:`check_series_data_config`."""
+    if is_series_config(config):
+        return check_series_data_config(config)
     missing = [k for k in ("input_size", "mean", "std") if config.get(k) is None]
     if missing:
         raise ValueError(f"data config lacks {', '.join(missing)} (expected the keys {', '.join(DATA_CONFIG_KEYS)})")

@@ -86,10 +86,13 @@ def summary(rows: list[dict[str, Any]], checkpoint: str, out: Path, shown: int =
 
 def predict_series(args: argparse.Namespace, device: str) -> list[dict[str, Any]]:
     """The rows of a series model's (or ensemble's) predictions for every input file, all files read first."""
-    from jumbokit.timeseries.inference import load_series_models, read_series_files, series_proba, topk_rows
+    from jumbokit.inference import find_files
+    from jumbokit.pretrained import local_path
+    from jumbokit.timeseries.inference import (SERIES_SUFFIXES, load_series_models, read_series_file, series_proba,
+                                               topk_rows)
 
-    models, cfg = load_series_models(args.checkpoint, ensemble=args.ensemble, device=device)
-    files = read_series_files(args.inputs, cfg)
+    models, cfg = load_series_models(local_path(args.checkpoint), ensemble=args.ensemble, device=device)
+    files = [read_series_file(path, cfg) for path in find_files(args.inputs, SERIES_SUFFIXES, "series")]
     names = [str(n) for n in cfg["label_names"]]
     x = np.concatenate([f.x for f in files])
     proba = series_proba(models, x, batch_size=args.batch_size, progress=not args.no_progress)
@@ -103,9 +106,8 @@ def predict_series(args: argparse.Namespace, device: str) -> list[dict[str, Any]
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
-    from jumbokit.inference import ImageFiles, find_images, load_classifier, predict_topk
+    from jumbokit.inference import ImageFiles, find_images, is_series_checkpoint, load_classifier, predict_topk
     from jumbokit.logs import configure_logging
-    from jumbokit.timeseries.inference import is_series_checkpoint
     from jumbokit.training.rundir import atomic_write_text, csv_text
 
     configure_logging()

@@ -85,11 +85,12 @@ def validate_series(args: argparse.Namespace, device: str) -> dict[str, Any]:
     import torch
 
     from jumbokit.inference import class_names, confusion_matrix, confusion_rows, plot_confusion
+    from jumbokit.pretrained import local_path
     from jumbokit.timeseries.inference import load_series_models, series_proba, split_of_dataset, split_scores
     from jumbokit.training import RunDir
     from jumbokit.training.report import RESULT_COLUMNS
 
-    models, cfg = load_series_models(args.checkpoint, ensemble=args.ensemble, device=device)
+    models, cfg = load_series_models(local_path(args.checkpoint), ensemble=args.ensemble, device=device)
     dataset = args.dataset or cfg.get("dataset")
     if not dataset:
         raise ValueError(f"{args.checkpoint} does not name the set it was trained on; pass --dataset")
@@ -115,10 +116,9 @@ def validate_series(args: argparse.Namespace, device: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit.data import make_loader
-    from jumbokit.inference import (class_names, confusion_matrix, confusion_rows, eval_dataset, load_classifier,
-                                    plot_confusion)
+    from jumbokit.inference import (class_names, confusion_matrix, confusion_rows, eval_dataset,
+                                    is_series_checkpoint, load_classifier, plot_confusion)
     from jumbokit.logs import configure_logging
-    from jumbokit.timeseries.inference import is_series_checkpoint
     from jumbokit.training import RunDir, TrainConfig, evaluate_classifier
     from jumbokit.training.accelerator import make_accelerator
     from jumbokit.training.report import RESULT_COLUMNS

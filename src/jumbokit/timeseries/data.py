@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..data.data_config import SERIES_UNEQUAL_LENGTHS
 from .bundled import bundled_source, has_split_files, install_hint, load_bundled
 from .normalize import check_normalization, check_series, fit_normalizer, resolve_normalization
 from .ucr_tsv import has_tsv_split_files, load_tsv
@@ -50,8 +51,8 @@ __all__ = [
 
 ARCHIVES = ("UCR", "UEA")
 # how series shorter than the longest are held: NaN-padded at the end (masked), stretched over the whole length,
-# or zero-padded at the end (read as data)
-UNEQUAL_LENGTHS = ("pad", "resample", "zero")
+# or zero-padded at the end (read as data); a saved model's data config names one of them
+UNEQUAL_LENGTHS = SERIES_UNEQUAL_LENGTHS
 
 
 class DatasetNotFoundError(ValueError):

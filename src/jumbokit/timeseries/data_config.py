@@ -1,7 +1,7 @@
 """The data config a saved series model carries: how raw series become its input, and what its outputs mean.
 
-The series variant of the image models' ``pretrained_cfg`` block (``jumbokit.data.data_config``), stored the same
-way (``jumbokit.save(model, path, data_config=...)``) and exposed by ``jumbokit.load`` as ``model.pretrained_cfg``:
+The series variant of the image models' ``pretrained_cfg`` block (``jumbokit.data.data_config``, which also checks
+it: ``check_series_data_config``), stored the same way (``jumbokit.save(model, path, data_config=...)``) and exposed by ``jumbokit.load`` as ``model.pretrained_cfg``:
 
 - ``modality``: ``"series"`` (what tells it from an image block);
 - ``in_chans`` and ``seq_len``: the channels and the steps of the longest training series;
@@ -25,16 +25,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["SERIES_MODALITY", "is_series_config", "series_data_config", "normalizer_config",
-           "normalizer_from_config", "check_series_data_config", "prepare_series"]
+from ..data.data_config import SERIES_MODALITY, check_series_data_config, is_series_config
 
-SERIES_MODALITY = "series"
-_NORMALIZATIONS = ("train", "instance", "none")
-
-
-def is_series_config(config: dict[str, Any] | None) -> bool:
-    """Whether a data config (``pretrained_cfg``) describes a series model."""
-    return bool(config) and config.get("modality") == SERIES_MODALITY
+__all__ = ["SERIES_MODALITY", "is_series_config", "check_series_data_config", "series_data_config",
+           "normalizer_config", "normalizer_from_config", "prepare_series"]
 
 
 def series_data_config(data, normalizer=None) -> dict[str, Any]:
@@ -81,32 +75,6 @@ def normalizer_from_config(config: dict[str, Any]):
     if config["normalize"] == "instance":
         return normalize_instances
     return as_float32
-
-
-def check_series_data_config(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` after checking what :func:`prepare_series` needs; ``ValueError`` naming the key that is missing
-    or inconsistent."""
-    from .data import UNEQUAL_LENGTHS
-
-    missing = [k for k in ("in_chans", "seq_len", "unequal_length", "normalize") if config.get(k) is None]
-    if missing:
-        raise ValueError(f"series data config lacks {', '.join(missing)}")
-    if config["unequal_length"] not in UNEQUAL_LENGTHS:
-        raise ValueError(f"series data config unequal_length must be one of {', '.join(UNEQUAL_LENGTHS)}, "
-                         f"got {config['unequal_length']!r}")
-    if config["normalize"] not in _NORMALIZATIONS:
-        raise ValueError(f"series data config normalize must be one of {', '.join(_NORMALIZATIONS)}, "
-                         f"got {config['normalize']!r}")
-    chans = int(config["in_chans"])
-    if config["normalize"] == "train":
-        for key in ("mean", "std"):
-            if len(config.get(key) or ()) != chans:
-                raise ValueError(f"series data config {key} must hold one value per channel ({chans}), "
-                                 f"got {config.get(key)!r}")
-    names = config.get("label_names")
-    if names is not None and config.get("num_classes") not in (None, len(names)):
-        raise ValueError(f"series data config has {len(names)} label_names for num_classes {config['num_classes']}")
-    return dict(config)
 
 
 def prepare_series(series: np.ndarray | Sequence[np.ndarray], config: dict[str, Any],

@@ -354,7 +354,7 @@ class PatchTSTClassifier(BaseClassifier):
     @classmethod
     def load(cls, path: str | os.PathLike, map_location: str = "cpu") -> "PatchTSTClassifier":
         """The fitted estimator :meth:`save` wrote into folder ``path`` (no pickle: safetensors and JSON)."""
-        from jumbokit import load as load_model
+        from jumbokit.encoders import load as load_model
 
         from .data_config import normalizer_from_config
 

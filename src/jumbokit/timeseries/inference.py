@@ -3,10 +3,10 @@ files read for it, class probabilities and top-k rows (``jumbokit predict``), a 
 (``jumbokit validate``).
 
 ```python
-from jumbokit.timeseries.inference import load_series_models, read_series_files, series_proba
+from jumbokit.timeseries.inference import load_series_models, read_series_file, series_proba
 models, cfg = load_series_models("sweep/models/GunPoint/patchtst_jumbo")     # or the sweep folder; ensemble=True
-batches = read_series_files(["GunPoint_TEST.ts"], cfg)
-proba = series_proba(models, batches[0].x)      # (n, K), the mean over the members of an ensemble
+series = read_series_file("GunPoint_TEST.ts", cfg)
+proba = series_proba(models, series.x)      # (n, K), the mean over the members of an ensemble
 ```
 
 Inputs: ``.ts`` (aeon / UEA), ``.tsv`` (the UCR 2018 archive: label, then the values, tab-separated), ``.npy``
@@ -26,26 +26,10 @@ from typing import Any, Sequence
 import numpy as np
 from torch import nn
 
-__all__ = ["SERIES_SUFFIXES", "is_series_checkpoint", "load_series_models", "SeriesFile", "read_series_file",
-           "read_series_files", "series_proba", "topk_rows", "split_of_dataset", "split_scores"]
+__all__ = ["SERIES_SUFFIXES", "load_series_models", "SeriesFile", "read_series_file", "series_proba", "topk_rows",
+           "split_of_dataset", "split_scores"]
 
 SERIES_SUFFIXES = (".ts", ".tsv", ".csv", ".npy")
-
-
-def is_series_checkpoint(source: str | os.PathLike) -> bool:
-    """Whether ``source`` names a series model (its saved config has a series tokenizer) or a tstrain sweep
-    folder; False for anything else (an image model, a missing path: the image path reports those)."""
-    from jumbokit.encoders.zoo import load_config
-    from jumbokit.inference import checkpoint_tokenizer
-    from jumbokit.pretrained import local_path
-
-    path = local_path(source)
-    if (path / "sweep.json").is_file():
-        return True
-    try:
-        return checkpoint_tokenizer(load_config(path)) == "series"
-    except (OSError, ValueError):
-        return False
 
 
 def _kept_folder(path: Path) -> Path:
@@ -64,13 +48,13 @@ def load_series_models(source: str | os.PathLike, ensemble: bool = False,
                        device: str = "cpu") -> tuple[list[nn.Module], dict[str, Any]]:
     """``([model, ...] in eval mode on device, series data config)`` of a saved series classifier: a model
     folder or ``.safetensors`` file, a sweep's ``models/<dataset>/<model>`` folder, or a sweep folder that kept
-    one model. ``ensemble``: the members of the sweep's top-k ensemble (``kept.json``) instead of the chosen run.
-    Raises ``FileNotFoundError`` / ``ValueError`` with one readable line."""
-    from jumbokit.pretrained import load, local_path
+    one model (local paths; ``jumbokit.pretrained.local_path`` resolves ``hf-hub:`` names). ``ensemble``: the
+    members of the sweep's top-k ensemble (``kept.json``) instead of the chosen run. Raises ``FileNotFoundError`` /
+    ``ValueError`` with one readable line."""
+    from ..data.data_config import check_series_data_config, is_series_config
+    from ..encoders import load
 
-    from .data_config import is_series_config
-
-    path = local_path(source)
+    path = Path(source)
     if (path / "sweep.json").is_file():
         path = _kept_folder(path)
     files = [path]
@@ -88,6 +72,7 @@ def load_series_models(source: str | os.PathLike, ensemble: bool = False,
     if not is_series_config(cfg):
         raise ValueError(f"{source} carries no series data config (normalisation, length, classes); save it "
                          "with jumbokit.save(model, path, data_config=series_data_config(data))")
+    cfg = check_series_data_config(cfg)
     if any(m.pretrained_cfg != cfg for m in models[1:]):
         raise ValueError(f"the ensemble members of {source} were trained on differently prepared data")
     return [m.to(device).eval() for m in models], cfg
@@ -183,13 +168,6 @@ def read_series_file(path: str | os.PathLike, cfg: dict[str, Any]) -> SeriesFile
     except Exception as err:  # a reader's own parse error (aeon's .ts reader, NumPy's header check)
         raise ValueError(f"cannot read series file {path} ({type(err).__name__}: {err})") from None
     return SeriesFile(path, prepare_series(raw, cfg, what=str(path)), labels)
-
-
-def read_series_files(inputs: Sequence[str | os.PathLike], cfg: dict[str, Any]) -> list[SeriesFile]:
-    """Every series file named by ``inputs`` (files, folders, glob patterns), read and prepared."""
-    from jumbokit.inference import find_files
-
-    return [read_series_file(p, cfg) for p in find_files(inputs, SERIES_SUFFIXES, "series")]
 
 
 def series_proba(models: Sequence[nn.Module], x: np.ndarray, batch_size: int = 256,
