@@ -11,9 +11,10 @@ One seed: one run per grid point of the recipe (small-data's grid is one point: 
 on the paper's split (the official test set halved into validation and test). The default recipe is
 ``small-data`` because of its cost on a 2-core CPU: 1,000 optimizer steps a run (3,000 for series longer than
 400 steps), about 40 s a run on short series and 2-3 min on long ones (benchmarks/results/timeseries_small.md),
-so the 59 sets take about 2 h with the three baselines. ``small-data-trunk`` (the full-resolution ResNet trunk,
-the best recipe on the local sets) costs 10-40 min a run on long series here: days on this CPU, an hour or
-two on one GPU.
+so the 59 sets (23 of them longer than 400 steps) take about 2 h with the three baselines (an estimate from
+those records, not a run of this script). ``small-data-trunk`` (the full-resolution ResNet trunk,
+the best recipe on the local sets) costs 10-40 min a run on long series here: 4-15 h for the 23 long sets
+alone, per model (``--recipe small-data-trunk`` on a GPU instead).
 
 The sweep directory resumes (tstrain's own resume: finished runs and baseline fits are read, not redone), so an
 interrupted benchmark continues with the same command. Then, over the sets every model finished: mean test
