@@ -282,7 +282,9 @@ def main(argv=None) -> dict:
                  f"(target >= 92.0: {'met' if best_mean >= 92.0 else 'missed'}).\n")
     record = {"benchmark": "fashion_mnist_supervised", "command": command, "setting": setting_name(args),
               "epochs": args.epochs, "max_train_samples": args.max_train_samples, "seeds": args.seeds,
-              "supervised_args": args.supervised_args, "machine": machine_record(), "models": entries,
+              "supervised_args": args.supervised_args,
+              "machine": machine_record(device="cpu" if "--cpu" in shlex.split(args.supervised_args) else None),
+              "models": entries,
               "differences": diffs, "anchors": {"logistic_regression": anchor,
                                                 "resnet18_published": {"test_top1": RESNET18_PUBLISHED,
                                                                        "source": "github.com/zalandoresearch/"
