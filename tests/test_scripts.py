@@ -634,7 +634,7 @@ def test_fashion_mnist_benchmark_compares_kinds_with_anchors_and_reads_finished_
     runs = {k: {r["seed"]: r["test_top1"] for r in e["runs"]} for k, e in record["models"].items()}
     assert to_reg["per_seed"] == pytest.approx([runs["vit_pico_jumbo_p8"][s] - runs["vit_pico_reg19_p8"][s]
                                                 for s in (0, 1)])
-    assert to_cls["difference"] == "vit_pico_jumbo - vit_pico_cls"
+    assert to_cls["difference"] == "vit_pico_jumbo (patch 8) - vit_pico_cls (patch 8)"
     (fit,) = record["anchors"]["logistic_regression"]["fits"]  # all 30 training images: one fit
     assert fit["train_images"] == 30 and 0 <= fit["test_top1"] <= 100
     text = out.with_suffix(".md").read_text()
