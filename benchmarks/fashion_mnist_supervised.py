@@ -14,9 +14,9 @@ label smoothing 0.1, no flip) called in this process, on the official split: 55,
 ``--multistage`` adds the multi-stage ``vit_res_<size>`` (an 8x8 grid of 4 px patches reduced to 2x2) beside the
 plain ``vit_<size>_cls`` at 8 px patches, whose FLOPs it matches (47 vs 47 MFLOPs at pico, 82 vs 82 at nano);
 the plain models at 64 patches cost about four times more. Differences, paired by seed: Jumbo minus registers
-and minus CLS per size (the target: +1.0 point each), and ViT-Res minus its twin. The table gives every model's counted FLOPs
-(``encoder_flops``: matrix multiplies; Proposition 1 matches the layers with an FFN of 2D, the zoo's FFN is 4D,
-so the registers model counts 5% below Jumbo at 64 patches).
+and minus CLS per size (the target: +1.0 point each), and ViT-Res minus its twin. The table gives every
+model's counted FLOPs (``encoder_flops``: matrix multiplies; Proposition 1 matches the layers with an FFN of
+2D, the zoo's FFN is 4D, so the registers model counts 5% below Jumbo at 64 patches).
 
 Anchors, as labelled rows: logistic regression on the pixels (scikit-learn, computed here on the same training
 images, val and test) and ResNet-18's published 94.9% (the Fashion-MNIST repository's benchmark table: with
