@@ -140,3 +140,20 @@ def test_features_only_uses_forward_intermediates():
                               **tiny_kwargs("vit_pico_reg16")).eval()
     maps = model(torch.randn(2, 3, 32, 32))
     assert [m.shape for m in maps] == [(2, 96, 4, 4)] * 2
+
+
+@pytest.mark.parametrize("first,second", [("jumbokit", "timm"), ("timm", "jumbokit")])
+def test_the_zoo_joins_timms_registry_whichever_is_imported_first(first, second):
+    """jumbokit registers its models when timm is imported (before or after jumbokit); ``import jumbokit`` alone
+    leaves timm unloaded (it would add seconds to every front door's start)."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; import {first}; loaded = 'timm' in sys.modules; import {second}; import timm; "
+            "m = timm.create_model('vit_pico_jumbo', num_classes=3, img_size=32, patch_size=8, depth=1); "
+            "print(loaded, type(m).__module__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    loaded, module = proc.stdout.split()
+    assert module == "jumbokit.encoders.encoder"
+    assert loaded == str(first == "timm")
