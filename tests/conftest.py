@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one torch thread per test worker (the workers share the cores), also for the processes a test starts
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def _write_ts(folder, name: str, split: str, series: np.ndarray, labels: list[str]) -> None:
