@@ -142,3 +142,20 @@ def test_validate_and_predict_take_a_hub_name(tmp_path, offline_cache, monkeypat
     Image.new("L", (16, 16)).save(image)
     rows = predict.main(["--checkpoint", "hf-hub:org/pico", str(image), "--no-progress"])["rows"]
     assert rows[0]["file"] == str(image) and (tmp_path / "predictions.csv").is_file()
+
+
+def test_create_model_takes_pretrained_weights_from_a_hub_name_or_a_run(tmp_path, offline_cache):
+    run, model = old_run(tmp_path)
+    push_to_hub(run, "org/pico", api=FakeHubApi(offline_cache))
+    options = dict(img_size=16, patch_size=4, in_chans=1)
+    for source in ("hf-hub:org/pico", run):
+        same = jumbokit.create_model("vit_pico_jumbo", pretrained=source, num_classes=10, **options)
+        assert all(torch.equal(v, model.state_dict()[k]) for k, v in same.state_dict().items())
+        assert same.pretrained_cfg == jumbokit.load(run).pretrained_cfg
+    # another class count: every tensor but the new head, which starts afresh; the class names go with the old head
+    fresh = jumbokit.create_model("vit_pico_jumbo", pretrained=run, num_classes=3, **options)
+    assert fresh.head.out_features == 3 and fresh.pretrained_cfg["num_classes"] == 3
+    assert "label_names" not in fresh.pretrained_cfg
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in fresh.state_dict().items() if not k.startswith("head."))
+    with pytest.raises(ValueError, match="is not 'vit_pico_cls'.*cls_token"):
+        jumbokit.create_model("vit_pico_cls", pretrained=run, num_classes=10, **options)

@@ -8,10 +8,10 @@
 
 from wrapt import register_post_import_hook
 
-from .encoders import EncoderOutput, create_model, list_models, save
+from .encoders import EncoderOutput, list_models, save
 from .encoders.branches import reparameterize
 from .hub import push_to_hub  # a run or model to the Hugging Face Hub (jumbokit.load reads hf-hub: names)
-from .pretrained import load  # a saved model with its data config (model.pretrained_cfg)
+from .pretrained import create_model, load  # pretrained=: weights of a saved run, file or hf-hub: name
 from .timeseries import models as _series_models  # noqa: F401  (the series tokenizer and models join the zoo)
 
 __version__ = "0.1.0"

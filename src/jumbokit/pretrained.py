@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["load", "data_config", "local_path"]
+__all__ = ["create_model", "load", "data_config", "local_path"]
 
 
 def load(source: str | os.PathLike, map_location: str | torch.device = "cpu", **overrides: Any) -> nn.Module:
@@ -33,6 +33,39 @@ def load(source: str | os.PathLike, map_location: str | torch.device = "cpu", **
     config = getattr(model, "pretrained_cfg", None) or read_run_data_config(path)
     if config:
         model.pretrained_cfg = check_data_config(config)
+    return model
+
+
+def create_model(name: str, pretrained: bool | str | os.PathLike = False, **overrides: Any) -> nn.Module:
+    """``jumbokit.create_model``: a registered model (``jumbokit.encoders.create_model``), with its weights from a
+    saved model when ``pretrained`` names one (a run directory, a ``.safetensors`` file or ``hf-hub:ORG/NAME``).
+
+    The saved model must be an instance of ``name`` with these ``overrides``: every tensor is loaded, except the
+    classifier head when ``num_classes`` asks for another number of classes (timm's convention: the head starts
+    afresh). The model carries the saved data config (``model.pretrained_cfg``) with its own class count.
+    """
+    from jumbokit.encoders import create_model as build
+
+    if pretrained is False or pretrained is None or pretrained is True:
+        return build(name, pretrained=pretrained is True, **overrides)
+    saved = load(pretrained)
+    model = build(name, **overrides)
+    weights, own = saved.state_dict(), model.state_dict()
+    head = [k for k in own if k.startswith("head.") and k in weights and weights[k].shape != own[k].shape]
+    if head and "num_classes" in overrides:
+        weights = {k: v for k, v in weights.items() if k not in head}
+    mismatched = sorted(set(weights) ^ set(own) - set(head)) + [
+        k for k in weights if k in own and weights[k].shape != own[k].shape]
+    if mismatched:
+        shown = ", ".join(mismatched[:4]) + (f" and {len(mismatched) - 4} more" if len(mismatched) > 4 else "")
+        raise ValueError(f"pretrained={str(pretrained)!r} holds a {type(saved).__name__} that is not {name!r} with "
+                         f"{overrides or 'its defaults'}: tensors that differ in name or shape: {shown}")
+    model.load_state_dict(weights, strict=not head)
+    config = data_config(saved)
+    if config:
+        model.pretrained_cfg = {**config, "num_classes": getattr(model, "num_classes", config.get("num_classes"))}
+        if head:
+            model.pretrained_cfg.pop("label_names", None)
     return model
 
 
