@@ -42,3 +42,19 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def jumbokit_cli(capsys):
+    """``jumbokit_cli(argv)`` runs ``jumbokit ARGV`` in this process: (exit status, stdout, stderr)."""
+    from jumbokit.cli import main
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        try:
+            status = main(argv)
+        except SystemExit as stop:
+            status = stop.code
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    return run

@@ -110,18 +110,6 @@ def digits_run(tmp_path_factory):
     return root, test_row
 
 
-def jumbokit_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    """``jumbokit ARGV`` in this process: (exit status, stdout, stderr)."""
-    from jumbokit.cli import main
-
-    try:
-        status = main(argv)
-    except SystemExit as stop:
-        status = stop.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
 def test_run_saves_its_data_config(digits_run):
     root, _ = digits_run
     cfg = load_data_config(root / "run")
@@ -172,7 +160,7 @@ def test_predict_takes_files_and_globs_in_order(digits_run, tmp_path):
         find_images([str(root / "png" / "*.jpg")])
 
 
-def test_bad_inputs_get_one_line_and_no_file(digits_run, tmp_path, capsys):
+def test_bad_inputs_get_one_line_and_no_file(digits_run, tmp_path, jumbokit_cli):
     root, _ = digits_run
     out = tmp_path / "pred.csv"
     colour = tmp_path / "colour.png"
@@ -186,17 +174,17 @@ def test_bad_inputs_get_one_line_and_no_file(digits_run, tmp_path, capsys):
     }
     for message, inputs in cases.items():
         status, _, err = jumbokit_cli(["predict", "--checkpoint", str(root / "run"), *inputs, "--out", str(out),
-                                       "--no-progress"], capsys)
+                                       "--no-progress"])
         assert status != 0 and message in err and len(err.strip().splitlines()) == 1, err
         assert not out.exists() and not list(tmp_path.glob(".pred.csv*"))
     status, _, err = jumbokit_cli(["predict", "--checkpoint", str(tmp_path / "no_run"), str(good), "--out",
-                                   str(out)], capsys)
+                                   str(out)])
     assert status != 0 and "does not exist" in err and len(err.strip().splitlines()) == 1 and not out.exists()
     status, _, err = jumbokit_cli(["validate", "--checkpoint", str(tmp_path / "no_run"), "--out",
-                                   str(tmp_path / "val")], capsys)
+                                   str(tmp_path / "val")])
     assert status != 0 and "does not exist" in err and not (tmp_path / "val").exists()
     converted = jumbokit_cli(["predict", "--checkpoint", str(root / "run"), str(colour), "--convert", "--out",
-                              str(out), "--no-progress"], capsys)
+                              str(out), "--no-progress"])
     assert converted[0] == 0 and out.is_file()
 
 

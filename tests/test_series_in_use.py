@@ -119,18 +119,6 @@ def test_estimator_saved_and_loaded_predicts_identical_probabilities(tmp_path):
         PatchTSTClassifier.load(tmp_path)
 
 
-def _cli(argv, capsys):
-    """``jumbokit ARGV`` in this process: (exit status, stdout, stderr)."""
-    from jumbokit.cli import main
-
-    try:
-        status = main(argv)
-    except SystemExit as stop:
-        status = stop.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
 def _gunpoint_test_file():
     """aeon's bundled GunPoint_TEST.ts (the official test split as a file)."""
     from pathlib import Path
@@ -187,7 +175,7 @@ def test_series_inputs_of_every_format_agree(sweep, tmp_path):
     assert len(by_file) == 4 and len({tuple(v) for v in by_file.values()}) == 1, by_file
 
 
-def test_bad_series_inputs_get_one_line_and_no_file(sweep, tmp_path, capsys):
+def test_bad_series_inputs_get_one_line_and_no_file(sweep, tmp_path, jumbokit_cli):
     from jumbokit.timeseries.data import load_raw
 
     x, _ = load_raw("GunPoint", "test")
@@ -199,8 +187,8 @@ def test_bad_series_inputs_get_one_line_and_no_file(sweep, tmp_path, capsys):
     cases = {"three.npy": "takes series of 1 channel(s), got 3", "broken.ts": "cannot read series file",
              "broken.npy": "cannot read series file", "words.csv": "expected numbers"}
     for name, message in cases.items():
-        status, _, err = _cli(["predict", "--checkpoint", str(sweep), str(tmp_path / name), "--out", str(out),
-                               "--no-progress"], capsys)
+        status, _, err = jumbokit_cli(["predict", "--checkpoint", str(sweep), str(tmp_path / name), "--out",
+                                       str(out), "--no-progress"])
         assert status != 0 and message in err and len(err.strip().splitlines()) == 1, err
         assert not out.exists() and not list(tmp_path.glob(".pred.csv*"))
 

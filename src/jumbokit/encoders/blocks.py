@@ -147,3 +147,20 @@ def run_block(block: Block, x: torch.Tensor, attn_mask: torch.Tensor | None, glo
     if checkpointing and torch.is_grad_enabled():
         return checkpoint(block, x, attn_mask, global_tokens, use_reentrant=False)
     return block(x, attn_mask, global_tokens, inplace=inplace)
+
+
+class TimmTrainingAPI:
+    """What timm's training scripts call on a model, shared by the plain and the multi-stage encoder (a mixin
+    before ``nn.Module``; the model runs its blocks through :func:`run_block` with ``self.grad_checkpointing``)."""
+
+    grad_checkpointing = False
+    head: nn.Module
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block's activations in the backward pass instead of keeping them (training with autograd
+        only; the gradients are the same)."""
+        self.grad_checkpointing = bool(enable)
+
+    def get_classifier(self) -> nn.Module:
+        return self.head
+

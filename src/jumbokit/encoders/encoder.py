@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .blocks import Block, run_block
+from .blocks import Block, TimmTrainingAPI, run_block
 from .extras import mean_probability_logits, tokenizer_kind, tokenizer_kinds
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
 from .tokenizers import Tokens, exporting
@@ -156,7 +156,7 @@ def full_config(config: dict[str, Any]) -> dict[str, Any]:
     return {**known, **config}
 
 
-class Encoder(nn.Module):
+class Encoder(TimmTrainingAPI, nn.Module):
     """Tokenizer + global-token plug-in + pre-norm blocks + norm (+ optional linear head).
 
     Construct with a flat config (keys of :data:`DEFAULT_CONFIG`); see ``jumbokit.create_model`` for
@@ -222,7 +222,6 @@ class Encoder(nn.Module):
         self._aux_head_name = kind.aux_head_name
         self._set_aux_head()
         self._aux_logits: torch.Tensor | None = None  # the auxiliary head's logits of the last training forward
-        self.grad_checkpointing = False
 
         self.apply(_init_linear)
         self._plugin_keys = set(self.global_tokens.state_dict().keys())
@@ -250,14 +249,6 @@ class Encoder(nn.Module):
             blocks=[(r"^blocks\.(\d+)", None), (r"^global_tokens\.jumbo_(?:norms|mlp|lora|ls)\.(\d+)", None),
                     (r"^norm|^global_tokens\.jumbo_mlp\.", (99999,))],
         )
-
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        """Recompute each block's activations in the backward pass instead of keeping them (training with autograd
-        only; the gradients are the same)."""
-        self.grad_checkpointing = bool(enable)
-
-    def get_classifier(self) -> nn.Module:
-        return self.head
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """A new head for ``num_classes`` (0: none, ``forward`` returns the feature). ``global_pool`` (timm's

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .blocks import Block, masked_layer_norm, run_block
+from .blocks import Block, TimmTrainingAPI, masked_layer_norm, run_block
 from .encoder import DEFAULT_CONFIG, EncoderOutput, _add_plugin_prefix, _init_linear, _strip_plugin_prefix, unknown_options
 from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
 from .tokenizers import IMAGE_OPTIONS, ImagePatchTokenizer, resample_pos_embed, sincos_pos_embed_2d, to_2tuple
@@ -215,7 +215,7 @@ class Stage(nn.Module):
         self.register_load_state_dict_pre_hook(_add_plugin_prefix)
 
 
-class MultiStageEncoder(nn.Module):
+class MultiStageEncoder(TimmTrainingAPI, nn.Module):
     """ViT-Res: conv stem + stages joined by residual spatial reduction (+ optional linear head).
 
     Same interface as :class:`~jumbokit.encoders.Encoder`: ``forward_features`` -> EncoderOutput (patches and
@@ -279,7 +279,6 @@ class MultiStageEncoder(nn.Module):
         self.head = nn.Linear(self.num_features, self.num_classes) if self.num_classes > 0 else nn.Identity()
         self.patch_head = nn.Linear(dims[-1], self.num_classes) if cfg["patch_head"] and self.num_classes else None
         self.apply(_init_linear)
-        self.grad_checkpointing = False
 
     # ------------------------------------------------------------------ api
     @property
@@ -311,14 +310,6 @@ class MultiStageEncoder(nn.Module):
                     (r"^stages\.(\d+)\.global_tokens\.jumbo_(?:norms|mlp|lora|ls)\.(\d+)", None),
                     (r"^stages\.(\d+)\.global_tokens\.jumbo_mlp\.", (99999,)), (r"^norm", (99999,))],
         )
-
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        """Recompute each block's activations in the backward pass instead of keeping them (training with autograd
-        only; the gradients are the same)."""
-        self.grad_checkpointing = bool(enable)
-
-    def get_classifier(self) -> nn.Module:
-        return self.head
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """A new head for ``num_classes`` (0: none). ``global_pool`` (timm's argument) may only repeat the model's
