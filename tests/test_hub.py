@@ -157,5 +157,5 @@ def test_create_model_takes_pretrained_weights_from_a_hub_name_or_a_run(tmp_path
     assert fresh.head.out_features == 3 and fresh.pretrained_cfg["num_classes"] == 3
     assert "label_names" not in fresh.pretrained_cfg
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in fresh.state_dict().items() if not k.startswith("head."))
-    with pytest.raises(ValueError, match="is not 'vit_pico_cls'.*cls_token"):
+    with pytest.raises(ValueError, match="is not a saved 'vit_pico_cls'.*cls_token"):
         jumbokit.create_model("vit_pico_cls", pretrained=run, num_classes=10, **options)

@@ -58,8 +58,8 @@ def create_model(name: str, pretrained: bool | str | os.PathLike = False, **over
         k for k in weights if k in own and weights[k].shape != own[k].shape]
     if mismatched:
         shown = ", ".join(mismatched[:4]) + (f" and {len(mismatched) - 4} more" if len(mismatched) > 4 else "")
-        raise ValueError(f"pretrained={str(pretrained)!r} holds a {type(saved).__name__} that is not {name!r} with "
-                         f"{overrides or 'its defaults'}: tensors that differ in name or shape: {shown}")
+        raise ValueError(f"pretrained={str(pretrained)!r} is not a saved {name!r} with {overrides or 'its defaults'}: "
+                         f"tensors that differ in name or shape: {shown}")
     model.load_state_dict(weights, strict=not head)
     config = data_config(saved)
     if config:
