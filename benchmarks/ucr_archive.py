@@ -23,6 +23,11 @@ sign test, Friedman's test and the Nemenyi critical difference (``jumbokit.bench
 critical-difference diagram (PNG), and the cost per set: CPU seconds of this process (all its threads, summed
 over invocations; a resumed set adds only its reading) and each model's recorded wall seconds.
 
+Beside them, as reference columns only (not in the ranks, wins / ties / losses, Friedman or Nemenyi): the published
+test accuracies of InceptionTime (Ismail Fawaz et al. 2020) and ResNet (Ismail Fawaz et al. 2019) from
+``benchmarks/reference/ucr_published.csv`` (sources in ``benchmarks/reference/README.md``), scored on the whole
+official test set rather than the half the runs here are scored on.
+
     python benchmarks/ucr_archive.py --data-dir DIR                        # patchtst_jumbo + the 3 baselines
     python benchmarks/ucr_archive.py --data-dir DIR --datasets ECG200,GunPoint \\
         --model patchtst,patchtst_registers,patchtst_jumbo
@@ -34,6 +39,7 @@ Writes JSON, a markdown copy and the diagram (``benchmarks/results/ucr_archive_<
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import shlex
 import statistics
@@ -50,6 +56,36 @@ from jumbokit.timeseries.ucr_tsv import has_tsv_split_files
 from jumbokit.training.rundir import atomic_save_figure, atomic_write_json, markdown_table
 
 REFERENCE = "minirocket"
+PUBLISHED_FILE = Path(__file__).resolve().parent / "reference" / "ucr_published.csv"
+
+
+def published_label(model: str) -> str:
+    return f"{model} (published, official test split)"
+
+
+def load_published(path: Path = PUBLISHED_FILE) -> dict:
+    """The published accuracies: {model: {"per_set": {set: test accuracy %}, "runs": {set: runs averaged},
+    "source": [repository@commit:path, ...]}}."""
+    published = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            entry = published.setdefault(row["model"], {"per_set": {}, "runs": {}, "source": []})
+            entry["per_set"][row["dataset"]] = float(row["accuracy"])
+            entry["runs"][row["dataset"]] = int(row["runs"])
+            if row["source"] not in entry["source"]:
+                entry["source"].append(row["source"])
+    return published
+
+
+def published_record(published: dict, rows: dict, sets: list[str]) -> dict:
+    """The published accuracies of the sets run, with each model's mean over ``sets`` (the compared sets) where
+    it has all of them."""
+    return {m: {"label": published_label(m), "source": p["source"],
+                "per_set": {s: p["per_set"].get(s) for s in rows}, "runs": {s: p["runs"].get(s) for s in rows},
+                "mean_accuracy": (statistics.fmean(p["per_set"][s] for s in sets)
+                                  if sets and all(s in p["per_set"] for s in sets) else None),
+                "sets": sum(s in p["per_set"] for s in sets)}
+            for m, p in published.items()}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,12 +180,16 @@ def compare(rows: dict, models: list[str]) -> dict:
 
 
 def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict, models: list[str],
-                result: dict) -> str:
+                result: dict, published: dict | None = None) -> str:
+    """The markdown report; ``published`` (from :func:`published_record`) adds the reference columns."""
+    published = published or {}
+    labels = [p["label"] for p in published.values()]
     per_set = [{"dataset": s, **{m: rows[s][m]["test_top1"] if m in rows[s] else None for m in models},
+                **{p["label"]: p["per_set"][s] for p in published.values()},
                 "CPU s": costs[s]["cpu_seconds"],
                 **{f"{m} wall s": rows[s][m].get("wall_seconds") for m in models if m in rows[s]}}
                for s in rows]
-    fmt = {m: ".1f" for m in models} | {"CPU s": ".0f"} | {f"{m} wall s": ".0f" for m in models}
+    fmt = {m: ".1f" for m in [*models, *labels]} | {"CPU s": ".0f"} | {f"{m} wall s": ".0f" for m in models}
     summary = [{"model": m, "mean test top-1 (%)": result["mean_accuracy"][m], "mean rank": result["mean_rank"][m],
                 **({"vs MiniRocket (W/T/L, sign p)": "{wins}/{ties}/{losses}, p {sign_test_p:.3f}".format(
                     **result["against_minirocket"][m])} if m in result["against_minirocket"] else {})}
@@ -163,6 +203,17 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
              "Friedman: " + ("needs three models and two sets" if fr is None else
                              f"chi2 {fr['chi2']:.2f}, p {fr['p']:.4f}")
              + f"; Nemenyi critical difference at 5%: {result['nemenyi_cd']:.2f} ranks.", ""]
+    if published:
+        n = len(result["sets"])
+        ref_rows = [{"model": p["label"], f"mean test top-1 (%) over the {n} sets": p["mean_accuracy"],
+                     "sets": p["sets"], "source": ", ".join(f"`{src}`" for src in p["source"])}
+                    for p in published.values()]
+        lines += ["Published reference, not in the ranks, wins / ties / losses, Friedman or Nemenyi: InceptionTime "
+                  "(Ismail Fawaz et al. 2020; one ensemble of 5 Inception networks per set) and ResNet (Ismail Fawaz "
+                  "et al. 2019; mean of 5 runs per set), test accuracy on the whole official test set, while the runs "
+                  "above score on its half (the paper's split); so the columns are comparable only roughly. Means "
+                  f"over the same {n} sets as the table above (benchmarks/reference/README.md gives the sources).", "",
+                  markdown_table(ref_rows, formats={f"mean test top-1 (%) over the {n} sets": ".2f"})]
     if REFERENCE in models:
         ref = result["mean_accuracy"][REFERENCE]
         for m in args.model.split(","):
@@ -175,7 +226,11 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
                              f"{result['mean_rank'][REFERENCE]:.2f}).")
         lines.append("")
     lines += ["## Per set (test top-1 %; CPU s: this process over the set, all models; wall s: each model's record)",
-              "", markdown_table(per_set, formats=fmt)]
+              ""]
+    if published:
+        lines += ["The models run here score on the paper's split (half of the official test set); the published "
+                  "columns (reference only, not ranked) on the whole official test set.", ""]
+    lines += [markdown_table(per_set, formats=fmt)]
     return "\n".join(lines)
 
 
@@ -189,12 +244,13 @@ def main(argv=None) -> dict:
     rows, costs = run_sets(sets, tstrain_argv(args, out), out)
     models = list(dict.fromkeys(m for per_set in rows.values() for m in per_set))
     result = compare(rows, models)
-    text = report_text(args, command, rows, costs, models, result)
+    published = published_record(load_published(), rows, result["sets"])
+    text = report_text(args, command, rows, costs, models, result, published)
     json_path = args.json or result_path("ucr_archive", variant)
     record = {"benchmark": "ucr_archive", "command": command, "recipe": args.recipe, "seed": args.seed,
               "tstrain_args": tstrain_argv(args, out), "machine": machine_record(), **result,
               "per_set": {s: {"models": rows[s], **costs[s]} for s in rows},
-              "total_cpu_seconds": sum(c["cpu_seconds"] for c in costs.values())}
+              "total_cpu_seconds": sum(c["cpu_seconds"] for c in costs.values()), "published": published}
     if len(result["sets"]) > 1 and len(models) > 1:
         fig = stats.critical_difference_figure(np.array(result["ranks"]), models,
                                                f"UCR 2018, {len(result['sets'])} sets, {args.recipe}: mean rank "
