@@ -45,6 +45,7 @@ from pathlib import Path
 
 import jumbokit
 from jumbokit.benchmarking import machine_record, result_path, write_result
+from jumbokit.benchmarking.anchors import pixel_logistic_regression
 from jumbokit.encoders.flops import count_params, encoder_flops, matching_registers
 from jumbokit.encoders.zoo import model_config, register_model, small_image_patch_size
 from jumbokit.training.rundir import atomic_write_json, list_checkpoints, markdown_table
@@ -168,34 +169,11 @@ def fmt(values: list[float]) -> str:
     return f"{mean:.2f} ± {std:.2f}" if len(values) > 1 else f"{mean:.2f}"
 
 
-def pixels(dataset) -> tuple:
-    """(images as rows of pixels in [0, 1], labels) of an in-memory image split."""
-    images = dataset.source.images[dataset.indices]
-    return images.reshape(len(images), -1) / 255.0, [dataset.source.targets[i] for i in dataset.indices]
-
-
 def logistic_anchor(args: argparse.Namespace, folder: Path) -> dict:
     """Logistic regression on the pixels of the runs' training images (per seed's subset with
     --max-train-samples), scored on val and test; cached in the setting's folder."""
-    cache = folder / "logistic_regression.json"
-    if cache.exists():
-        return json.loads(cache.read_text())
-    from sklearn.linear_model import LogisticRegression
-
-    from jumbokit.data import build_dataset
-
-    evals = {s: pixels(build_dataset(args.dataset, s, "eval")) for s in ("val", "test")}
-    fits = []
-    for seed in (args.seeds if args.max_train_samples else args.seeds[:1]):
-        x, y = pixels(build_dataset(args.dataset, "train", "eval", max_samples=args.max_train_samples, seed=seed))
-        print(f"logistic regression on {len(y)} training images (seed {seed}) ...", flush=True)
-        started = time.perf_counter()
-        clf = LogisticRegression(max_iter=1000).fit(x, y)
-        fits.append({"seed": seed, "train_images": len(y), "seconds": time.perf_counter() - started,
-                     **{f"{s}_top1": 100.0 * clf.score(*evals[s]) for s in evals}})
-    anchor = {"model": "logistic regression on pixels (scikit-learn, lbfgs, C=1)", "fits": fits}
-    atomic_write_json(cache, anchor)
-    return anchor
+    return pixel_logistic_regression(args.dataset, args.max_train_samples, args.seeds,
+                                     cache=folder / "logistic_regression.json")
 
 
 def paired(size: str, a: dict, b: dict, target: float | None) -> dict | None:
