@@ -189,14 +189,16 @@ def paired(size: str, a: dict, b: dict, target: float | None) -> dict | None:
             "target_met": None if target is None else mean >= target}
 
 
-def differences(entries: dict, sizes: list[str], patch: int) -> list[dict]:
-    """Per size: Jumbo - registers and Jumbo - CLS at the main patch (target +1.0 each), and the multi-stage
-    model - its FLOP twin (the CLS model at 8 px patches) where both ran."""
+def differences(entries: dict, sizes: list[str]) -> list[dict]:
+    """Per size and plain patch size that ran: Jumbo - registers and Jumbo - CLS (target +1.0 each); then the
+    multi-stage model - its FLOP twin (the CLS model at 8 px patches) where both ran."""
     rows = []
     for size in sizes:
-        by_kind = {e["global_tokens"]: e for e in entries.values() if e["size"] == size and e["patch"] == patch
-                   and not e["multistage"]}
-        pairs = [(by_kind.get("jumbo"), by_kind.get(other), 1.0) for other in ("registers", "cls")]
+        plain = [e for e in entries.values() if e["size"] == size and not e["multistage"]]
+        pairs = []
+        for patch in sorted({e["patch"] for e in plain}):
+            by_kind = {e["global_tokens"]: e for e in plain if e["patch"] == patch}
+            pairs += [(by_kind.get("jumbo"), by_kind.get(other), 1.0) for other in ("registers", "cls")]
         pairs.append((entries.get(run_key(f"vit_res_{size}", small_image_patch_size(f"vit_res_{size}", IMG_SIZE))),
                       entries.get(run_key(f"vit_{size}_cls", IMG_SIZE // 4)), None))
         rows += [row for a, b, target in pairs if a and b and (row := paired(size, a, b, target))]
@@ -229,7 +231,7 @@ def main(argv=None) -> dict:
             "num_registers": config.get("num_registers", 0), "mflops": encoder_flops(model) / 1e6,
             "params_m": count_params(model) / 1e6, "runs": runs}
     anchor = logistic_anchor(args, folder)
-    diffs = differences(entries, sizes, args.patch_size)
+    diffs = differences(entries, sizes)
 
     rows = []
     for e in entries.values():
