@@ -204,3 +204,27 @@ def test_shared_data_flags_that_do_not_apply_are_refused(recipe, tmp_path, capsy
     assert code == 2 and "--max-train-samples does not apply" in err and "--max-eval-samples" in err
     code, err = run_cli(recipe, ["--checkpoint", run, "--in-chans", "3", "--no-progress"], capsys)
     assert code == 2 and err == "error: the source takes 1-channel images; drop --in-chans 3"
+
+
+def test_input_norm_batch_undoes_a_shift_of_every_pixel_and_is_recorded(recipe, tmp_path, capsys):
+    from jumbokit.adaptation.wild import input_normalizer
+
+    torch.manual_seed(0)
+    x = torch.randn(6, 1, 8, 8)
+    batch, image = input_normalizer("batch"), input_normalizer("image")
+    assert input_normalizer("source") is None
+    torch.testing.assert_close(batch(3.0 * x + 5.0), batch(x))  # a brightness / contrast change is gone
+    torch.testing.assert_close(image(x).mean((2, 3)), torch.zeros(6, 1), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="expected one of source, batch, image, got 'bn'"):
+        input_normalizer("bn")
+    run = make_run(tmp_path / "r")
+    common = ["--checkpoint", str(run), "--corruptions", "brightness", "--max-eval-samples", "12", "--methods",
+              "none,sar", "--batch-size", "6", "--no-progress", "--cpu"]
+    plain = recipe.main(common + ["--out", str(tmp_path / "a")])
+    normed = recipe.main(common + ["--out", str(tmp_path / "b"), "--input-norm", "batch"])
+    capsys.readouterr()
+    assert plain["input_norm"] == "source" and normed["input_norm"] == "batch"
+    assert "--input-norm batch" in (tmp_path / "b" / "report.md").read_text()
+    assert all(t["nan_batches"] == 0 for t in normed["throughput"])
+    code, err = run_cli(recipe, common + ["--input-norm", "bn", "--out", str(tmp_path / "c")], capsys)
+    assert code == 2 and "--input-norm" in err and not (tmp_path / "c").exists()

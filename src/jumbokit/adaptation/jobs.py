@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..training.jobs import JobQueue, launch_queue
 from ..training.jobs import run_jobs as run_queue
-from .wild import MethodSettings, build_episodes, build_method, run_episodes
+from .wild import MethodSettings, build_episodes, build_method, input_normalizer, run_episodes
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class StreamOptions:
     stream_length: int | None = None
     num_workers: int = 0
     clean_workers: int = 0  # DataLoader workers of EATA's clean Fisher batches
+    input_norm: str = "source"  # the stream's input statistics (wild.input_normalizer)
 
 
 class Job(NamedTuple):
@@ -86,11 +87,12 @@ class SetsOnDemand:
         return self._sets[job.severity]
 
 
-def _clean_batches(clean: Dataset, seed: int, num_workers: int, device: torch.device) -> Iterator:
-    """Shuffled clean (x, y) batches of 64 on ``device`` (EATA's Fisher)."""
+def _clean_batches(clean: Dataset, seed: int, num_workers: int, device: torch.device,
+                   transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Iterator:
+    """Shuffled clean (x, y) batches of 64 on ``device`` (EATA's Fisher), through the stream's ``transform``."""
     generator = torch.Generator().manual_seed(seed)
     loader = DataLoader(clean, batch_size=64, shuffle=True, generator=generator, num_workers=num_workers)
-    return ((x.to(device), y) for x, y in loader)
+    return ((transform(x.to(device)) if transform else x.to(device), y) for x, y in loader)
 
 
 def run_job(model: nn.Module, job: Job, domains: Mapping[str, Dataset], num_classes: int, settings: MethodSettings,
@@ -102,9 +104,10 @@ def run_job(model: nn.Module, job: Job, domains: Mapping[str, Dataset], num_clas
     Returns a record: severity, method, per-corruption ``correct`` / ``total`` counts, adaptation
     ``seconds``, ``nan_batches`` and the method's counters (``stats``)."""
     device = torch.device(device)
+    transform = input_normalizer(stream.input_norm)
     clean_batches = None
     if job.method == "eata" and clean is not None:
-        clean_batches = _clean_batches(clean, stream.seed, stream.clean_workers, device)
+        clean_batches = _clean_batches(clean, stream.seed, stream.clean_workers, device, transform)
     adapter = build_method(job.method, model, stream.batch_size, num_classes, settings, clean_batches)
     picked = domains if job.corruption is None else {job.corruption: domains[job.corruption]}
     episodes = build_episodes(stream.setting, picked, stream.batch_size, seed=stream.seed + job.place,
@@ -112,7 +115,7 @@ def run_job(model: nn.Module, job: Job, domains: Mapping[str, Dataset], num_clas
                               num_workers=stream.num_workers)
     where = f"{job.corruption} " if job.corruption else ""
     with (autocast or contextlib.nullcontext)():
-        result = run_episodes(adapter, episodes, device, progress=progress,
+        result = run_episodes(adapter, episodes, device, progress=progress, transform=transform,
                               desc=f"{METHOD_LABELS.get(job.method, job.method)} {where}sev {job.severity}")
     logger.debug("%s %sseverity %d: %d images in %.1f s", job.method, where, job.severity,
                  sum(result.total.values()), result.seconds)

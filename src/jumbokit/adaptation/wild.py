@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,9 +23,11 @@ import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
 __all__ = [
+    "INPUT_NORMS",
     "METHODS",
     "MethodSettings",
     "build_method",
+    "input_normalizer",
     "DEFAULT_BATCH_SIZE",
     "SETTINGS",
     "Episode",
@@ -191,10 +193,12 @@ def run_episodes(
     device: torch.device | str = "cpu",
     progress: bool = False,
     desc: str = "",
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> StreamResult:
-    """Feed every episode to ``adapter`` (``forward(x) -> logits``, optional ``reset()``).
+    """Feed every episode to ``adapter`` (``forward(x) -> logits``, optional ``reset()``); ``transform`` maps each
+    batch first (:func:`input_normalizer`).
 
-    Timing covers the adapter calls only (data loading excluded; CUDA synchronised).
+    Timing covers the transform and the adapter calls (data loading excluded; CUDA synchronised).
     """
     from tqdm.auto import tqdm
 
@@ -210,7 +214,7 @@ def run_episodes(
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
-            logits = adapter(x)
+            logits = adapter(transform(x) if transform is not None else x)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             result.seconds += time.perf_counter() - start
@@ -226,6 +230,29 @@ def run_episodes(
     bar.close()
     result.stats = dict(getattr(adapter, "stats", {}))
     return result
+
+
+INPUT_NORMS = ("source", "batch", "image")
+
+
+def _standardize(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    return (x - x.mean(dims, keepdim=True)) / x.std(dims, keepdim=True, correction=0).clamp_min(1e-6)
+
+
+def input_normalizer(kind: str) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The test-time input statistics of a stream, applied to batches already normalised with the source's
+    mean/std: ``source`` keeps them (None: no transform); ``batch`` standardises each test batch by its own
+    per-channel mean and standard deviation (what re-estimating normalisation statistics on the test stream does
+    at the input; at batch size 1 it is ``image``); ``image`` standardises each image by its own. Clean inputs
+    normalised with the data statistics have mean ~0 and std ~1, so a stream without shift is left nearly as
+    it is, while a corruption that shifts or rescales every pixel is undone before the model sees it."""
+    if kind not in INPUT_NORMS:
+        raise ValueError(f"input normalisation: expected one of {', '.join(INPUT_NORMS)}, got {kind!r}")
+    if kind == "batch":
+        return lambda x: _standardize(x, (0, 2, 3))
+    if kind == "image":
+        return lambda x: _standardize(x, (2, 3))
+    return None
 
 
 @dataclass

@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="label_shift imbalance ratio (default: %(default)s)")
     run.add_argument("--stream-length", type=int, default=None, help="label_shift stream length (default: set size)")
     run.add_argument("--episodic", action="store_true", help="reset to the source before every batch (default: off)")
+    run.add_argument("--input-norm", choices=("source", "batch", "image"), default="source",
+                     help="input statistics of the test stream: the source's mean/std (source); each test batch "
+                          "re-standardised by its own per-channel mean/std after them (batch: undoes a shift or "
+                          "rescaling of every pixel, per image at batch size 1); each image by its own (image); "
+                          "applied before every method, none included (default: %(default)s)")
     run.add_argument("--seed", type=int, default=0, help="seed of subsets, noise and streams (default: %(default)s)")
     run.add_argument("--out", default=None, help="output folder (default: runs/tta_<setting>_<model>)")
     run.add_argument("--mixed-precision", default="no", choices=("no", "bf16"),
@@ -173,7 +178,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                               fisher_size=args.fisher_size, episodic=args.episodic)
     stream_workers = workers if spec.imagenet_c is not None else 0  # generated sets are in memory
     stream = jobs.StreamOptions(args.setting, batch_size, args.seed, args.imbalance_ratio, args.stream_length,
-                                stream_workers, data.file_workers(clean.fisher, args.num_workers))
+                                stream_workers, data.file_workers(clean.fisher, args.num_workers), args.input_norm)
     records = jobs.run_jobs(src.model.to(acc.device), todo, sets, len(clean.classes or []) or n_out, settings,
                             stream, clean.fisher, acc.device, progress, autocast=acc.autocast)
     if not acc.is_main_process:
@@ -184,10 +189,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary = {"model": src.name, "title": f"{src.name}: {args.setting}, batch {batch_size}",
                "setting": args.setting, "batch_size": batch_size, "severities": spec.severities,
                "methods": methods, "rows": rows, "throughput": throughput, "processes": acc.num_processes,
-               "normalisation": {"mean": info["mean"], "std": info["std"]}}
+               "normalisation": {"mean": info["mean"], "std": info["std"]}, "input_norm": args.input_norm}
     shift = f", imbalance ratio {args.imbalance_ratio:g}" if args.setting == "label_shift" else ""
     report.write_report(out, summary, [
-        f"source: `{checkpoint}`; normalisation mean {info['mean']} std {info['std']}",
+        f"source: `{checkpoint}`; normalisation mean {info['mean']} std {info['std']}"
+        + (f", then each {'test batch' if args.input_norm == 'batch' else 'image'} re-standardised by its own "
+           f"statistics (--input-norm {args.input_norm})" if args.input_norm != "source" else ""),
         f"data: {spec.describe(info)}",
         f"setting `{args.setting}`, batch size {batch_size}, seed {args.seed}{shift}, "
         f"{len(todo)} jobs on {acc.num_processes} process(es)"])
