@@ -9,7 +9,8 @@ normalisations, none of which takes a gradient step:
 - ``source``: the source's stored mean/std (what ``sar-adapt`` feeds every method);
 - ``stream``: the corrupted stream standardised by its own mean and std (one per channel, over the whole stream):
   what re-estimating normalisation statistics on the test stream does for a BatchNorm network at its input;
-- ``batch``: the same per batch of 64 as it arrives (an online version: no look at future images).
+- ``batch``: the same per batch of 64 as it arrives (an online version: no look at future images; what
+  ``jumbokit sar-adapt --input-norm batch`` feeds every method).
 
 It also reports what the entropy filters of EATA and SAR see: the share of test images whose prediction entropy
 is below E0 = 0.4 ln(classes) (the samples SAR and EATA adapt on), and the accuracy on that share, which says
@@ -32,6 +33,7 @@ import torch
 from jumbokit.adaptation.corruptions import COMMON_CORRUPTIONS, resolve_corruptions
 from jumbokit.adaptation.data import CorruptionSpec, build_corrupted_sets, load_clean_sets
 from jumbokit.adaptation.source import load_source
+from jumbokit.adaptation.wild import input_normalizer
 from jumbokit.benchmarking import RESULTS_DIR, machine_record, write_result
 from jumbokit.training.rundir import markdown_table
 
@@ -66,10 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 @torch.no_grad()
 def score(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, classes: int) -> dict[str, float]:
     """Top-1 under the three normalisations, and the share / accuracy of the low-entropy samples (source inputs)."""
-    dims = [0, 2, 3]
-    stream = (images - images.mean(dims, keepdim=True)) / images.std(dims, keepdim=True).clamp_min(1e-6)
-    batches = [(b - b.mean(dims, keepdim=True)) / b.std(dims, keepdim=True).clamp_min(1e-6)
-               for b in images.split(BATCH)]
+    standardize = input_normalizer("batch")  # what `sar-adapt --input-norm batch` applies to each batch
+    stream = standardize(images)
+    batches = [standardize(b) for b in images.split(BATCH)]
     out, filters = {}, {}
     for name, inputs in (("source", images), ("stream", stream), ("batch", torch.cat(batches))):
         logits = torch.cat([model(chunk) for chunk in inputs.split(256)])
