@@ -52,7 +52,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from jumbokit.benchmarking import RESULTS_DIR, machine_record, time_interleaved, write_result
+from jumbokit.benchmarking import RESULTS_DIR, dataset_slug, machine_record, time_interleaved, write_result
 from jumbokit.training.rundir import markdown_table as table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -380,7 +380,7 @@ def probe_path(args: argparse.Namespace) -> Path:
     if args.json is not None:
         return args.json
     return args.out / ("mae_probe.json" if args.dataset_kind == "digits"
-                       else f"mae_probe_{args.dataset_kind.replace('-', '_')}.json")
+                       else f"mae_probe_{dataset_slug(args.dataset)}.json")
 
 
 # ------------------------------------------------------------------------------------------------- ddp

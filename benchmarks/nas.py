@@ -59,7 +59,6 @@ import argparse
 import csv
 import json
 import math
-import re
 import shlex
 import statistics
 import subprocess
@@ -122,15 +121,6 @@ def load_supernet_run(path: Path):
     return supernet.eval(), run, flags, read_data_record(run)
 
 
-def dataset_slug(dataset: str) -> str:
-    """The result-file variant of a --dataset string: fashion-mnist[:DIR] -> fashion_mnist, folder:/d/x -> x."""
-    from jumbokit.data.spec import parse_dataset_spec
-
-    spec = parse_dataset_spec(dataset)
-    name = spec.kind if spec.kind in ("digits", "fashion-mnist") else Path(str(spec.path).rstrip("/")).name
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or spec.kind
-
-
 def data_flags(flags: dict, dataset: str, img_size: int, in_chans: int) -> list[str]:
     """The supervised recipe's flags for the supernet's data: dataset, subset, geometry, augmentation."""
     out = ["--img-size", str(img_size), "--in-chans", str(in_chans)]
@@ -189,7 +179,7 @@ def main(argv=None) -> dict:
     from scipy.stats import kendalltau
 
     from jumbokit import nas
-    from jumbokit.benchmarking import machine_record, result_path, write_result
+    from jumbokit.benchmarking import dataset_slug, machine_record, result_path, write_result
     from jumbokit.data import build_dataset, make_loader
     from jumbokit.training import evaluate_classifier
 

@@ -15,8 +15,8 @@ The scripts in ``benchmarks/`` measure; this package holds what they share and w
 """
 
 from .machine import machine_record
-from .records import RESULTS_DIR, result_path, write_result
+from .records import RESULTS_DIR, dataset_slug, result_path, write_result
 from .timing import Timing, time_interleaved
 from .tstrain import run_tstrain
 
-__all__ = ["RESULTS_DIR", "Timing", "machine_record", "result_path", "run_tstrain", "time_interleaved", "write_result"]
+__all__ = ["RESULTS_DIR", "dataset_slug", "Timing", "machine_record", "result_path", "run_tstrain", "time_interleaved", "write_result"]

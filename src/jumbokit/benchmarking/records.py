@@ -8,7 +8,7 @@ from typing import Any
 
 from ..training.rundir import atomic_write_json, atomic_write_text
 
-__all__ = ["RESULTS_DIR", "result_path", "write_result"]
+__all__ = ["RESULTS_DIR", "dataset_slug", "result_path", "write_result"]
 
 RESULTS_DIR = Path("benchmarks") / "results"
 
@@ -17,6 +17,18 @@ def result_path(benchmark: str, variant: str = "") -> Path:
     """``benchmarks/results/<benchmark>_<variant>.json`` (``<benchmark>.json`` without a variant), relative to the
     checkout the benchmark runs from."""
     return RESULTS_DIR / (f"{benchmark}_{variant}.json" if variant else f"{benchmark}.json")
+
+
+def dataset_slug(dataset: str) -> str:
+    """The result-file variant of a ``--dataset`` string: ``fashion-mnist[:DIR]`` -> ``fashion_mnist``,
+    ``folder:/data/x`` -> ``x``."""
+    import re
+
+    from ..data.spec import parse_dataset_spec
+
+    spec = parse_dataset_spec(dataset)
+    name = spec.kind if spec.kind in ("digits", "fashion-mnist") else Path(str(spec.path).rstrip("/")).name
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or spec.kind
 
 
 def write_result(path: str | os.PathLike, record: dict[str, Any], markdown: str, quiet: bool = False) -> Path:
