@@ -36,6 +36,8 @@ Time per step on Fashion-MNIST, 1 CPU thread of a 2-core machine busy with other
 Extrapolated from these (linear in images x epochs and in FLOPs; not measured):
 - CPU size: supernet ~18 min (2.7 min training + 0.8 min validation an epoch); search ~5 min; a retrain ~7 min at
   46 MFLOPs, ~9 min for the average tau architecture; 19 retrains ~2.5 h; in all ~3 h;
+  measured since: supernet 843 s (100-120 s an epoch), search 5 min, and with `--epochs 3 --seeds 0` 17 retrains
+  of 122-268 s: 1 h 16 min in all (benchmarks/results/nas_fashion_mnist.md);
 - full size on this CPU: supernet ~8 h, search (3,500 candidates on 5,000 images) ~8 h, a retrain ~3 h, the
   benchmark ~70 h: use a GPU;
 - full size on one GPU (no GPU measurement; a guess: these models are launch-bound there, so time follows steps):
