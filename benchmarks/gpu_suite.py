@@ -251,21 +251,13 @@ def inference_cell(section: Section, args, dim: int, mode: str, batch: int) -> N
         models = {k: torch.compile(m, dynamic=False) for k, m in models.items()}
     rates = throughput.time_group(models, a)
     x = torch.randn(batch, 3, args.img_size, args.img_size, device=args.device)
-    for key, model in models.items():
-        s = stats(rates[key])
-        mem = None
-        if not compile:
-            with torch.inference_mode(), throughput.autocast(a):
-                mem = peak_mib_of(lambda m=model: m(x), args)
-        section.row(mode=mode, batch=batch, model=key, unit="img/s", **s, peak_mem_mib=mem)
-        section.metric(f"{key}_{mode}_b{batch}_img_s", s["median"])
-        section.metric(f"{key}_{mode}_b{batch}_spread", s["spread"])
-    jumbo, reg = f"vit_{'nano' if dim == 128 else 'tiny'}_jumbo", f"vit_{'nano' if dim == 128 else 'tiny'}_reg16"
-    r = ratio_stats(rates[jumbo], rates[reg])
-    key = f"jumbo_d{dim}_vs_reg16_{mode}_b{batch}"
-    section.metric(key, r["ratio"])
-    section.row(mode=mode, batch=batch, model=key, unit="ratio", median=r["ratio"], min=r["min"], max=r["max"],
-                spread=max(stats(rates[jumbo])["spread"], stats(rates[reg])["spread"]))
+    mems = {}
+    if not compile:
+        with torch.inference_mode(), throughput.autocast(a):
+            mems = {key: peak_mib_of(lambda m=model: m(x), args) for key, model in models.items()}
+    size = "nano" if dim == 128 else "tiny"
+    jumbo, reg = f"vit_{size}_jumbo", f"vit_{size}_reg16"
+    record_pair(section, rates, mems, "", mode, batch, jumbo, reg, f"jumbo_d{dim}_vs_reg16_{mode}_b{batch}", "img/s")
     if "timm_vit_tiny" in rates:
         section.metric(f"jumbo_d192_vs_timm_vit_tiny_{mode}_b{batch}",
                        ratio_stats(rates[jumbo], rates["timm_vit_tiny"])["ratio"])
