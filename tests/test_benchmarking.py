@@ -2,12 +2,14 @@
 aeon's own implementation of the same tests)."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
 
 from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
-from jumbokit.benchmarking import stats
+from jumbokit.benchmarking import records, stats
+from jumbokit.benchmarking.records import STAMP_KEYS, is_legacy
 from jumbokit.timeseries.results import rank_values
 
 
@@ -30,13 +32,72 @@ def test_machine_record_has_one_shape():
     assert machine_record(device="cpu")["device"] == "cpu"
 
 
-def test_write_result_writes_the_json_and_its_markdown_copy(tmp_path):
-    path = write_result(tmp_path / "x" / "bench_variant.json", {"rows": [1.5]}, "# table", quiet=True)
-    assert json.loads(path.read_text()) == {"rows": [1.5]}
-    assert path.with_suffix(".md").read_text() == "# table\n"
+def test_write_result_writes_the_stamped_json_and_its_markdown_copy(tmp_path):
+    record = {"rows": [1.5], "seeds": [0, 1, 2]}
+    path = write_result(tmp_path / "x" / "bench_variant.json", record, "# table", quiet=True)
+    written = json.loads(path.read_text())
+    assert record == {"rows": [1.5], "seeds": [0, 1, 2]}  # the caller's dict is left alone
+    assert written["rows"] == [1.5] and not is_legacy(written) and set(STAMP_KEYS) <= set(written["stamp"])
+    stamp = written["stamp"]
+    assert stamp["seeds"] == [0, 1, 2] and stamp["wall_s"] >= 0 and stamp["started"] <= stamp["finished"]
+    assert stamp["cpu_s"]["total"] == pytest.approx(stamp["cpu_s"]["self"] + stamp["cpu_s"]["children"], abs=0.02)
+    assert stamp["cpu_s"]["self"] > 0 and stamp["peak_rss_mib"]["self"] > 10
+    assert stamp["argv"] == list(sys.orig_argv) and stamp["command"].startswith("python ")
+    assert set(stamp["machine"]) == {"cpu", "cores", "threads", "python", "torch", "device", "date"}
+    commit, dirty = records.git_state()
+    assert stamp["git_commit"] == commit and stamp["git_dirty"] == dirty
+    if commit is not None:  # run from a checkout
+        assert len(commit) == 40 and isinstance(dirty, bool)
+    markdown = path.with_suffix(".md").read_text()
+    assert markdown.startswith("# table\n\nRecorded: `") and "seeds 0, 1, 2" in markdown
     assert result_path("deploy", "h100").as_posix() == "benchmarks/results/deploy_h100.json"
+    assert result_path("deploy", results_dir=tmp_path) == tmp_path / "deploy.json"
     with pytest.raises(ValueError, match="ending in .json"):
         write_result(tmp_path / "x.md", {}, "")
+
+
+def test_stamp_counts_child_processes_and_finds_seeds(monkeypatch):
+    import subprocess
+
+    before = records.run_stamp({})["cpu_s"]["children"]
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    after = records.run_stamp({})
+    assert after["cpu_s"]["children"] > before and after["peak_rss_mib"]["children"] > 1
+    assert records.run_stamp({"seed": 4})["seeds"] == [4]
+    assert records.run_stamp({"run_seeds": [3, 4, 5]})["seeds"] == [3, 4, 5]
+    assert records.run_stamp({}, seeds=[7])["seeds"] == [7]
+    monkeypatch.setattr(sys, "orig_argv", ["/usr/bin/python3.11", "bench.py", "--seeds", "0", "1", "--cpu"])
+    stamp = records.run_stamp({})
+    assert stamp["seeds"] == [0, 1] and stamp["command"] == "python bench.py --seeds 0 1 --cpu"
+    monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "x", "--seed=3"])
+    assert records.run_stamp({})["seeds"] == [3]
+    monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "x"])
+    assert records.run_stamp({})["seeds"] is None
+    assert is_legacy({"rows": []}) and is_legacy({"stamp": {"command": "x"}})
+
+
+def test_paired_test_against_a_target():
+    jumbo, registers = [74.54, 74.52, 76.63], [73.95, 73.61, 73.87]
+    result = stats.paired_test(jumbo, registers, target=1.0)
+    assert result.mean == pytest.approx(1.42) and result.sd == pytest.approx(1.1715, abs=1e-4)
+    assert not result.met and result.verdict == "inside the noise (p 0.30)"
+    from scipy.stats import ttest_rel
+
+    shifted = ttest_rel(np.array(jumbo) - 1.0, registers, alternative="greater").pvalue
+    assert result.p == pytest.approx(shifted, rel=1e-9)
+    assert result.low < 1.0 < result.high  # the 95% interval straddles the target
+    clear = stats.paired_test([6.0, 6.4, 5.8], target=0.0)
+    assert clear.met and clear.verdict == "met (p < 0.001)" and clear.low > 0
+    short = stats.paired_test([0.1, -0.3, 0.2], target=1.0)
+    assert not short.met and short.verdict.startswith("missed")
+    under = stats.paired_test([0.60, 0.61, 0.59, 0.60], target=0.63, greater=False)  # a ratio that must stay under
+    assert under.met and under.high < 0.63
+    assert stats.paired_test([0.0, 0.0, 0.0], target=-1.0).verdict == "untestable (no spread over 3 pairs)"
+    assert stats.paired_test([2.0], target=1.0).verdict == "untestable (1 pair)"
+    assert result.summary() == "+1.42 ± 1.17 (95% CI -1.49 to +4.33, n 3)"
+    with pytest.raises(ValueError, match="paired"):
+        stats.paired_test([1, 2, 3], [1, 2])
+    assert stats.format_p(0.0004) == "p < 0.001" and stats.format_p(0.031) == "p 0.031"
 
 
 def test_ranks_and_tests_agree_with_aeon():

@@ -5,18 +5,20 @@ The scripts in ``benchmarks/`` measure; this package holds what they share and w
 - :mod:`~jumbokit.benchmarking.timing`: warm-up, interleaved timed rounds, median and spread;
 - :mod:`~jumbokit.benchmarking.machine`: the machine record every result file carries;
 - :mod:`~jumbokit.benchmarking.records`: result files (``benchmarks/results/<benchmark>_<variant>.json`` and its
-  markdown copy ``.md``);
+  markdown copy ``.md``), each stamped with its command, git commit, times, CPU seconds, peak memory and seeds;
 - :mod:`~jumbokit.benchmarking.tstrain`: ``tstrain`` run in the calling process, for the time-series benchmarks;
-- :mod:`~jumbokit.benchmarking.stats`: ranks, Friedman's test, the Nemenyi critical difference, sign tests
-  (scipy; aeon draws the critical-difference diagram);
+- :mod:`~jumbokit.benchmarking.stats`: ranks, Friedman's test, the Nemenyi critical difference, sign tests, the
+  paired test that decides whether a target on a difference is met (scipy; aeon draws the critical-difference
+  diagram);
 - :mod:`~jumbokit.benchmarking.rank_tables` and :mod:`~jumbokit.benchmarking.rank_pool`: the mean-rank tables of
   the time-series results (``python -m jumbokit.benchmarking.rank_tables``, ``... .rank_pool``);
 - :mod:`~jumbokit.benchmarking.fusion`: the probabilities of two sweeps' runs averaged pair by pair.
 """
 
 from .machine import machine_record
-from .records import RESULTS_DIR, dataset_slug, result_path, write_result
+from .records import RESULTS_DIR, dataset_slug, is_legacy, result_path, run_stamp, write_result
 from .timing import Timing, time_interleaved
 from .tstrain import run_tstrain
 
-__all__ = ["RESULTS_DIR", "dataset_slug", "Timing", "machine_record", "result_path", "run_tstrain", "time_interleaved", "write_result"]
+__all__ = ["RESULTS_DIR", "dataset_slug", "Timing", "is_legacy", "machine_record", "result_path", "run_stamp",
+           "run_tstrain", "time_interleaved", "write_result"]

@@ -1,29 +1,51 @@
-"""Result files: ``benchmarks/results/<benchmark>_<variant>.json`` and a markdown copy beside it (``.md``)."""
+"""Result files: ``<results>/<benchmark>_<variant>.json`` and a markdown copy beside it (``.md``), each stamped.
+
+Every record :func:`write_result` writes carries a ``stamp``: what a reader needs to regenerate and trust it
+(:func:`run_stamp`): the exact command line, the git commit and whether the tree was dirty, the machine record,
+start and end time, wall and CPU seconds (child processes included), peak resident memory and the seeds. A record
+without a stamp is a *legacy* record (:func:`is_legacy`); the results pages mark the numbers that come from one.
+"""
 
 from __future__ import annotations
 
+import copy
+import datetime
 import os
+import re
+import resource
+import shlex
+import subprocess
+import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..training.rundir import atomic_write_json, atomic_write_text
 
-__all__ = ["RESULTS_DIR", "dataset_slug", "result_path", "write_result"]
+__all__ = ["RESULTS_DIR", "STAMP_KEYS", "dataset_slug", "is_legacy", "process_start_time", "result_path",
+           "run_stamp", "stamp_line", "write_result"]
 
 RESULTS_DIR = Path("benchmarks") / "results"
 
+#: What a stamp holds; a record whose ``stamp`` lacks one of these is legacy.
+STAMP_KEYS = ("command", "argv", "cwd", "git_commit", "git_dirty", "machine", "started", "finished", "wall_s",
+              "cpu_s", "peak_rss_mib", "seeds")
 
-def result_path(benchmark: str, variant: str = "") -> Path:
-    """``benchmarks/results/<benchmark>_<variant>.json`` (``<benchmark>.json`` without a variant), relative to the
-    checkout the benchmark runs from."""
-    return RESULTS_DIR / (f"{benchmark}_{variant}.json" if variant else f"{benchmark}.json")
+_IMPORTED_AT = time.time()
+
+
+def result_path(benchmark: str, variant: str = "", results_dir: str | os.PathLike | None = None) -> Path:
+    """``<results_dir>/<benchmark>_<variant>.json`` (``<benchmark>.json`` without a variant).
+
+    ``results_dir`` defaults to :data:`RESULTS_DIR`, ``benchmarks/results`` relative to the current folder (the
+    checkout the benchmark runs from)."""
+    folder = RESULTS_DIR if results_dir is None else Path(results_dir)
+    return folder / (f"{benchmark}_{variant}.json" if variant else f"{benchmark}.json")
 
 
 def dataset_slug(dataset: str) -> str:
     """The result-file variant of a ``--dataset`` string: ``fashion-mnist[:DIR]`` -> ``fashion_mnist``,
     ``folder:/data/x`` -> ``x``."""
-    import re
-
     from ..data.spec import parse_dataset_spec
 
     spec = parse_dataset_spec(dataset)
@@ -31,16 +53,165 @@ def dataset_slug(dataset: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or spec.kind
 
 
-def write_result(path: str | os.PathLike, record: dict[str, Any], markdown: str, quiet: bool = False) -> Path:
-    """Write ``record`` as JSON to ``path`` and ``markdown`` to the same name with ``.md``; both atomically.
+def process_start_time() -> float:
+    """When this process started (seconds since the epoch): from ``/proc`` on Linux, else when this module was
+    imported (the benchmark scripts import it at start-up)."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime, in clock ticks after boot
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return _IMPORTED_AT
 
-    Returns the JSON's path. Unless ``quiet``, says where they went on stdout.
+
+def _git(args: Sequence[str], cwd: Path) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def git_state(cwd: str | os.PathLike | None = None) -> tuple[str | None, bool | None]:
+    """(HEAD's commit, whether tracked files differ from it) of the checkout at ``cwd`` (default: the current
+    folder, else the folder this package is installed from); (None, None) outside a git checkout."""
+    for folder in ([Path(cwd)] if cwd is not None else [Path.cwd(), Path(__file__).resolve().parent]):
+        commit = _git(["rev-parse", "HEAD"], folder)
+        if commit:
+            status = _git(["status", "--porcelain", "--untracked-files=no"], folder)
+            return commit.strip(), (None if status is None else bool(status.strip()))
+    return None, None
+
+
+def _readable_command(argv: Sequence[str]) -> str:
+    """The command line as typed: the interpreter's path shortened to ``python``."""
+    argv = list(argv)
+    if argv and re.fullmatch(r"python[0-9.]*", Path(argv[0]).name):
+        argv[0] = "python"
+    return shlex.join(argv)
+
+
+_SEED_FLAG = re.compile(r"--seeds?(?:=(.*))?$")
+
+
+def _seeds_of(record: dict[str, Any], argv: Sequence[str]) -> list[int] | None:
+    """The seeds a record names (``seeds``, ``run_seeds`` or ``seed``), else those of a ``--seed(s)`` flag."""
+    for key in ("seeds", "run_seeds", "seed"):
+        value = record.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return [value]
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
+            return list(value)
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        match = _SEED_FLAG.match(arg)
+        if not match:
+            continue
+        values = match.group(1).split(",") if match.group(1) else []
+        for following in argv[i + 1:] if match.group(1) is None else []:
+            if following.startswith("-"):
+                break
+            values += following.split(",")
+        try:
+            return [int(v) for v in values if v]
+        except ValueError:
+            return None
+    return None
+
+
+def _peak_rss_mib(usage: resource.struct_rusage) -> float:
+    # ru_maxrss is KiB on Linux, bytes on macOS
+    scale = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024
+    return round(usage.ru_maxrss * scale, 1)
+
+
+def run_stamp(record: dict[str, Any] | None = None, seeds: Sequence[int] | None = None,
+              started: float | None = None, machine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the process that calls this ran, up to now.
+
+    Parameters
+    ----------
+    record : dict, optional
+        The result being written; its ``seeds`` / ``run_seeds`` / ``seed`` name the seeds when ``seeds`` is not
+        given (else a ``--seed``/``--seeds`` flag on the command line does).
+    seeds : sequence of int, optional
+        The seeds the numbers were measured with.
+    started : float, optional
+        When the measurement started (``time.time()``); default: when the process started.
+    machine : dict, optional
+        The machine record (default: :func:`~jumbokit.benchmarking.machine.machine_record` now).
+
+    Returns
+    -------
+    dict
+        ``command`` (readable), ``argv`` (exact), ``cwd``, ``git_commit``, ``git_dirty``, ``machine``, ``started``
+        and ``finished`` (UTC, ISO 8601), ``wall_s``, ``cpu_s`` (``self``, ``children``, ``total``: user + system
+        seconds, children counted once they have been waited for), ``peak_rss_mib`` (``self`` and ``children``:
+        the largest resident size of this process and of any one waited-for child), ``seeds`` (None when unknown).
+    """
+    from .machine import machine_record
+
+    argv = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+    now = time.time()
+    start = process_start_time() if started is None else float(started)
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_self, cpu_children = own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+    commit, dirty = git_state()
+
+    def iso(t: float) -> str:
+        return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
+
+    return {"command": _readable_command(argv), "argv": argv, "cwd": str(Path.cwd()),
+            "git_commit": commit, "git_dirty": dirty,
+            "machine": machine if machine is not None else machine_record(),
+            "started": iso(start), "finished": iso(now), "wall_s": round(now - start, 2),
+            "cpu_s": {"self": round(cpu_self, 2), "children": round(cpu_children, 2),
+                      "total": round(cpu_self + cpu_children, 2)},
+            "peak_rss_mib": {"self": _peak_rss_mib(own), "children": _peak_rss_mib(children)},
+            "seeds": list(seeds) if seeds is not None else _seeds_of(record or {}, argv)}
+
+
+def is_legacy(record: dict[str, Any]) -> bool:
+    """True for a record written before stamps (or whose stamp lacks one of :data:`STAMP_KEYS`)."""
+    stamp = record.get("stamp") if isinstance(record, dict) else None
+    return not isinstance(stamp, dict) or any(key not in stamp for key in STAMP_KEYS)
+
+
+def stamp_line(stamp: dict[str, Any]) -> str:
+    """One markdown line saying what a stamp holds."""
+    commit = (stamp.get("git_commit") or "no git commit")[:12]
+    dirty = {True: " (tree dirty)", False: "", None: ""}[stamp.get("git_dirty")]
+    seeds = stamp.get("seeds")
+    machine = stamp.get("machine") or {}
+    return (f"Recorded: `{stamp.get('command')}` at commit {commit}{dirty}, {stamp.get('started')} to "
+            f"{stamp.get('finished')}; wall {stamp.get('wall_s')} s, CPU {stamp.get('cpu_s', {}).get('total')} s "
+            f"(children included), peak resident {stamp.get('peak_rss_mib', {}).get('self')} MiB (largest child "
+            f"{stamp.get('peak_rss_mib', {}).get('children')} MiB); seeds "
+            f"{', '.join(map(str, seeds)) if seeds else 'not given'}; {machine.get('device', '?')}, torch "
+            f"{machine.get('torch', '?')}.")
+
+
+def write_result(path: str | os.PathLike, record: dict[str, Any], markdown: str, quiet: bool = False,
+                 seeds: Sequence[int] | None = None, started: float | None = None) -> Path:
+    """Write ``record``, stamped (:func:`run_stamp`, under ``"stamp"``), as JSON to ``path`` and ``markdown`` to the
+    same name with ``.md`` (the stamp's :func:`stamp_line` appended); both atomically.
+
+    ``seeds`` and ``started`` go to :func:`run_stamp`. The caller's dict is not changed. Returns the JSON's path.
+    Unless ``quiet``, says where they went on stdout.
     """
     path = Path(path)
     if path.suffix != ".json":
         raise ValueError(f"expected a result path ending in .json, got {path}")
-    atomic_write_json(path, record)
-    atomic_write_text(path.with_suffix(".md"), markdown if markdown.endswith("\n") else markdown + "\n")
+    if not isinstance(record, dict):
+        raise ValueError(f"expected the record as a dict, got {type(record).__name__}")
+    stamped = copy.copy(record)
+    stamped["stamp"] = run_stamp(record, seeds=seeds, started=started)
+    atomic_write_json(path, stamped)
+    body = markdown.rstrip("\n")
+    text = (body + "\n\n" if body else "") + stamp_line(stamped["stamp"]) + "\n"
+    atomic_write_text(path.with_suffix(".md"), text)
     if not quiet:
         print(f"wrote {path} and {path.with_suffix('.md')}")
     return path
