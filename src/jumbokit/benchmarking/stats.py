@@ -4,14 +4,24 @@ Ranks come from ``jumbokit.timeseries.results.rank_values`` (scipy's ``rankdata`
 ties share the mean rank). Friedman's test asks whether the mean ranks of three or more models differ at all; the
 Nemenyi critical difference is the gap two mean ranks must exceed to differ at level ``alpha``; a two-sided sign
 test compares one pair over the draws where they do not tie.
+
+A target on a difference (Jumbo - registers >= +1.0 point; a hybrid within 1 point of MiniRocket, i.e. its
+difference >= -1.0) is *met* only beyond the noise: :func:`paired_test` runs a one-sided paired t-test of the
+differences over seeds (or sets) against the target and gives their 95% interval; the target is met when p < 0.05 or
+the whole interval lies beyond it. Otherwise the difference is *inside the noise*, reported with its p-value.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
 import numpy as np
 from scipy import stats
 
-__all__ = ["critical_difference_figure", "draws_needed", "friedman", "nemenyi_cd", "sign_test"]
+__all__ = ["PairedTest", "critical_difference_figure", "draws_needed", "format_p", "friedman", "nemenyi_cd",
+           "paired_test", "sign_test"]
 
 
 def friedman(ranks: np.ndarray) -> tuple[float, float] | None:
@@ -58,3 +68,90 @@ def critical_difference_figure(ranks: np.ndarray, models: list[str], title: str,
     fig, ax = plot_critical_difference(ranks, models, lower_better=True, test="nemenyi", alpha=alpha)
     ax.set_title(title, fontsize=9)
     return fig
+
+
+def format_p(p: float) -> str:
+    """``p 0.17``, ``p 0.031``, ``p < 0.001``; ``p n/a`` for nan."""
+    if p is None or not np.isfinite(p):
+        return "p n/a"
+    if p < 0.001:
+        return "p < 0.001"
+    return f"p {p:.3f}" if p < 0.1 else f"p {p:.2f}"
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """A paired difference against a target: ``n`` pairs, their ``mean`` difference and standard deviation ``sd``
+    (ddof 1), the 95% interval (``low``, ``high``) of the mean, the one-sided ``p`` of "the difference is not
+    beyond the target" and whether the target is ``met`` (p < alpha or the interval beyond it)."""
+
+    n: int
+    mean: float
+    sd: float
+    low: float
+    high: float
+    target: float
+    greater: bool
+    p: float
+    met: bool
+    alpha: float = 0.05
+
+    @property
+    def verdict(self) -> str:
+        """``met (p 0.004)``, ``inside the noise (p 0.31)``, ``missed (p 0.98)`` when the mean itself is short of
+        the target, or ``untestable (...)`` for fewer than two pairs or pairs that do not vary."""
+        if self.n < 2 or not np.isfinite(self.p):
+            why = f"{self.n} pair" if self.n < 2 else f"no spread over {self.n} pairs"
+            return f"untestable ({why})"
+        if self.met:
+            return f"met ({format_p(self.p)})"
+        beyond = self.mean > self.target if self.greater else self.mean < self.target
+        return f"{'inside the noise' if beyond else 'missed'} ({format_p(self.p)})"
+
+    def summary(self, digits: int = 2) -> str:
+        """``+1.42 ± 1.17 (95% CI -1.49 to +4.33, n 3)``."""
+        return (f"{self.mean:+.{digits}f} ± {self.sd:.{digits}f} (95% CI {self.low:+.{digits}f} to "
+                f"{self.high:+.{digits}f}, n {self.n})")
+
+    def as_dict(self) -> dict[str, float | int | bool | str]:
+        return {"n": self.n, "mean": self.mean, "sd": self.sd, "ci95": [self.low, self.high], "target": self.target,
+                "greater": self.greater, "p": self.p, "met": self.met, "verdict": self.verdict}
+
+
+def paired_test(a: Sequence[float], b: Sequence[float] | None = None, target: float = 0.0, greater: bool = True,
+                alpha: float = 0.05) -> PairedTest:
+    """Is ``a - b`` beyond ``target`` over its pairs (seeds or sets), beyond the noise?
+
+    Parameters
+    ----------
+    a, b : sequences of float
+        Paired values (the same seed or set at the same position); without ``b``, ``a`` holds the differences.
+    target : float
+        What the difference must exceed (``greater``), or stay under (``greater=False``).
+    alpha : float
+        The test's level; the interval is the two-sided (1 - 0.05) one, 95%, whatever ``alpha``.
+
+    Returns
+    -------
+    PairedTest
+        One-sided paired t-test of H0 "mean difference <= target" (``>=`` with ``greater=False``); met when its
+        p < ``alpha`` or the 95% interval lies wholly beyond the target. Fewer than two pairs, or differences that
+        are all equal, cannot be tested: p is nan and the target not met.
+    """
+    if np.ndim(a) != 1 or (b is not None and np.shape(a) != np.shape(b)):
+        raise ValueError(f"expected two paired 1-D sequences of one length, got shapes {np.shape(a)} and "
+                         f"{np.shape(b) if b is not None else None}")
+    diffs = np.asarray(a, dtype=float) - (0.0 if b is None else np.asarray(b, dtype=float))
+    n = int(diffs.size)
+    mean = float(diffs.mean()) if n else math.nan
+    sd = float(diffs.std(ddof=1)) if n > 1 else math.nan
+    if n < 2 or sd == 0.0:
+        return PairedTest(n, mean, 0.0 if n > 1 else math.nan, mean, mean, float(target), greater, math.nan, False,
+                          alpha)
+    se = sd / math.sqrt(n)
+    half = float(stats.t.ppf(0.975, n - 1)) * se
+    result = stats.ttest_1samp(diffs, float(target), alternative="greater" if greater else "less")
+    p = float(result.pvalue)
+    low, high = mean - half, mean + half
+    met = p < alpha or (low > target if greater else high < target)
+    return PairedTest(n, mean, sd, low, high, float(target), greater, p, bool(met), alpha)
