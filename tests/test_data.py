@@ -200,11 +200,13 @@ def test_image_folder_splits_classes_and_channel_conversion(image_tree):
     assert x.shape == (4, 3, 16, 16) and y.dtype == torch.int64
 
 
-def test_plain_class_folder_serves_every_split_with_warning(image_tree):
+def test_plain_class_folder_is_a_training_split_only(image_tree):
+    """Its images are never served as a held-out split (that scored training images as "val" / "test")."""
     root = image_tree / "train"
     assert len(build_dataset(f"folder:{root}", "train", img_size=8)) == 6
-    with pytest.warns(UserWarning, match="whole folder"):
-        assert len(build_dataset(f"folder:{root}", "val", "eval", img_size=8)) == 6
+    for split in ("val", "test"):
+        with pytest.raises(SplitNotFoundError, match=f"class folders only.*--{split}-split 0.1"):
+            build_dataset(f"folder:{root}", split, "eval", img_size=8)
 
 
 def test_folder_order_classes_sorted_files_by_path_hidden_and_empty_left_out(tmp_path):
@@ -344,9 +346,11 @@ def test_small_colour_images_flip_and_large_images_keep_imagenet_defaults(tmp_pa
     assert len(small.mean) == 3 and c.stats == "data"
     assert small.info()["augmentation"] == {"train_crop": "pad", "scale": None, "ratio": None, "padding": 4,
                                             "hflip": 0.5, "randaugment": None}
-    with pytest.warns(UserWarning, match="whole folder"):  # a plain class folder serves every split
-        val = build_dataset(f"folder:{tmp_path / 'small'}", "val", "eval")
-    assert val.mean == small.mean and "augmentation" not in val.info()
+    from jumbokit.data.sources import Holdout
+
+    val = build_dataset(f"folder:{tmp_path / 'small'}", "val", "eval", holdout=Holdout(val=0.34))
+    assert "augmentation" not in val.info() and val.info()["holdout"] == {"val": 0.34, "test": 0.0, "seed": 0}
+    assert len(val) == 2  # one image of each class held out
     large = build_dataset(f"folder:{image_tree}", "train")
     c = large.choices
     assert (c.rule, large.img_size, large.mean, c.scale, c.hflip, large.crop_pct) == (

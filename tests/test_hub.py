@@ -79,7 +79,7 @@ def test_push_then_load_offline_gives_the_same_weights_and_transform(tmp_path, o
                             ["README.md", "model.safetensors", "model_config.json"])
     card = (offline_cache / "models--my-org--pico-digits" / "snapshots" / COMMIT / "README.md").read_text()
     for text in ("library_name: jumbokit", "`vit_pico_jumbo`", "trained by `jumbokit supervised` on `digits`",
-                 "| test | 90.2778 | 99.7222 | 0.43 | 360 |", 'jumbokit.load("hf-hub:my-org/pico-digits")',
+                 "| test | 90.28 | 99.72 | 0.4300 | 360 |", 'jumbokit.load("hf-hub:my-org/pico-digits")',
                  "classes (10): 0, 1, 2"):
         assert text in card, text
 
@@ -89,6 +89,19 @@ def test_push_then_load_offline_gives_the_same_weights_and_transform(tmp_path, o
     assert loaded.pretrained_cfg == data_config_from_record(RECORD) == jumbokit.load(run).pretrained_cfg
     img = Image.fromarray(np.random.RandomState(0).randint(0, 256, (20, 24), dtype=np.uint8), "L")
     assert torch.equal(eval_transform(loaded.pretrained_cfg)(img), eval_transform(data_config_from_record(RECORD))(img))
+
+
+def test_push_without_a_network_is_one_line_error(tmp_path, offline_cache):
+    """A connection error of the HTTP client reads as one ValueError line, not the client's traceback."""
+
+    class Unreachable(FakeHubApi):
+        def create_repo(self, repo_id, **kwargs):
+            raise ConnectionError("[Errno -3] Temporary failure in name resolution")
+
+    run, _ = old_run(tmp_path)
+    with pytest.raises(ValueError, match=r"push to org/x: cannot reach the Hugging Face Hub \(ConnectionError: "
+                                         r"\[Errno -3\] Temporary failure"):
+        push_to_hub(run, "org/x", api=Unreachable(offline_cache))
 
 
 def test_a_pushed_model_object_keeps_its_data_config(tmp_path, offline_cache):

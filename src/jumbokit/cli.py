@@ -43,7 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     module = import_module(f"jumbokit.recipes.{COMMANDS[command]}")
     outcome = []
-    run_cli(lambda: outcome.append(module.main(rest)))
+    program, sys.argv[0] = sys.argv[0], f"jumbokit {command}"  # argparse's usage lines name the subcommand
+    try:
+        run_cli(lambda: outcome.append(module.main(rest)))
+    finally:
+        sys.argv[0] = program
     # tstrain's main returns its exit status (it reports its own errors); the others return their summary
     return outcome[0] if isinstance(outcome[0], int) else 0
 

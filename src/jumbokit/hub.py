@@ -106,10 +106,20 @@ def _run_record(path: Path) -> dict[str, Any]:
         record = {}
     try:
         with open(run / "results.csv", newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            rows = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(fh)]
     except OSError:
         rows = []
     return {**(record if isinstance(record, dict) else {}), "results": rows}
+
+
+def _number(text: str) -> Any:
+    """A CSV cell as an int or float where it reads as one (so the card formats it), else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except (TypeError, ValueError):
+            pass
+    return text
 
 
 def model_card(repo_id: str, config: dict[str, Any], data_config: dict[str, Any] | None,
@@ -155,7 +165,8 @@ def model_card(repo_id: str, config: dict[str, Any], data_config: dict[str, Any]
         columns = ["split", "top1"] if series else ["split", "top1", "top5", "loss", "n"]
         source = "the sweep's chosen run (`kept.json`)" if series else "the run's `results.csv`"
         lines += ["## Metrics", "", f"Top-1{'' if series else ' / top-5'} accuracy in percent, from {source}.", "",
-                  markdown_table(record["results"], columns).rstrip(), ""]
+                  markdown_table(record["results"], columns, formats={"top1": ".2f", "top5": ".2f", "loss": ".4f"}
+                               ).rstrip(), ""]
     if series:
         lines += ["## Use", "", "```python", "import jumbokit",
                   "from jumbokit.timeseries.data_config import prepare_series",
@@ -188,6 +199,24 @@ def push_to_hub(run_or_model: str | os.PathLike | nn.Module, repo_id: str, *, ap
         folder = Path(tmp)
         config, data_config, record = _stage(run_or_model, folder)
         (folder / "README.md").write_text(model_card(repo_id, config, data_config, record))
-        api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
-        return api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=str(folder),
-                                 commit_message=commit_message, revision=revision)
+        try:
+            api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
+            return api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=str(folder),
+                                     commit_message=commit_message, revision=revision)
+        except Exception as err:
+            raise _push_error(repo_id, err) from None
+
+
+def _push_error(repo_id: str, err: Exception) -> Exception:
+    """One-line ``ValueError`` for a failed push: the Hub's answer, or that it cannot be reached (connection
+    errors of httpx / requests / urllib3 / the OS); any other error is returned as it is."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(err, HfHubHTTPError):
+        return ValueError(f"push to {repo_id}: the Hugging Face Hub answered {' '.join(str(err).split())}")
+    network = isinstance(err, (OSError, TimeoutError)) or type(err).__module__.split(".")[0] in (
+        "httpx", "httpcore", "requests", "urllib3")
+    if network:
+        return ValueError(f"push to {repo_id}: cannot reach the Hugging Face Hub ({type(err).__name__}: "
+                          f"{' '.join(str(err).split())[:160]}); check the network, HF_ENDPOINT and HF_HUB_OFFLINE")
+    return err

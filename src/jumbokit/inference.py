@@ -202,15 +202,16 @@ def label_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
 
 
 def eval_dataset(spec: str, split: str, cfg: dict[str, Any], num_classes: int, *, skip_corrupt: bool = False,
-                 progress: bool = False):
-    """Split ``split`` of dataset ``spec`` with the evaluation transform of data config ``cfg``; raises
-    ``ValueError`` when its classes are not the model's."""
+                 progress: bool = False, holdout=None):
+    """Split ``split`` of dataset ``spec`` with the evaluation transform of data config ``cfg`` (``holdout``: the
+    ``Holdout`` that carved it from the training images); raises ``ValueError`` when its classes are not the
+    model's."""
     from jumbokit.data import build_dataset
 
     chans, size, _ = cfg["input_size"]
     ds = build_dataset(spec, split, "eval", img_size=int(size), in_chans=int(chans), mean=cfg["mean"], std=cfg["std"],
                        crop_pct=float(cfg.get("crop_pct") or 1.0), interpolation=cfg.get("interpolation"),
-                       skip_corrupt=skip_corrupt, progress=progress)
+                       skip_corrupt=skip_corrupt, progress=progress, holdout=holdout)
     names = cfg.get("label_names")
     if ds.num_classes != num_classes or (names and list(ds.classes) != list(names)):
         shown = names if names else f"{num_classes} classes"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 
 FORMAT = "%(message)s"
 VERBOSE_FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
@@ -19,9 +20,16 @@ def _is_main_process() -> bool:
     return os.environ.get("RANK", os.environ.get("PMI_RANK", "0")) in ("", "0")
 
 
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """``warnings.formatwarning`` for the command line: ``warning: MESSAGE`` on one line, without the source file
+    and line that Python prints by default (they name jumbokit's code, not what the user should do)."""
+    return f"warning: {' '.join(str(message).split())}\n"
+
+
 def configure_logging(verbose: bool = False, stream=None) -> None:
     """Send ``jumbokit.*`` log records to ``stream`` (default stderr): INFO as plain lines, DEBUG and a
-    timestamped format with ``verbose``; other ranks of a multi-process launch show warnings and errors only."""
+    timestamped format with ``verbose``; other ranks of a multi-process launch show warnings and errors only.
+    Python warnings print as one ``warning: ...`` line (with ``verbose``: Python's own format)."""
     logger = logging.getLogger("jumbokit")
     for handler in list(logger.handlers):
         if getattr(handler, "_jumbokit_cli", False):
@@ -36,3 +44,5 @@ def configure_logging(verbose: bool = False, stream=None) -> None:
         level = logging.DEBUG if verbose else logging.INFO
     logger.setLevel(level)
     logger.propagate = False
+    if not verbose:
+        warnings.formatwarning = one_line_warning

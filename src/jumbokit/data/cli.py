@@ -48,6 +48,8 @@ class DataSettings:
     num_workers: int | None = None
     skip_corrupt: bool = False
     max_train_samples: int | None = None
+    val_split: float | None = None
+    test_split: float | None = None
     scale: tuple[float, float] | None = None
     ratio: tuple[float, float] | None = None
     hflip: float | None = None
@@ -61,13 +63,23 @@ class DataSettings:
     def __post_init__(self) -> None:
         check_data_settings(self)
 
+    @property
+    def holdout(self):
+        """The ``Holdout`` of ``--val-split`` / ``--test-split`` (split seed 0, whatever the run's seed, so runs
+        with other seeds score the same images), or None."""
+        from .sources import Holdout
+
+        if not self.val_split and not self.test_split:
+            return None
+        return Holdout(val=self.val_split or 0.0, test=self.test_split or 0.0, seed=HOLDOUT_SEED)
+
     def build(self, split: str, task: str, *, seed: int = 0, like=None, progress: bool = True, **overrides: Any):
         """``build_dataset`` of ``split`` for ``task`` with these settings. ``like``: a built (training) dataset
         whose size, channels, normalisation and eval crop are reused; ``--max-train-samples`` applies to the
         "train" split only; ``overrides``: ``build_dataset`` keywords that replace a setting."""
         from .dataset import build_dataset
 
-        kwargs: dict[str, Any] = dict(
+        kwargs: dict[str, Any] = dict(holdout=self.holdout,
             img_size=self.img_size, in_chans=self.in_chans, mean=self.mean, std=self.std, crop_scale=self.scale,
             ratio=self.ratio, hflip=self.hflip, randaugment=self.randaugment, no_aug=self.no_aug,
             crop_pct=self.crop_pct, interpolation=self.interpolation, skip_corrupt=self.skip_corrupt,
@@ -80,7 +92,10 @@ class DataSettings:
         return build_dataset(self.dataset, split, task, **kwargs)
 
     def build_evals(self, train, splits: tuple[str, ...] = ("val", "test")) -> dict:
-        """{split: evaluation dataset like ``train``} of the ``splits`` the dataset has (missing ones logged)."""
+        """{split: evaluation dataset like ``train``} of the ``splits`` the dataset has (missing ones logged).
+
+        Raises ``DataError`` when a split's classes are not the training split's (same names, same order): its
+        labels would be read as other classes."""
         from .errors import SplitNotFoundError
 
         sets = {}
@@ -89,10 +104,50 @@ class DataSettings:
                 sets[split] = self.build(split, "eval", like=train)
             except SplitNotFoundError as err:
                 logger.info(f"no {split} split ({err}); skipping it")
+                continue
+            check_same_classes(train, sets[split])
         return sets
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+HOLDOUT_SEED = 0
+
+
+def check_same_classes(train, other) -> None:
+    """Raise ``DataError`` unless dataset ``other`` has ``train``'s classes in the same order."""
+    from .errors import DataError
+
+    if list(other.classes) == list(train.classes):
+        return
+    extra = [c for c in other.classes if c not in train.classes]
+    missing = [c for c in train.classes if c not in other.classes]
+    detail = "; ".join(part for part in (
+        f"classes not in training: {_names(extra)}" if extra else "",
+        f"training classes it lacks: {_names(missing)}" if missing else "") if part) or "the same names in another order"
+    raise DataError(f"the {other.split!r} split of {other.spec} has classes {_names(other.classes)}, the training "
+                    f"split {_names(train.classes)} ({detail}); its labels would be scored as other classes. Give "
+                    "every split the same class folders")
+
+
+def check_classification_data(train, evals: dict, dataset: str) -> None:
+    """What a supervised classifier needs: two classes or more and a held-out split to score (the training
+    images are never scored as if held out). Raises ``DataError`` naming the fix."""
+    from .errors import DataError
+
+    if train.num_classes < 2:
+        raise DataError(f"{dataset} has {train.num_classes} class ({_names(train.classes)}); a classifier needs at "
+                        "least 2 class folders")
+    if not evals:
+        raise DataError(f"{dataset} has no validation or test split to score the model on; pass --val-split 0.1 "
+                        "(a seeded stratified 10% of the training images held out) or give it val/ and test/ "
+                        "folders")
+
+
+def _names(names, n: int = 6) -> str:
+    names = list(names)
+    return "[" + ", ".join(map(str, names[:n])) + (f", ... ({len(names)} in all)" if len(names) > n else "") + "]"
 
 
 def check_data_settings(s: DataSettings) -> None:
@@ -114,6 +169,15 @@ def check_data_settings(s: DataSettings) -> None:
         raise ValueError(f"--img-size expects a positive number of pixels, got {s.img_size}")
     if s.max_train_samples is not None and s.max_train_samples < 1:
         raise ValueError(f"--max-train-samples expects a count >= 1, got {s.max_train_samples}")
+    for name, fraction in (("val-split", s.val_split), ("test-split", s.test_split)):
+        if fraction is not None and not 0 <= fraction < 1:
+            raise ValueError(f"--{name} expects a fraction in [0, 1), e.g. 0.1, got {fraction}")
+    if (s.val_split or 0) + (s.test_split or 0) >= 1:
+        raise ValueError(f"--val-split {s.val_split} + --test-split {s.test_split} leave no training images; their "
+                         "sum must be below 1")
+    if (s.val_split or s.test_split) and not s.dataset.startswith("folder:"):
+        raise ValueError(f"--val-split / --test-split carve held-out splits from a folder: dataset; {s.dataset} has "
+                         "its own splits")
     if s.num_workers is not None and s.num_workers < 0:
         raise ValueError(f"--num-workers expects a count >= 0, got {s.num_workers}")
     if s.no_aug:
@@ -152,6 +216,13 @@ def add_data_args(
                       help="decode every image first and skip unreadable files, reported with a count (default: off)")
     data.add_argument("--max-train-samples", type=int, default=None, metavar="N",
                       help="train on a seeded random subset of N images of the training split (default: all)")
+    data.add_argument("--val-split", type=float, default=None, metavar="F",
+                      help="folder: datasets without a val/ folder: hold out a stratified fraction F of the training "
+                           "images as the validation split, e.g. 0.1 (split seed 0, stored in the run; default: "
+                           "off, the folder's own val/)")
+    data.add_argument("--test-split", type=float, default=None, metavar="F",
+                      help="folder: datasets without a test/ folder: hold out a stratified fraction F of the "
+                           "training images as the test split (default: off)")
     if augment:
         _add_augmentation_args(parser)
     _apply_defaults(parser, defaults)

@@ -7,7 +7,8 @@ Dataset specs (one string, the ``--dataset`` flag):
   60,000 / 10,000 split with a fixed stratified validation cut of 5,000 from train, padded to 32 px, 1 channel
   (``jumbokit.data.fashion_mnist``).
 - ``folder:PATH``: torchvision ImageFolder tree; ``PATH/train``, ``PATH/val`` (ImageNet layout) or a plain
-  ``PATH/<class>/<image>`` tree that then serves every split.
+  ``PATH/<class>/<image>`` tree, which is a training split only: its validation / test images are carved from it
+  by ``holdout`` (``--val-split`` / ``--test-split``: seeded, stratified).
 - ``hf:NAME[:SPLIT]``: Hugging Face ``datasets``; NAME is a local ``imagefolder`` directory or a hub name
   (online); SPLIT pins the split used whatever split is requested.
 
@@ -22,7 +23,7 @@ import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch.utils.data import Dataset
@@ -31,7 +32,7 @@ from .choices import DataChoices, image_statistics, probe_files, resolve_choices
 from .defaults import BUILTIN_KINDS, DEFAULTS
 from .errors import CorruptImageError, DataError, SplitNotFoundError
 from .fashion_mnist import FashionMNISTSource
-from .sources import DigitsSource, FolderSource, HFSource, check_split
+from .sources import DigitsSource, FolderSource, HFSource, Holdout, check_split, has_split_dir
 from .spec import DatasetSpec, parse_dataset_spec
 from .transforms import build_transform, check_task
 
@@ -74,6 +75,7 @@ class ImageDataset(Dataset):
         self.num_classes = len(self.classes)
         self.indices = list(range(len(source))) if indices is None else list(indices)
         self.skipped: list[str] = []
+        self.holdout: Holdout | None = None  # set by build_dataset when its splits were carved from training images
         self._mode = "L" if self.in_chans == 1 else "RGB"
         self.channel_note = ""
         if source.native_chans != self.in_chans:
@@ -166,6 +168,7 @@ class ImageDataset(Dataset):
             "num_classes": self.num_classes,
             "classes": self.classes,
             "skipped_files": len(self.skipped),
+            **({"holdout": self.holdout.to_dict()} if self.holdout is not None else {}),
             "defaults": self.choices.rule,
             "stats": self.choices.stats,
         }
@@ -201,6 +204,7 @@ def build_dataset(
     seed: int = 0,
     hf_cache_dir: str | None = None,
     progress: bool = True,
+    holdout: Holdout | None = None,
 ) -> ImageDataset:
     """Build one split of an image dataset with the transform for ``task``.
 
@@ -214,13 +218,15 @@ def build_dataset(
         skip_corrupt: decode every file up front and leave out unreadable ones (``ds.skipped``), instead of
             raising ``CorruptImageError`` naming the file when it is reached.
         max_samples: keep a seeded random subset of this many samples (quick runs, tests).
+        holdout: carve "val" / "test" from the training images of a ``folder:`` dataset (``Holdout``: seeded,
+            stratified); "train" is then what is left. A carved split that the folder also has is refused.
     Returns:
         ImageDataset, items ``(float tensor (in_chans, img_size, img_size), int label)``.
     """
     parsed = parse_dataset_spec(spec)
     check_split(split)
     check_task(task)
-    source = _open_source(parsed, split, img_size, hf_cache_dir)
+    source, base = _open_split(parsed, split, img_size, hf_cache_dir, holdout)
     probe = None if parsed.kind in BUILTIN_KINDS else probe_files(source)
     if probe is not None and probe.small:
         source.native_chans = probe.in_chans
@@ -229,10 +235,11 @@ def build_dataset(
         ratio=ratio, hflip=hflip, randaugment=randaugment, no_aug=no_aug, crop_pct=crop_pct,
         interpolation=interpolation,
     )
-    choices = _with_statistics(choices, parsed, split, source, hf_cache_dir)
+    choices = _with_statistics(choices, parsed, split, source, hf_cache_dir, holdout)
     transform = build_transform(task, choices.img_size, choices.mean, choices.std, **choices.transform_kwargs())
     ds = ImageDataset(source, parsed, split, task, choices, transform, skip_corrupt=skip_corrupt,
-                      indices=_subset(len(source), max_samples, seed))
+                      indices=_subset(base, max_samples, seed))
+    ds.holdout = holdout if holdout is not None and holdout.carved else None
     if skip_corrupt and not source.in_memory:
         _leave_out_unreadable(ds, progress)
     return ds
@@ -244,6 +251,26 @@ def _leave_out_unreadable(ds: ImageDataset, progress: bool) -> None:
     if bad:
         warnings.warn(f"skipped {len(bad)} unreadable image file(s) of {len(bad) + len(ds)} in {ds.spec} "
                       f"split {ds.split!r} (first: {bad[0]})")
+
+
+def _open_split(parsed: DatasetSpec, split: str, img_size: int | None, hf_cache_dir: str | None,
+                holdout: Holdout | None) -> tuple[Any, list[int]]:
+    """(raw source, indices of ``split`` in it): the split's own source and all of it, or, for a split that
+    ``holdout`` carves (and for "train" beside it), the training source and that part of its partition."""
+    if holdout is None or not holdout.carved:
+        source = _open_source(parsed, split, img_size, hf_cache_dir)
+        return source, list(range(len(source)))
+    if parsed.kind != "folder":
+        raise DataError(f"--val-split / --test-split carve held-out splits from a folder: dataset; {parsed} has its "
+                        "own splits")
+    for carved in holdout.carved:  # test: only a 'test' folder clashes (a val folder stays the val split)
+        if has_split_dir(parsed.path, carved, aliases=carved == "val"):
+            raise DataError(f"{parsed.path} has its own {carved!r} folder; drop --{carved}-split (it carves "
+                            f"{carved!r} from the training images of a folder without one)")
+    if split != "train" and split not in holdout.carved:
+        return _open_split(parsed, split, img_size, hf_cache_dir, None)
+    source = _open_source(parsed, "train", img_size, hf_cache_dir)
+    return source, holdout.partition(source.targets)[split]
 
 
 def _open_source(parsed: DatasetSpec, split: str, img_size: int | None, hf_cache_dir: str | None):
@@ -260,31 +287,35 @@ def _open_source(parsed: DatasetSpec, split: str, img_size: int | None, hf_cache
     return HFSource(parsed.path, split, parsed.hf_split, cache_dir=hf_cache_dir)
 
 
-def _subset(n: int, max_samples: int | None, seed: int) -> list[int] | None:
-    """Sorted indices of a seeded random subset of ``max_samples`` of ``n`` samples (None: all of them)."""
+def _subset(indices: list[int], max_samples: int | None, seed: int) -> list[int]:
+    """``indices``, or a seeded random subset of ``max_samples`` of them (sorted)."""
     if max_samples is None:
-        return None
+        return indices
     if max_samples < 1:
         raise DataError(f"max_samples must be >= 1, got {max_samples}")
-    if max_samples >= n:
-        return None
+    if max_samples >= len(indices):
+        return indices
     g = torch.Generator().manual_seed(seed)
-    return sorted(torch.randperm(n, generator=g)[:max_samples].tolist())
+    return sorted(indices[k] for k in torch.randperm(len(indices), generator=g)[:max_samples].tolist())
 
 
-def _with_statistics(choices: DataChoices, parsed: DatasetSpec, split: str, source, hf_cache_dir: str | None):
+def _with_statistics(choices: DataChoices, parsed: DatasetSpec, split: str, source, hf_cache_dir: str | None,
+                     holdout: Holdout | None = None):
     """``choices`` with the mean / std it lacks computed from the training split (the split itself if the
-    dataset has none); computed once per process for the same data and geometry."""
+    dataset has none; the training part of a ``holdout`` partition); computed once per process for the same data
+    and geometry."""
     if choices.mean is not None and choices.std is not None:
         return choices
     train = source
-    if split != "train":
+    if split != "train" and not (holdout is not None and split in holdout.carved):
         try:
             train = _open_source(parsed, "train", None, hf_cache_dir)
         except SplitNotFoundError:
             pass
+    if holdout is not None and holdout.carved:
+        train = _Part(train, holdout.partition(train.targets)["train"])
     key = (str(parsed), split if train is source else "train", len(train), choices.in_chans, choices.img_size,
-           choices.crop_pct, choices.interpolation)
+           choices.crop_pct, choices.interpolation, None if holdout is None else tuple(holdout.to_dict().values()))
     if key not in _STATISTICS:
         _STATISTICS[key] = image_statistics(train, choices.in_chans, choices.img_size, crop_pct=choices.crop_pct,
                                             interpolation=choices.interpolation)
@@ -293,6 +324,19 @@ def _with_statistics(choices: DataChoices, parsed: DatasetSpec, split: str, sour
 
 
 _STATISTICS: dict[tuple, tuple] = {}
+
+
+class _Part:
+    """The samples ``indices`` of a raw source, as a source (``len`` and ``load``) for ``image_statistics``."""
+
+    def __init__(self, source, indices: list[int]):
+        self.source, self.indices = source, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def load(self, i: int):
+        return self.source.load(self.indices[i])
 
 
 def _seeded_call(fn, arg, seed: int):

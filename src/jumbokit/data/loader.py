@@ -6,6 +6,7 @@ augmentation seed, which a killed and resumed run needs to see the very batches 
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 from typing import Iterator
@@ -15,6 +16,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .dataset import ImageDataset
 from .errors import DataError
+
+logger = logging.getLogger(__name__)
 
 
 class EpochSampler(Sampler):
@@ -96,6 +99,22 @@ def make_loader(
         pin_memory=pin_memory,
         persistent_workers=num_workers > 0,
     )
+
+
+def fit_batch_size(batch_size: int, num_samples: int, given: bool, world_size: int = 1) -> int:
+    """The per-process training batch for ``num_samples`` training samples on ``world_size`` processes (the global
+    batch ``batch_size * world_size`` must fit): a default batch shrinks to fit (logged); a batch the user gave that
+    does not fit raises ``DataError``."""
+    if batch_size * world_size <= num_samples:
+        return batch_size
+    fitted = max(1, num_samples // world_size)
+    on = f" x {world_size} processes" if world_size > 1 else ""
+    if given:
+        raise DataError(f"--batch-size {batch_size}{on} is larger than the {num_samples} training samples; "
+                        f"pass --batch-size <= {fitted}")
+    logger.info(f"batch size {fitted}{on} (the default {batch_size}{on} is larger than the {num_samples} training "
+                "samples)")
+    return fitted
 
 
 def steps_per_epoch(num_samples: int, batch_size: int, drop_last: bool = True) -> int:

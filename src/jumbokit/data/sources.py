@@ -12,6 +12,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from PIL import Image
@@ -101,7 +102,8 @@ def _class_dirs(root: Path) -> list[str]:
 
 
 def resolve_split_dir(root: Path, split: str) -> Path:
-    """Pick ``root/<split alias>`` if it exists; a plain class-folder root serves every split (with a warning)."""
+    """Pick ``root/<split alias>`` if it exists; a plain class-folder root is the training split only (its held-out
+    splits come from ``Holdout``: ``--val-split`` / ``--test-split``)."""
     for alias in SPLIT_ALIASES[split]:
         if (root / alias).is_dir():
             if alias != split and split == "test":
@@ -114,11 +116,75 @@ def resolve_split_dir(root: Path, split: str) -> Path:
             f"{root} has split folders {split_like} but none for split {split!r} "
             f"(looked for {', '.join(SPLIT_ALIASES[split])})"
         )
-    if split != "train":
-        warnings.warn(
-            f"{root} has no train/val/test folders; using the whole folder as the {split!r} split", stacklevel=3
+    if split != "train":  # scoring the training images as if held out would be a silent wrong result
+        raise SplitNotFoundError(
+            f"{root} holds class folders only (no train/val/test folders), so it has no {split!r} split of its own; "
+            f"pass --{split}-split 0.1 to hold out a seeded stratified 10% of its images as {split!r}"
         )
     return root
+
+
+def has_split_dir(root: str | os.PathLike, split: str, *, aliases: bool = True) -> bool:
+    """Whether folder dataset ``root`` has its own folder for ``split`` (``aliases``: any of its alias names)."""
+    names = SPLIT_ALIASES[split] if aliases else (split,)
+    return any((Path(root).expanduser() / name).is_dir() for name in names)
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """Validation and test splits carved from a dataset's training images: a seeded, stratified partition.
+
+    ``val`` / ``test`` are fractions of the training split (0 = not carved); every class keeps at least one training
+    image, and each carved split gets ``round(fraction * n)`` images of a class of ``n`` (at least one when the
+    class has two or more). The partition depends only on the targets and ``seed``.
+
+    >>> parts = Holdout(val=0.5).partition([0, 0, 1, 1])   # one image of each class held out
+    >>> len(parts["train"]), len(parts["val"]), len(parts["test"])
+    (2, 2, 0)
+    """
+
+    val: float = 0.0
+    test: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, fraction in (("val", self.val), ("test", self.test)):
+            if not 0.0 <= fraction < 1.0:
+                raise DataError(f"--{name}-split expects a fraction in [0, 1), e.g. 0.1, got {fraction}")
+        if self.val + self.test >= 1.0:
+            raise DataError(f"--val-split {self.val} + --test-split {self.test} leave no training images; their sum "
+                            "must be below 1")
+
+    @property
+    def carved(self) -> tuple[str, ...]:
+        """The splits this holdout makes."""
+        return tuple(s for s, f in (("val", self.val), ("test", self.test)) if f > 0)
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"val": self.val, "test": self.test, "seed": self.seed}
+
+    def partition(self, targets: Sequence[int]) -> dict[str, list[int]]:
+        """``{"train": [...], "val": [...], "test": [...]}``: sorted indices into ``targets``."""
+        import torch
+
+        targets = [int(t) for t in targets]
+        parts: dict[str, list[int]] = {"train": [], "val": [], "test": []}
+        g = torch.Generator().manual_seed(self.seed)
+        for c in sorted(set(targets)):
+            members = [i for i, t in enumerate(targets) if t == c]
+            order = [members[k] for k in torch.randperm(len(members), generator=g).tolist()]
+            spare = len(order) - 1  # one image of every class stays for training
+            counts = {}
+            for split, fraction in (("val", self.val), ("test", self.test)):
+                want = round(fraction * len(order))
+                counts[split] = min(spare, max(want, 1 if fraction > 0 and len(order) >= 2 else 0))
+                spare -= counts[split]
+            start = 0
+            for split in ("val", "test"):
+                parts[split] += order[start:start + counts[split]]
+                start += counts[split]
+            parts["train"] += order[start:]
+        return {k: sorted(v) for k, v in parts.items()}
 
 
 class FolderSource(ImageFolder):

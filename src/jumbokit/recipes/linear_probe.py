@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     from jumbokit import ssl
-    from jumbokit.data.cli import data_settings_from_args
+    from jumbokit.data.cli import check_classification_data, check_same_classes, data_settings_from_args
     from jumbokit.logs import configure_logging
     from jumbokit.training import (RunDir, TrainConfig, check_count_flags, launch_state, make_accelerator,
                                    prepare_out_dir, setup_threads)
@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     eval_sets = {split: settings.build(split, "eval", **common) for split in splits}
     train = settings.build(args.train_split, "eval" if args.cache_features else "supervised", seed=args.seed,
                            max_samples=args.max_train_samples, **common)
+    check_classification_data(train, eval_sets, dataset)
+    for split_set in eval_sets.values():
+        check_same_classes(train, split_set)
     plan = ssl.probe_plan(args.batch_size, len(train), state.num_processes, optimizer=args.optimizer, blr=args.blr,
                           lr=args.lr, epochs=args.epochs, min_steps=0 if "epochs" in given else args.min_steps,
                           batch_given="batch_size" in given)

@@ -100,12 +100,14 @@ def first_images(dataset, count: int) -> torch.Tensor | None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit import ssl
     from jumbokit.data import make_loader, parse_dataset_spec
+    from jumbokit.data import SplitNotFoundError
     from jumbokit.data.cli import data_settings_from_args
     from jumbokit.data.defaults import BUILTIN_KINDS
+    from jumbokit.data.loader import fit_batch_size
     from jumbokit.logs import configure_logging
     from jumbokit.training import (RunDir, atomic_write_json, default_out_dir, fit, launch_state, make_accelerator,
                                    prepare_out_dir, setup_threads, train_config_from_args)
-    from jumbokit.training.cli import parse_run_args
+    from jumbokit.training.cli import one_line, parse_run_args
 
     configure_logging()
     parsed = parse_run_args(build_parser(), argv, lambda a: default_out_dir(RECIPE, a.model, a.dataset))
@@ -124,13 +126,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 decoder_depth=args.decoder_depth, decoder_heads=args.decoder_heads,
                                 decoder_mlp_ratio=args.decoder_mlp_ratio, mask_ratio=args.mask_ratio,
                                 norm_pix_loss=args.norm_pix_loss)
+    args.batch_size = fit_batch_size(args.batch_size, len(train), "batch_size" in parsed.given, processes)
     prepare_out_dir(out, args.resume, args.overwrite)
     effective_batch = args.batch_size * args.grad_accum * processes  # the lr follows the effective batch
     lr = args.lr if args.lr is not None else args.blr * effective_batch / 256
     cfg = train_config_from_args(args, lr=lr, save_model=False)
     accelerator = make_accelerator(cfg, out)
     loader = make_loader(train, args.batch_size, seed=args.seed, num_workers=args.num_workers, world_size=processes)
-    val = data.build("val", "eval", like=train)
+    try:
+        val = data.build("val", "eval", like=train)
+    except SplitNotFoundError as err:  # a plain class folder: no val loss (it would be a training loss)
+        logger.info(f"no val split ({one_line(err)}): no val loss; reconstructions drawn from training images")
+        val = data.build("train", "eval", like=train)
+        args.val_samples = 0
     vis_images, val_images = first_images(val, args.vis_images), first_images(val, args.val_samples)
     encoder, patches = model.encoder, model.encoder.num_patches
     logger.info(f"MAE {args.model}: encoder {sum(p.numel() for p in encoder.parameters()) / 1e6:.2f}M params, "

@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     parsed = parse_run_args(build_parser(), argv, lambda a: default_out_dir("nas_supernet", a.space, a.dataset))
     args = parsed.args  # on --resume: the flags the run was started with
     from jumbokit.data import data_settings_from_args, make_loader
+    from jumbokit.data.cli import check_same_classes
     from jumbokit.encoders.flops import count_params
     from jumbokit.logs import configure_logging
     from jumbokit.nas.report import supernet_rows, write_supernet_report
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
     data = data_settings_from_args(args)
     train = data.build("train", "supervised", seed=args.seed, progress=progress, img_size=img_size)
     val = data.build("val", "eval", like=train, progress=progress)
+    check_same_classes(train, val)
     supernet = nas.Supernet(space, train.num_classes, train.img_size, train.in_chans)
     loss_fn = nas.SupernetLoss(nas.MultiArchSampler(space, args.num_archs, args.warmup, args.seed), args.label_smoothing)
     train_loader = make_loader(train, args.batch_size, num_workers=args.num_workers, seed=args.seed,

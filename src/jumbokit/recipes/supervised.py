@@ -129,7 +129,8 @@ def build_model(args: argparse.Namespace, num_classes: int, img_size: int, in_ch
 
 def main(argv: list[str] | None = None) -> dict:
     from jumbokit.data import make_loader, make_mixup
-    from jumbokit.data.cli import data_settings_from_args
+    from jumbokit.data.cli import check_classification_data, data_settings_from_args
+    from jumbokit.data.loader import fit_batch_size
     from jumbokit.data.data_config import data_config_from_record
     from jumbokit.encoders.flops import count_params
     from jumbokit.logs import configure_logging
@@ -153,6 +154,10 @@ def main(argv: list[str] | None = None) -> dict:
     train = data.build("train", "supervised", seed=args.seed, progress=progress,
                        in_chans=checkpoint_channels(args) or args.in_chans)
     evals = data.build_evals(train)
+    check_classification_data(train, evals, args.dataset)
+    args.batch_size = fit_batch_size(args.batch_size, len(train), "batch_size" in parsed.given, state.num_processes)
+    if (args.mixup > 0 or args.cutmix > 0) and args.batch_size % 2 and args.batch_size > 1:
+        args.batch_size -= 1  # mixup pairs the samples of a batch
     model, name = build_model(args, train.num_classes, train.img_size, train.in_chans)
     model.pretrained_cfg = data_config_from_record(train.info())  # saved beside the weights
     prepare_out_dir(out, args.resume, args.overwrite)

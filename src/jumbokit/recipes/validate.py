@@ -35,6 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default=None, metavar="SPEC",
                    help="digits | fashion-mnist[:DIR] | folder:PATH | hf:NAME[:split]; series: a UCR/UEA set name "
                         "(default: the run's dataset, from its config.json or the model's data config)")
+    p.add_argument("--val-split", type=float, default=None, metavar="F",
+                   help="folder: datasets without val/ or test/ folders: the fraction held out as val when the model "
+                        "was trained (default: the run's own --val-split when --dataset is the run's)")
+    p.add_argument("--test-split", type=float, default=None, metavar="F",
+                   help="the same for the held-out test fraction (default: the run's)")
     p.add_argument("--ensemble", action="store_true",
                    help="series: the mean probabilities of the sweep's top-k ensemble (default: off)")
     p.add_argument("--data-dir", default=None, metavar="DIR",
@@ -64,6 +69,56 @@ def run_dataset(checkpoint: str, dataset: str | None) -> str:
     if not recorded:
         raise ValueError(f"{checkpoint} has no run record naming its dataset; pass --dataset")
     return str(recorded)
+
+
+def run_holdout(checkpoint: str, dataset: str, args: argparse.Namespace):
+    """The ``Holdout`` that carved the run's val / test images from its training folder (``--val-split`` /
+    ``--test-split`` given here win), when ``dataset`` is the run's; else None."""
+    from jumbokit.data.cli import HOLDOUT_SEED
+    from jumbokit.data.sources import Holdout
+    from jumbokit.pretrained import local_path
+    from jumbokit.training.rundir import read_data_record
+
+    recorded: dict[str, Any] = {}
+    try:
+        record = read_data_record(local_path(checkpoint))
+    except (OSError, ValueError):
+        record = {}
+    if record.get("dataset") == dataset:
+        recorded = record.get("holdout") or {}
+    val = args.val_split if args.val_split is not None else recorded.get("val", 0.0)
+    test = args.test_split if args.test_split is not None else recorded.get("test", 0.0)
+    if not val and not test:
+        return None
+    return Holdout(val=val, test=test, seed=int(recorded.get("seed", HOLDOUT_SEED)))
+
+
+def is_plain_class_folder(dataset: str) -> bool:
+    """Whether ``dataset`` is ``folder:PATH`` with class folders only (no train/val/test folders)."""
+    from jumbokit.data import parse_dataset_spec
+    from jumbokit.data.sources import SPLITS, has_split_dir
+
+    spec = parse_dataset_spec(dataset)
+    return spec.kind == "folder" and not any(has_split_dir(spec.path, s) for s in SPLITS)
+
+
+def trained_on(checkpoint: str, dataset: str) -> bool:
+    """Whether the run at ``checkpoint`` recorded ``dataset`` (the same folder, however it is written) as its
+    training data."""
+    from jumbokit.data import parse_dataset_spec
+    from jumbokit.pretrained import local_path
+    from jumbokit.training.rundir import read_data_record
+
+    try:
+        recorded = read_data_record(local_path(checkpoint)).get("dataset")
+    except (OSError, ValueError):
+        return False
+    if not recorded:
+        return False
+    a, b = parse_dataset_spec(str(recorded)), parse_dataset_spec(dataset)
+    if a.kind != b.kind or a.kind != "folder":
+        return a == b
+    return Path(a.path).expanduser().resolve() == Path(b.path).expanduser().resolve()
 
 
 def default_out(checkpoint: str, dataset: str, split: str) -> Path:
@@ -136,7 +191,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     dataset = run_dataset(args.checkpoint, args.dataset)
     progress = not args.no_progress and acc.is_main_process
     num_classes = int(model.num_classes)
-    ds = eval_dataset(dataset, args.split, cfg, num_classes, skip_corrupt=args.skip_corrupt, progress=progress)
+    holdout = run_holdout(args.checkpoint, dataset, args)
+    split = args.split
+    if holdout is None and is_plain_class_folder(dataset) and not trained_on(args.checkpoint, dataset):
+        split = "train"  # a plain class folder the model never saw: every image of it is scored
+    ds = eval_dataset(dataset, split, cfg, num_classes, skip_corrupt=args.skip_corrupt, progress=progress,
+                      holdout=holdout)
     loader = acc.prepare_data_loader(make_loader(ds, args.batch_size, num_workers=args.num_workers))
     metrics = evaluate_classifier(model, loader, accelerator=acc, return_predictions=True, progress=progress,
                                   desc=f"validate {args.split}")

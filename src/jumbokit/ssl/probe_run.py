@@ -11,6 +11,7 @@ from typing import Any, Callable
 import torch
 
 from jumbokit.data import steps_per_epoch
+from jumbokit.data.loader import fit_batch_size
 from jumbokit.training.optim import epochs_for_min_steps, param_groups
 
 from .features import extract_split_features
@@ -35,22 +36,6 @@ def load_image_encoder(checkpoint: Path):
         raise ValueError(f"{checkpoint} holds a {encoder.config.get('tokenizer')} encoder; the linear probe "
                          "needs an image encoder")
     return encoder
-
-
-def fit_batch_size(batch_size: int, num_samples: int, given: bool, world_size: int = 1) -> int:
-    """The per-process probe batch for ``num_samples`` training samples on ``world_size`` processes (the global
-    batch ``batch_size * world_size`` must fit): a default batch shrinks to fit (logged); a batch the user gave that
-    does not fit raises ``ValueError``."""
-    if batch_size * world_size <= num_samples:
-        return batch_size
-    fitted = max(1, num_samples // world_size)
-    on = f" x {world_size} processes" if world_size > 1 else ""
-    if given:
-        raise ValueError(f"--batch-size {batch_size}{on} is larger than the {num_samples} training samples; "
-                         f"pass --batch-size <= {fitted}")
-    logger.info(f"batch size {fitted}{on} (the default {batch_size}{on} is larger than the {num_samples} training "
-                "samples)")
-    return fitted
 
 
 DEFAULT_BLR = {"lars": 0.1, "adamw": 3e-2}  # MAE's LARS base lr; AdamW's moves a small head enough

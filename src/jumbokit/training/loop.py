@@ -180,10 +180,16 @@ def fit(
                    eval_forward, on_epoch_end)
     f = _Fit(acc, cfg, model, unwrapped, whole, optimizer, loader, loss_fn, plan, state, ema, run, checkpointer,
              progress, lr=optimizer.param_groups[0]["lr"])
-    for epoch in range(state.epoch, cfg.epochs):
-        started = time.time()
-        epoch_loss = _train_epoch(f, epoch)
-        history.append(_end_epoch(f, epoch, epoch_loss, started, evals))
+    try:
+        for epoch in range(state.epoch, cfg.epochs):
+            started = time.time()
+            epoch_loss = _train_epoch(f, epoch)
+            history.append(_end_epoch(f, epoch, epoch_loss, started, evals))
+    except ValueError:  # bad input (an unreadable image, a wrong shape) met before a fresh run's first checkpoint
+        progress.close()
+        if run is not None and checkpoint is None and not run.checkpoints():
+            run.discard_start()
+        raise
     progress.close()
     return _finish(f, history)
 

@@ -210,6 +210,20 @@ class RunDir:
         """Complete checkpoints, oldest first (ordered by optimizer step)."""
         return list_checkpoints(self.checkpoints_dir)
 
+    def discard_start(self) -> None:
+        """Remove what a fresh run writes when it starts (config.json, args.yaml, metrics.jsonl, resumes.jsonl,
+        tracker logs) and the folder when that leaves it empty: a run stopped by bad input before its first
+        checkpoint leaves nothing that a rerun would have to be told about."""
+        if not self.enabled:
+            return
+        for name in (self.CONFIG, self.ARGS, self.METRICS, self.RESUMES):
+            (self.path / name).unlink(missing_ok=True)
+        for folder in (self.checkpoints_dir, self.path / "logs", self.path):
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                pass
+
     def latest_checkpoint(self) -> Path | None:
         found = self.checkpoints()
         return found[-1] if found else None
