@@ -157,3 +157,33 @@ def test_the_zoo_joins_timms_registry_whichever_is_imported_first(first, second)
     loaded, module = proc.stdout.split()
     assert module == "jumbokit.encoders.encoder"
     assert loaded == str(first == "timm")
+
+
+@pytest.mark.parametrize("name, channels, reduction", [("vit_pico_jumbo", [96] * 3, [16] * 3),
+                                                       ("vit_res_pico_jumbo", [48, 96, 192], [4, 8, 16])])
+def test_features_only_gives_timm_feature_maps(name, channels, reduction):
+    """timm.create_model(features_only=True) takes the getter path of timm's ViTs: the last 3 blocks of a plain
+    encoder, every stage of a multi-stage one, as NCHW maps equal to the model's own intermediates."""
+    torch.manual_seed(0)
+    features = timm.create_model(name, features_only=True, img_size=32).eval()
+    assert features.feature_info.channels() == channels and features.feature_info.reduction() == reduction
+    torch.manual_seed(0)
+    whole = timm.create_model(name, img_size=32).eval()
+    x = torch.randn(2, 3, 32, 32)
+    maps = features(x)
+    reference = whole.forward_intermediates(x, indices=3 if name.startswith("vit_pico") else None,
+                                            intermediates_only=True)
+    assert [tuple(m.shape) for m in maps] == [(2, c, 32 // r, 32 // r) for c, r in zip(channels, reduction)]
+    assert all(torch.equal(a, b) for a, b in zip(maps, reference))
+
+
+def test_multistage_intermediates_end_in_forward_features_and_prune_to_the_taken_stages():
+    model = jumbokit.create_model("vit_res_pico_jumbo", img_size=32, num_classes=10).eval()
+    x = torch.randn(2, 3, 32, 32)
+    final, maps = model.forward_intermediates(x, indices=[0, -1], norm=True)
+    assert torch.equal(model.forward_head(final), model(x))
+    assert torch.allclose(maps[-1].flatten(2).transpose(1, 2), model.forward_features(x).patches, atol=1e-6)
+    assert model.prune_intermediate_layers([0, 1]) == [0, 1] and len(model.stages) == 2
+    assert model(x).shape == (2, 96)  # the head went with the dropped stage; the feature is stage 1's mean
+    with pytest.raises(ValueError, match="stage index 5 is out of range for 2 stages"):
+        model.forward_intermediates(x, indices=[5])

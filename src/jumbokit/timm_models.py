@@ -122,6 +122,13 @@ def _entrypoint(name: str) -> Callable[..., nn.Module]:
             if stored is not None and "num_classes" not in sources:
                 kwargs["pretrained_cfg_overlay"] = {**overlay, "num_classes": stored}
         features_only = bool(kwargs.get("features_only"))
+        if features_only:  # as timm's ViTs: forward_intermediates through FeatureGetterNet
+            multistage = registered_config(name).get("encoder") == "multistage"
+            out_indices = kwargs.pop("out_indices", None if multistage else 3)  # every stage / the last 3 blocks
+            if out_indices is None:
+                out_indices = tuple(range(len(registered_config(name)["dims"])))
+            kwargs["feature_cfg"] = {"feature_cls": "getter", "out_indices": out_indices,
+                                     **(kwargs.get("feature_cfg") or {})}
         model = build_model_with_cfg(partial(_build, name), name, pretrained, **kwargs)
         if not features_only:  # a feature wrapper keeps timm's feature cfg
             model.pretrained_cfg = model.default_cfg = _fit_to_model(model.pretrained_cfg, model)

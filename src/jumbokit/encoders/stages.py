@@ -319,7 +319,7 @@ class MultiStageEncoder(TimmTrainingAPI, nn.Module):
                              f"global_pool={global_pool!r}; build the model with the pooling it needs")
         self.num_classes = num_classes
         self.config["num_classes"] = num_classes
-        device = self.norm.weight.device
+        device = self.pos_embed.device if self.pos_embed is not None else next(self.parameters()).device
         self.head = nn.Linear(self.num_features, num_classes).to(device) if num_classes > 0 else nn.Identity()
         self.patch_head = (nn.Linear(self.embed_dim, num_classes).to(device)
                            if self.config["patch_head"] and num_classes > 0 else None)
@@ -333,18 +333,32 @@ class MultiStageEncoder(TimmTrainingAPI, nn.Module):
         if keep is not None or pad_mask is not None:
             raise ValueError("multi-stage encoders take every patch (residual spatial reduction pools the full "
                              "2-D grid): keep / pad_mask are not supported; use a plain encoder for MAE or token drop")
+        x, grid, _ = self._run_stages(x, (), self.num_stages - 1, inplace=not torch.is_grad_enabled())
+        return self._output(x, grid)
+
+    def _run_stages(self, x: torch.Tensor, take, last: int, inplace: bool = False):
+        """The stem and stages 0..``last`` on images ``x``: (tokens after stage ``last``, its grid, the patch maps
+        (B, d_s, H_s, W_s) of the stages in ``take``)."""
         tok = self.patch_embed(x)
         tokens, grid = tok.tokens, tuple(tok.grid)
         if self.pos_embed is not None:
             tokens = tokens + self.patch_embed.positions(self.pos_embed, grid)
         num_global = self.num_global_tokens
         x = self.stages[0].global_tokens.join(tokens)
-        inplace = not torch.is_grad_enabled()
-        for stage in self.stages:
+        maps = []
+        for s, stage in enumerate(self.stages[:last + 1]):
             if stage.downsample is not None:
                 x, grid = stage.downsample(x, grid, num_global)
             for block in stage.blocks:
                 x = run_block(block, x, None, stage.global_tokens, self.grad_checkpointing, inplace)
+            if s in take:
+                p = x[:, num_global:]
+                maps.append(p.reshape(p.shape[0], *grid, p.shape[-1]).permute(0, 3, 1, 2).contiguous())
+        return x, grid, maps
+
+    def _output(self, x: torch.Tensor, grid) -> EncoderOutput:
+        """The final norm and the pooled feature of the last stage's tokens."""
+        num_global = self.num_global_tokens
         x = self.norm(x)
         g, p = x.split([num_global, x.shape[1] - num_global], dim=1)
         if self.config["global_pool"] == "avg":
@@ -352,6 +366,80 @@ class MultiStageEncoder(TimmTrainingAPI, nn.Module):
         else:
             feature = self.stages[-1].global_tokens.pool(g, p, None)
         return EncoderOutput(feature, p, g, None, None, 1, grid)
+
+    @property
+    def feature_info(self) -> list[dict[str, Any]]:
+        """timm's feature description: one entry per stage (its width and its stride in input pixels)."""
+        cfg = self.config
+        grids = stage_grids(cfg["img_size"], cfg["patch_size"], self.num_stages, cfg["stem"])
+        height = to_2tuple(cfg["img_size"])[0]
+        return [dict(module=f"stages.{s}", num_chs=dim, reduction=height // grids[s][0])
+                for s, dim in enumerate(self.dims)]
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | list[int] | tuple[int, ...] | None = None,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str | None = None,
+        intermediates_only: bool = False,
+    ) -> list[torch.Tensor] | tuple[EncoderOutput, list[torch.Tensor]]:
+        """Each chosen stage's patch tokens as (B, d_s, H_s, W_s) maps, with timm's signature for hierarchical
+        models: ``indices`` an int n takes the last n stages, a list takes those stage indices (negative from the
+        end), None every stage; ``norm`` applies the final norm to the last stage's map; ``stop_early`` runs no
+        stage after the last one taken. Returns ``(forward_features output, maps)`` or the maps alone."""
+        if output_fmt not in (None, "NCHW"):
+            raise ValueError(f"multi-stage encoders give NCHW maps, got output_fmt={output_fmt!r}")
+        take, last = self._take_stages(indices)
+        if not intermediates_only and stop_early and last < self.num_stages - 1:
+            raise ValueError("stop_early with an earlier last stage has no final output; pass intermediates_only=True")
+        x, grid, maps = self._run_stages(x, take, last if stop_early else self.num_stages - 1)
+        if norm and self.num_stages - 1 in take:  # the final norm belongs to the last stage's width
+            maps[-1] = self.norm(maps[-1].permute(0, 2, 3, 1)).permute(0, 3, 1, 2).contiguous()
+        return maps if intermediates_only else (self._output(x, grid), maps)
+
+    def prune_intermediate_layers(
+        self, indices: int | list[int] | tuple[int, ...] = 1, prune_norm: bool = False, prune_head: bool = True,
+    ) -> list[int]:
+        """Drop the stages after the last one ``indices`` takes; returns the taken stage indices. The final norm
+        goes with a dropped last stage (it has that stage's width) or with ``prune_norm``; ``prune_head`` removes
+        the classifier. The config follows, so a pruned model saves and loads."""
+        take, last = self._take_stages(indices)
+        if last < self.num_stages - 1:
+            self.stages = self.stages[:last + 1]
+            for key in ("dims", "heads", "head_dims", "mlp_hidden"):
+                self.config[key] = list(self.config[key])[:last + 1]
+            self.dims = self.dims[:last + 1]
+            self.num_stages, self.embed_dim = last + 1, self.dims[-1]
+            self.depth = sum(len(stage.blocks) for stage in self.stages)
+            prune_norm, prune_head = True, True
+            self.config["global_pool"] = "avg"  # the pooled feature of a truncated model: its last stage's mean
+            self.num_features = self.head_in_features = self.embed_dim
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0)
+        return take
+
+    def _take_stages(self, indices: int | list[int] | tuple[int, ...] | None) -> tuple[list[int], int]:
+        """Absolute stage indices of ``indices`` (timm's ``feature_take_indices``) and the largest one."""
+        n = self.num_stages
+        if indices is None:
+            indices = n
+        if isinstance(indices, int):
+            if not 0 < indices <= n:
+                raise ValueError(f"last-n indices={indices} is out of range (1 to {n} stages)")
+            take = list(range(n - indices, n))
+        else:
+            take = []
+            for i in indices:
+                if not -n <= int(i) < n:
+                    raise ValueError(f"stage index {i} is out of range for {n} stages (expected {-n} to {n - 1})")
+                take.append(int(i) % n)
+            if not take:
+                raise ValueError("indices is an empty list; give stage indices or a count of last stages")
+        return take, max(take)
 
     def patch_logits(self, out: EncoderOutput) -> torch.Tensor:
         """Token-labeling logits of every last-stage patch: (B, N_last, num_classes) (needs patch_head=True)."""
