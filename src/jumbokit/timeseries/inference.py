@@ -19,6 +19,7 @@ import csv
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -104,6 +105,10 @@ def _read_csv(path: Path, channels: int) -> list[np.ndarray]:
             rows.append(values[: observed[-1] + 1] if len(observed) else values[:1])
     if not rows:
         raise ValueError(f"{path} holds no series (expected one series per row)")
+    lengths = sorted({len(r) for r in rows})
+    if len(lengths) > 1:
+        warnings.warn(f"{path}: rows hold {lengths[0]} to {lengths[-1]} values; shorter rows are read as shorter "
+                      "series (their last steps missing)")
     if len(rows) % channels:
         raise ValueError(f"{path}: the model takes series of {channels} channel(s) (each {channels} consecutive "
                          f"rows one series), got {len(rows)} rows")
