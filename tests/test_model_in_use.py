@@ -137,14 +137,20 @@ def test_validate_predict_and_the_run_report_agree_to_the_last_image(digits_run,
                               "--no-progress", "--batch-size", "50"])
     rows = predicted["rows"]
     assert len(rows) == 360 and out.read_text().splitlines()[0] == (
-        "file,top1_label,top1_prob,top2_label,top2_prob,top3_label,top3_prob")
+        "file,label,top1_label,top1_prob,top2_label,top2_prob,top3_label,top3_prob")  # class folders: labelled
+    assert all(r["label"] == Path(r["file"]).parent.name for r in rows)
     truth = torch.tensor([int(Path(r["file"]).parent.name) for r in rows])
     guess = torch.tensor([int(r["top1_label"]) for r in rows])
     assert torch.equal(confusion_matrix(truth, guess, 10), confusion)  # the same answer for every image
     assert len(set(guess.tolist())) >= 3  # a model that says one class for all would prove little
     assert 100.0 * int((truth == guess).sum()) / 360 == pytest.approx(test_row["top1"], abs=1e-9)
     assert all(r["top1_prob"] >= r["top2_prob"] >= r["top3_prob"] for r in rows)
-    assert "predicted 360 image(s)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "predicted 360 image(s)" in printed
+    assert f"top-1 accuracy against the files' labels: {test_row['top1']:.2f}%" in printed
+    written = [[int(v) for v in line.split(",")[1:]] for line in
+               (tmp_path / "pred_confusion.csv").read_text().splitlines()[1:]]
+    assert torch.equal(torch.tensor(written), confusion) and (tmp_path / "pred_confusion.png").is_file()
 
 
 def test_predict_takes_files_and_globs_in_order(digits_run, tmp_path):

@@ -8,7 +8,8 @@
 Inputs are image files, folders (searched recursively) and glob patterns. Each image gets the model's own
 evaluation transform (its data config: size, normalisation, crop) and must have the model's channels (gray for a
 1-channel model, colour for a 3-channel one) unless --convert converts it as training does. The CSV has one row
-per image, in input order: file, then top1_label, top1_prob, ..., topK_label, topK_prob (softmax probabilities,
+per image, in input order: file, label (when every image sits in a folder named after one of the model's classes,
+DIR/<class>/<image>: then the accuracy is printed and a confusion matrix written beside the CSV), then top1_label, top1_prob, ..., topK_label, topK_prob (softmax probabilities,
 class names from the model's data config). It is written only when every image was read (a temp file renamed at
 the end); an unreadable image, an image of the wrong channels or a missing checkpoint stops with one line.
 
@@ -84,8 +85,9 @@ def summary(rows: list[dict[str, Any]], checkpoint: str, out: Path, shown: int =
     return text
 
 
-def predict_series(args: argparse.Namespace, device: str) -> list[dict[str, Any]]:
-    """The rows of a series model's (or ensemble's) predictions for every input file, all files read first."""
+def predict_series(args: argparse.Namespace, device: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """(the rows of a series model's (or ensemble's) predictions for every input file, all files read first; its
+    class names)."""
     from jumbokit.inference import find_files
     from jumbokit.pretrained import local_path
     from jumbokit.timeseries.inference import (SERIES_SUFFIXES, load_series_models, read_series_file, series_proba,
@@ -100,13 +102,14 @@ def predict_series(args: argparse.Namespace, device: str) -> list[dict[str, Any]
     for f in files:
         rows += topk_rows(f, proba[start:start + len(f.x)], names, args.topk)
         start += len(f.x)
-    return rows
+    return rows, names
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
-    from jumbokit.inference import ImageFiles, find_images, is_series_checkpoint, load_classifier, predict_topk
+    from jumbokit.inference import (ImageFiles, class_names, find_images, is_series_checkpoint, load_classifier,
+                                    predict_topk)
     from jumbokit.logs import configure_logging
     from jumbokit.training.rundir import atomic_write_text, csv_text
 
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     series = is_series_checkpoint(args.checkpoint)
     if series:
-        rows = predict_series(args, device)
+        rows, names = predict_series(args, device)
     else:
         if args.ensemble:
             raise ValueError("--ensemble takes a tstrain sweep's kept series model; "
@@ -125,7 +128,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         files = ImageFiles(find_images(args.inputs), cfg, convert=args.convert)
         rows = predict_topk(model, files, cfg, topk=args.topk, batch_size=args.batch_size,
                             num_workers=args.num_workers, progress=not args.no_progress)
+        names = class_names(cfg, int(model.num_classes))
+        rows = with_folder_labels(rows, names)
     out = Path(args.out)
     atomic_write_text(out, csv_text(rows))
-    print(summary(rows, str(args.checkpoint), out, unit="series" if series else "image(s)"))
+    text = summary(rows, str(args.checkpoint), out, unit="series" if series else "image(s)")
+    if rows and all("label" in r for r in rows):
+        text += "\n" + write_confusion(rows, names, out, str(args.checkpoint))
+    print(text)
     return {"rows": rows, "out": str(out)}
+
+
+def with_folder_labels(rows: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    """Rows with a ``label`` column (after ``file``) when every image sits in a folder named after one of the
+    model's classes (``DIR/<class>/<image>``: a labelled set); else the rows as they are."""
+    labels = [Path(r["file"]).parent.name for r in rows]
+    if not rows or not all(label in names for label in labels):
+        return rows
+    return [{"file": r["file"], "label": label, **{k: v for k, v in r.items() if k != "file"}}
+            for r, label in zip(rows, labels)]
+
+
+def write_confusion(rows: list[dict[str, Any]], names: list[str], out: Path, checkpoint: str) -> str:
+    """``<out>_confusion.csv`` and ``.png`` of labelled rows (true class by predicted class); returns the line
+    that names them."""
+    import torch
+
+    from jumbokit.inference import confusion_matrix, confusion_rows, plot_confusion
+    from jumbokit.training.rundir import atomic_write_text, csv_text
+
+    index = {name: i for i, name in enumerate(names)}
+    known = [r for r in rows if r["label"] in index]
+    matrix = confusion_matrix(torch.tensor([index[r["label"]] for r in known]),
+                              torch.tensor([index[r["top1_label"]] for r in known]), len(names))
+    table = out.with_name(out.stem + "_confusion.csv")
+    atomic_write_text(table, csv_text(confusion_rows(matrix, names)))
+    picture = plot_confusion(matrix, names, out.with_name(out.stem + "_confusion.png"),
+                             f"{Path(checkpoint).name}: {out.stem}")
+    return f"confusion matrix (rows: true class, columns: predicted): {table}, {picture}"
