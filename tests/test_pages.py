@@ -4,6 +4,7 @@ a number edited by hand in a page is caught."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -115,3 +116,18 @@ def test_bad_specs_and_templates_say_what_is_wrong(tmp_path):
                                         'columns = ["a", "b"]\n[[row]]\ntable = "t"\ncells = ["only one"]\n')
     with pytest.raises(pages.PageError, match="1 cells for 2 columns"):
         pages.load_spec(tmp_path / "spec.toml", tmp_path)
+
+
+def test_benchmarks_readme_lists_every_cited_result_file():
+    cited = set()
+    link = re.compile(r"benchmarks/results/([A-Za-z0-9_.+-]+?)\.(md|json|png)")
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        cited |= {m.group(1) + (".png" if m.group(2) == "png" else "") for m in link.finditer(page.read_text())}
+    cited |= {m.group(1) for m in re.finditer(r'"([A-Za-z0-9_.+-]+)\.json"', SPEC.read_text())}
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    listed = {m.group(1) + (".png" if m.group(2) == "png" else "")
+              for m in re.finditer(r"\]\(results/([A-Za-z0-9_.+-]+?)\.(md|json|png)\)", readme)}
+    assert cited - listed == set(), f"cited by a page but not listed in benchmarks/README.md: {sorted(cited - listed)}"
+    missing = [name for name in cited if not (ROOT / "benchmarks" / "results" /
+                                               (name if name.endswith(".png") else f"{name}.json")).exists()]
+    assert not missing, f"cited result files that do not exist: {missing}"
