@@ -1,14 +1,21 @@
-"""The README and docs/ stay true: links resolve (files and heading anchors) and the README's Python blocks run.
+"""The README and docs/ stay true: links resolve (files and heading anchors) and the README's Python blocks run and
+print what their comments say.
 
 A README ```python block whose first line is ``# docs-test: requires PACKAGE[, PACKAGE]`` is skipped when one of
 those packages cannot be imported (for blocks that need an optional extra); every other block must run as written.
+Every ``print(...)`` line of a block carries its expected output as a comment, on the same line or on the comment
+line right below it: ``print(x.shape)   # torch.Size([8, 10])``. The comment's text up to a gap of three or more
+spaces is the output (what follows the gap is explanation); the test compares it with what that line printed.
 """
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import subprocess
 import sys
+import tokenize
 import unicodedata
 from functools import lru_cache
 from pathlib import Path
@@ -148,6 +155,52 @@ def test_readme_has_python_blocks() -> None:
     assert len(README_BLOCKS) >= 3
 
 
+PRINT_LINE = re.compile(r"^print\(")
+EXPLANATION_GAP = re.compile(r"\s{3,}")
+# Runs a block with print() recording what each of the block's own lines printed (other files print as usual).
+RECORDING_RUNNER = """\
+import builtins, io, json, runpy, sys
+block, record = sys.argv[1], sys.argv[2]
+printed, original = {}, builtins.print
+def recording_print(*args, **kwargs):
+    caller = sys._getframe(1)
+    if caller.f_code.co_filename == block and kwargs.get("file") is None:
+        text = io.StringIO()
+        original(*args, **{**kwargs, "file": text})
+        printed.setdefault(str(caller.f_lineno), []).append(text.getvalue().rstrip("\\n"))
+    original(*args, **kwargs)
+builtins.print = recording_print
+try:
+    runpy.run_path(block, run_name="__main__")
+finally:
+    with open(record, "w") as f:
+        json.dump(printed, f)
+"""
+
+
+def expected_prints(code: str) -> dict[int, str]:
+    """Line number (1-based, within the block) -> the output its print() line's comment promises."""
+    lines = code.splitlines()
+    expected = {}
+    for number, line in enumerate(lines, start=1):
+        if not PRINT_LINE.match(line):
+            continue
+        comments = [tok.string for tok in tokenize.generate_tokens(io.StringIO(line + "\n").readline)
+                    if tok.type == tokenize.COMMENT]
+        comment = comments[0][1:] if comments else ""
+        if not comments and number < len(lines) and lines[number].lstrip().startswith("#"):
+            comment = lines[number].lstrip()[1:]
+        text = EXPLANATION_GAP.split(comment.strip(), maxsplit=1)[0]
+        expected[number] = text
+    return expected
+
+
+def test_expected_prints_reads_the_comments() -> None:
+    code = ("x = 1\nprint(x)   # 1\nprint(x, x)\n# 1 1   two of them\nprint(x + 1)      # 2      the sum\n"
+            "print('a  #b')   # a  #b\n")
+    assert expected_prints(code) == {2: "1", 3: "1 1", 5: "2", 6: "a  #b"}
+
+
 @pytest.mark.parametrize("line,code", README_BLOCKS, ids=[f"README.md:{line}" for line, _ in README_BLOCKS])
 def test_readme_python_block_runs(line: int, code: str, tmp_path: Path) -> None:
     marker = REQUIRES_MARKER.match(code.splitlines()[0]) if code.strip() else None
@@ -157,7 +210,17 @@ def test_readme_python_block_runs(line: int, code: str, tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "MPLBACKEND": "Agg"}
     script = tmp_path / f"readme_block_line{line}.py"
     script.write_text(code, encoding="utf-8")
-    done = subprocess.run([sys.executable, script.name], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=BLOCK_TIMEOUT_S)
+    (tmp_path / "_record_prints.py").write_text(RECORDING_RUNNER, encoding="utf-8")
+    record = tmp_path / "_printed.json"
+    done = subprocess.run([sys.executable, "_record_prints.py", str(script.resolve()), str(record)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S)
     assert done.returncode == 0, f"README.md block at line {line} failed:\n{done.stdout[-2000:]}{done.stderr[-4000:]}"
+    printed = json.loads(record.read_text(encoding="utf-8"))
+    expected = expected_prints(code)
+    wrong = []
+    for number, text in expected.items():
+        got = printed.get(str(number), [])
+        if got != [text]:
+            wrong.append(f"README.md line {line + number - 1}: the comment says {text!r}, it printed {got!r}")
+    assert not wrong, "\n".join(wrong)
 
