@@ -172,6 +172,10 @@ def main(argv: list[str] | None = None) -> dict:
                 f"train {len(train)}" + "".join(f", {s} {len(d)}" for s, d in evals.items())
                 + (f" ({train.channel_note})" if train.channel_note else "") + f" | out {out}")
     logger.info(f"data: {train.choices.describe()} {list(train.mean)} / {list(train.std)}")
+    if train.holdout is not None:
+        logger.info(f"held out of {args.dataset}'s images (stratified, split seed {train.holdout.seed}, stored in "
+                    "the run): " + ", ".join(f"{s} {100 * getattr(train.holdout, s):g}% ({len(evals[s])})"
+                                             for s in train.holdout.carved if s in evals))
 
     def on_plan(plan) -> None:  # the join's default length: half the steps, counted after the loader is sharded
         if args.branches > 1 and args.join_warmup_steps is None:
