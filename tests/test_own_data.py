@@ -124,3 +124,24 @@ def test_default_batch_shrinks_to_a_small_subset_and_a_given_one_is_refused(tmp_
         supervised(["--dataset", f"folder:{data}", "--max-train-samples", "10", "--batch-size", "32",
                     "--out", str(tmp_path / "run2")])
     assert not (tmp_path / "run2").exists()
+
+
+def test_subcommand_usage_names_the_subcommand(jumbokit_cli):
+    status, _, err = jumbokit_cli(["supervised", "--bogus"])
+    assert status == 2 and err.startswith("usage: jumbokit supervised ")
+    assert "jumbokit supervised: error: unrecognized arguments: --bogus" in err
+
+
+def test_command_line_warnings_are_one_line():
+    """The front doors' logging setup formats Python warnings as one line, without Python's source line."""
+    import warnings
+
+    from jumbokit.logs import configure_logging
+
+    before = warnings.formatwarning
+    try:
+        configure_logging()
+        text = warnings.formatwarning("skipped 1 unreadable\n   image", UserWarning, __file__, 1)
+    finally:
+        warnings.formatwarning = before
+    assert text == "warning: skipped 1 unreadable image\n"
