@@ -1,0 +1,96 @@
+"""The bounded-memory ROCKET baselines compute what aeon's classifiers compute: scikit-learn's RidgeClassifierCV on
+the same features (both eigendecompositions, blocked), and aeon's MiniRocket / MultiRocket / Hydra classifiers with
+the same random state on bundled sets."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from jumbokit.timeseries.rocket_classifiers import ALPHAS, FeatureRidgeClassifierCV, RocketClassifier
+
+
+def _features(n: int, p: int, classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, p)) * rng.uniform(0.5, 3.0, size=p) + rng.normal(size=p)
+    labels = np.array([f"c{i}" for i in range(classes)])
+    y = labels[(x[:, :3].sum(1) * 2 + rng.normal(size=n)).argsort().argsort() * classes // n]
+    x[:, 5] = 1.5  # a constant feature
+    return x.astype(np.float32), y
+
+
+@pytest.mark.parametrize("n, p, classes", [(60, 200, 2), (60, 200, 4), (150, 40, 2), (150, 40, 3)],
+                         ids=["gram-binary", "gram-multiclass", "covariance-binary", "covariance-multiclass"])
+def test_ridge_equals_scikit_learns_ridge_classifier_cv(n, p, classes):
+    """Same alpha, coefficients and intercept to float32 rounding, same predictions; float64 work blocks of a few
+    columns / rows (block_bytes) give the same as one block."""
+    from sklearn.linear_model import RidgeClassifierCV
+
+    x, y = _features(n, p, classes)
+    reference = RidgeClassifierCV(alphas=ALPHAS).fit(x, y)
+    for block_bytes in (8 * 7 * max(n, p), 2**30):
+        ours = FeatureRidgeClassifierCV(block_bytes=block_bytes).fit(x, y)
+        assert ours.alpha_ == reference.alpha_
+        assert ours.coef_.dtype == np.float32 and ours.coef_.shape == reference.coef_.shape
+        np.testing.assert_allclose(ours.coef_, reference.coef_, rtol=1e-4, atol=1e-6 * np.abs(reference.coef_).max())
+        np.testing.assert_allclose(ours.intercept_, reference.intercept_, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(ours.best_score_, reference.best_score_, rtol=1e-6)
+        np.testing.assert_array_equal(ours.classes_, reference.classes_)
+        np.testing.assert_array_equal(ours.predict(x), reference.predict(x))
+
+
+def test_ridge_refuses_bad_input():
+    x, y = _features(20, 30, 2)
+    with pytest.raises(ValueError, match="expected a 2-D feature matrix"):
+        FeatureRidgeClassifierCV().fit(x[None], y)
+    with pytest.raises(ValueError, match="expected 20 labels"):
+        FeatureRidgeClassifierCV().fit(x, y[:-1])
+    with pytest.raises(ValueError, match="expected 30 features, got 29"):
+        FeatureRidgeClassifierCV().fit(x, y).predict(x[:, 1:])
+
+
+def _aeon(name: str):
+    from aeon.classification.convolution_based import HydraClassifier, MiniRocketClassifier, MultiRocketClassifier
+
+    return {"minirocket": MiniRocketClassifier, "multirocket": MultiRocketClassifier, "hydra": HydraClassifier}[name]
+
+
+def _check_equals_aeon(name: str, dataset: str, chunk_bytes: int) -> None:
+    """Test accuracy equal to aeon's classifier with the same random state, at least 99% of the predictions equal
+    (float rounding: the scaling's statistics and the ridge fit sum in another order), the chosen alpha equal."""
+    from aeon.datasets import load_classification
+
+    x_train, y_train = load_classification(dataset, split="train")
+    x_test, y_test = load_classification(dataset, split="test")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = _aeon(name)(random_state=0).fit(x_train, y_train)
+        expected = reference.predict(x_test)
+        ours = RocketClassifier(name, random_state=0, chunk_bytes=chunk_bytes).fit(x_train, y_train)
+        pred = ours.predict(x_test)
+    ridge = (reference.pipeline_ if name != "hydra" else reference.clf_).steps[-1][1]
+    assert ours.ridge_.alpha_ == ridge.alpha_
+    assert (pred == y_test).mean() == (expected == y_test).mean()
+    assert (pred == expected).mean() >= 0.99
+    assert ours._rows_per_chunk(x_train.shape[-1]) < len(x_test)  # the chunks were smaller than the sets
+
+
+@pytest.mark.parametrize("name", ["minirocket", "hydra"])
+def test_rocket_classifier_equals_aeons_classifier(name):
+    _check_equals_aeon(name, "ItalyPowerDemand", chunk_bytes=64 * 10_000)
+
+
+@pytest.mark.slow  # numba compiles MultiRocket's kernels on first use: about 90 s on a 2-core CPU
+def test_multirocket_classifier_equals_aeons_classifier():
+    _check_equals_aeon("multirocket", "ItalyPowerDemand", chunk_bytes=64 * 50_000)
+    _check_equals_aeon("multirocket", "GunPoint", chunk_bytes=16 * 50_000)
+
+
+def test_rocket_classifier_refuses_bad_input():
+    with pytest.raises(ValueError, match="unknown classifier 'rocketx'"):
+        RocketClassifier("rocketx").fit(np.zeros((4, 1, 20)), np.array([0, 1, 0, 1]))
+    with pytest.raises(ValueError, match=r"expected series of shape \(n_cases, n_channels, n_timepoints\)"):
+        RocketClassifier("hydra").fit(np.zeros((4, 1, 1, 20)), np.array([0, 1, 0, 1]))
+    with pytest.raises(ValueError, match="expected 4 labels"):
+        RocketClassifier("hydra").fit(np.zeros((4, 1, 20)), np.array([0, 1, 0]))
