@@ -26,7 +26,7 @@ __all__ = ["ALPHAS", "ROCKET_NAMES", "FeatureRidgeClassifierCV", "RocketClassifi
 ALPHAS = np.logspace(-3, 3, 10)  # aeon's classifiers' ridge penalties
 ROCKET_NAMES = ("minirocket", "multirocket", "hydra")
 BLOCK_BYTES = 128 * 2**20  # float64 work blocks of the ridge fit
-CHUNK_BYTES = 256 * 2**20  # one chunk of transformed series (and Hydra's convolution outputs)
+CHUNK_BYTES = 128 * 2**20  # one chunk of transformed series (and Hydra's convolution outputs)
 
 
 def _blocks(total: int, size: int) -> Iterator[slice]:
@@ -236,8 +236,8 @@ class RocketClassifier:
         Passed to aeon's transformer, as aeon's classifier passes it.
     n_jobs : int, default=1
         Threads of the transform and of the ridge fit's linear algebra.
-    chunk_bytes : int, default=256 MiB
-        About how much one chunk of transformed series may take (for Hydra, with its convolution outputs).
+    chunk_bytes : int, default=128 MiB
+        About how much one chunk of series may take while it is transformed.
     block_bytes : int, default=128 MiB
         One float64 work block of the ridge fit.
 
@@ -292,11 +292,12 @@ class RocketClassifier:
         return x
 
     def _rows_per_chunk(self, n_timepoints: int) -> int:
-        """Series per chunk: ``chunk_bytes`` over one series' float32 features (and, for Hydra, its convolution
-        outputs: 512 kernels' values and arg-max / arg-min indices a time step), at least ``n_jobs``."""
-        row = 4 * self.n_features_
+        """Series per chunk: ``chunk_bytes`` over what one series takes while it is transformed (its float32
+        features twice: aeon's output and its NaN-free copy; for Hydra also its convolution outputs, measured at
+        about 4 KB a time step), at least ``n_jobs``."""
+        row = 8 * self.n_features_
         if self.name == "hydra":
-            row += 4 * 512 * n_timepoints
+            row += 4096 * n_timepoints
         return max(int(self.n_jobs), 1, int(self.chunk_bytes // row))
 
     def _transform_chunk(self, x: np.ndarray) -> np.ndarray:
