@@ -1,4 +1,4 @@
-"""aeon's convolution-based classifiers (MiniRocket, MultiRocket, Hydra) on the sweep's splits."""
+"""aeon's convolution-based classifiers (MiniRocket, MultiRocket, Hydra) on the sweep's splits, in bounded memory."""
 
 from __future__ import annotations
 
@@ -42,11 +42,12 @@ def use_numba_workqueue() -> None:
 
 
 def _rocket(name: str, seed: int, n_jobs: int):
+    """aeon's classifier ``name`` (default settings, ``random_state=seed``) in bounded memory: its transformer in
+    chunks into float32 features and the same ridge fit without float64 copies (:mod:`.rocket_classifiers`)."""
     use_numba_workqueue()
-    from aeon.classification.convolution_based import HydraClassifier, MiniRocketClassifier, MultiRocketClassifier
+    from .rocket_classifiers import RocketClassifier
 
-    cls = {"minirocket": MiniRocketClassifier, "multirocket": MultiRocketClassifier, "hydra": HydraClassifier}[name]
-    return cls(random_state=seed, n_jobs=n_jobs)
+    return RocketClassifier(name, random_state=seed, n_jobs=n_jobs)
 
 
 _WARMED: set[tuple[str, bool, int]] = set()
@@ -95,7 +96,9 @@ def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir
                     n_jobs: int | None = None) -> dict[str, Any]:
     """One of aeon's MiniRocket / MultiRocket / Hydra classifiers on the same splits (raw series; they
     normalise internally), fitted on the training split and scored on the whole official test set, whose
-    validation / test halves are those of ``data``.
+    validation / test halves are those of ``data``. The classifier runs through
+    :class:`~jumbokit.timeseries.rocket_classifiers.RocketClassifier`: aeon's transformer, scaling and ridge
+    classifier with the same settings and seed, in bounded memory (the same predictions up to float rounding).
 
     aeon's classifiers need equal lengths: unequal-length sets are padded at the end with zeros to the
     longest series (aeon's ``Padder``, its default fill), which is recorded as ``"padded": true``. Sets with
