@@ -3,6 +3,9 @@ features (the trunk, token statistics, level and scale)."""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 from torch import nn
 
@@ -12,7 +15,7 @@ from .length import last_observed_index
 from .scale import LevelScale
 from .trunk import TokenStats, TrunkPatchFeatures, window_max_mean
 
-__all__ = ["SeriesPatchTokenizer", "ConvPatchFeatures", "conv_stem_flops", "series_patch_count"]
+__all__ = ["SeriesPatchTokenizer", "ConvPatchFeatures", "conv_stem_flops", "declared_missing", "series_patch_count"]
 
 
 def series_patch_count(length: int, patch_len: int, stride: int, pad_end: bool) -> int:
@@ -53,6 +56,14 @@ class SeriesPatchTokenizer(nn.Module):
         token_stats: add each window's observed mean and standard deviation, projected (``TokenStats``).
         level_scale: normalise each channel by its own observed mean and std first, and add the two, projected,
             to every token of the channel (:class:`~jumbokit.timeseries.models.scale.LevelScale`).
+
+    Missing values and host syncs: the attribute ``missing`` (not a constructor argument; not saved) says how a
+    forward learns whether a batch holds NaN. ``None`` (the default): it looks, which reads one value of the batch
+    back to the host; on a GPU that waits for every queued kernel (a sync in every step). ``False``: the caller
+    declares the batches NaN-free; no look, the no-missing path (a NaN then reaches the output). ``True``: always
+    the missing-value path with no look (what an exported graph does). For NaN-free batches ``False`` computes
+    exactly what ``None`` does; :func:`declared_missing` sets it over a model for a block of code (``tstrain``
+    declares a set without NaN so while it trains).
     """
 
     kind = "series"
@@ -100,6 +111,7 @@ class SeriesPatchTokenizer(nn.Module):
                                          mix_chans=in_chans if trunk_mix else None) if trunk else None)
         self.stats = TokenStats(dim, patch_len, stride) if token_stats else None
         self.level_scale = LevelScale(dim) if level_scale else None
+        self.missing: bool | None = None  # see the class docstring: None = look at each batch
 
     def forward(self, x: torch.Tensor) -> Tokens:
         values, observed = self.padded(x)  # (B, C, L')
@@ -117,7 +129,7 @@ class SeriesPatchTokenizer(nn.Module):
         pad_mask = None
         if observed is not None:
             pad_mask = ~self._windows(observed).any(-1).reshape(batch * chans, -1)
-            if not exporting() and not pad_mask.any():
+            if self._looks() and not pad_mask.any():
                 pad_mask = None
         return Tokens(tokens, (num,), pad_mask, chans)
 
@@ -145,8 +157,9 @@ class SeriesPatchTokenizer(nn.Module):
             raise ValueError(f"expected series of {self.in_chans} channels, got {chans}; "
                              f"build the model with in_chans={chans}")
         observed = ~torch.isnan(x)
-        # an exported graph (torch.export, ONNX) has no data-dependent branch: it always takes the missing-value path
-        has_missing = exporting() or not bool(observed.all())
+        # an exported graph (torch.export, ONNX) has no data-dependent branch: it always takes the missing-value path;
+        # a declared ``missing`` skips the look (a host read of the batch: a GPU sync)
+        has_missing = (not bool(observed.all())) if self._looks() else (exporting() or bool(self.missing))
         values = torch.nan_to_num(x, nan=0.0) if has_missing else x
         if self.pad_end:
             if has_missing:
@@ -156,6 +169,10 @@ class SeriesPatchTokenizer(nn.Module):
         if values.shape[-1] < self.patch_len:
             raise ValueError(f"a series of {length} steps is shorter than one patch of {self.patch_len} steps")
         return values, observed if has_missing else None
+
+    def _looks(self) -> bool:
+        """Whether this forward reads the batch back to choose its path (see ``missing``); never while exporting."""
+        return self.missing is None and not exporting()
 
     def _pad_with_last_observed(self, values: torch.Tensor, observed: torch.Tensor):
         """Append ``stride`` copies of each channel's last observed value; padding counts as observed
@@ -208,3 +225,24 @@ def conv_stem_flops(width: int, steps: int, num_patches: int, dim: int) -> int:
     convolutions and the projection; GELU and pooling are not counted)."""
     half = width // 2
     return 2 * steps * (7 * half + 5 * half * width) + 2 * num_patches * 2 * width * dim
+
+
+@contextlib.contextmanager
+def declared_missing(model: nn.Module, missing: bool | None) -> Iterator[nn.Module]:
+    """Within the block, every :class:`SeriesPatchTokenizer` of ``model`` takes ``missing`` as declared (``False``:
+    the batches hold no NaN, so no forward reads one back to the host; ``True``: always the missing-value path;
+    ``None``: each forward looks, the default); each one's own setting comes back afterwards.
+
+    Example: ``with declared_missing(model, False): fit(model, ...)`` trains on NaN-free series with no GPU sync
+    in the tokenizer, computing exactly what the default computes on them."""
+    if not (missing is None or isinstance(missing, bool)):
+        raise ValueError(f"expected missing to be None, True or False, got {missing!r}")
+    tokenizers = [m for m in model.modules() if isinstance(m, SeriesPatchTokenizer)]
+    before = [t.missing for t in tokenizers]
+    for t in tokenizers:
+        t.missing = missing
+    try:
+        yield model
+    finally:
+        for t, value in zip(tokenizers, before, strict=True):
+            t.missing = value
