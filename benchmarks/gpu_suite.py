@@ -2,65 +2,91 @@
 
     python benchmarks/gpu_suite.py --device cuda                     # one H100/H200, at most ~9 min
     python benchmarks/gpu_suite.py --device cuda --sections inference,train --time-budget 200
-    OMP_NUM_THREADS=1 python benchmarks/gpu_suite.py --device cpu --tiny --threads 1   # a check: ~5 min on 2 cores
+    OMP_NUM_THREADS=1 python benchmarks/gpu_suite.py --device cpu --tiny --threads 1   # a check: ~2 min on 2 cores
 
-On a GPU the default --time-budget (480 s) bounds the run: sections and cells are not started after it, and a
-compile cell only with ~30 s per model left, so the whole call (imports included) should end within ~9 minutes.
-The GPU time is an estimate (the suite has not run on a GPU yet); the CPU time was measured.
+On a machine with its own Python and torch (a GPU machine: a virtual environment is too big to carry there), run it
+from a source checkout; nothing needs installing, and --out names the folder the results must come back from:
+
+    PYTHONPATH=src python3 benchmarks/gpu_suite.py --device cuda --out OUT_DIR
+
+It needs torch, numpy, accelerate, safetensors and wrapt; timm (with torchvision and huggingface_hub) only for the
+reference ViT-Tiny, which is recorded as not built without it. It never imports the data-set packages (aeon, sktime,
+datasets, imagecorruptions): tests/test_gpu_suite.py runs it that way with those blocked.
+
+Results: --out DIR (default: benchmarks/results) gets gpu_suite_<GPU name>.json (gpu_suite_cpu.json on a CPU) and a
+markdown copy beside it. They are written when the run starts, again after every cell and every section (the
+targets recomputed each time), and at the end; a time limit, a crash of the compiler or a kill loses at most the
+cell in progress, and a section cut short reads "running" (or "interrupted: <signal>" after a SIGTERM or Ctrl-C).
+Every cell prints its medians, spreads and ratio as it finishes.
+
+Time: --time-budget (480 s from the process start) bounds the run: a cell is not started unless its estimated time
+(rounds x min round seconds per model) fits, and a compiled model not unless COMPILE_SECONDS_PER_MODEL (75 s, a
+ViT compile on a cold cache takes 30-70 s) plus its timing fits; it is checked before each model's compile, so a
+cell can time the models it compiled and skip the rest. The whole call (imports included) should end within
+~9 minutes. The GPU time is an estimate (the suite has not run on a GPU yet). The CPU check was measured: 113 s on
+the 2-core CPU with Inductor's cache warm (the compile section 47 s of it); a cold cache adds minutes.
 
 Sections, in the order they run (``--sections`` picks some; the order stays):
 
   inference  224 px, batch 256 and 1024, fp32+TF32 and bf16 autocast: Jumbo J=6 vs registers R=16 at D=128
-             (vit_nano_*) and D=192 (vit_tiny_*), built as benchmarks/throughput.py builds them, with timm's
-             vit_tiny_patch16_224 (pretrained=False) timed beside the D=192 pair as a reference.
+             (vit_nano_*) and D=192 (vit_tiny_*), built as benchmarks/throughput.py builds them
+             (jumbokit.benchmarking.steps), with timm's vit_tiny_patch16_224 (pretrained=False) timed beside the
+             D=192 pair as a reference.
   mae        an MAE training step (mask 0.75, decoder 512x8, AdamW; jumbokit.ssl.MaskedAutoencoder) of
              vit_base_jumbo vs vit_base_cls at 224 px in bf16: images/s and peak memory (CUDA only).
   train      a supervised step (forward, cross-entropy, backward, AdamW step) of vit_tiny_jumbo vs vit_tiny_reg16
-             at 224 px, bf16 and fp32+TF32, batch 256; peak memory (CUDA only).
+             (--train-model) at 224 px, bf16 and fp32+TF32, batch 256; peak memory (CUDA only).
   patchtst   a tstrain-style step of patchtst_jumbo vs patchtst_registers: batch 64, 1 channel, length 512,
-             64 patches, 10 classes, fp32+TF32 and bf16.
-  sync       CUDA only: torch.cuda.set_sync_debug_mode("error") around forward passes and training steps of the
-             Jumbo models above; pass, or the error text.
-  compile    inference as above in bf16 + torch.compile (static shapes); last because compiling dominates its
-             time: the cells run D=192 first, batch 1024 first, and stop at the time budget.
+             64 patches, 10 classes, fp32+TF32 and bf16; the batches are declared NaN-free as tstrain declares a
+             set without NaN (no host read in the tokenizer), and patchtst_jumbo is also timed with the default
+             per-batch NaN check (a host sync each step): patchtst_jumbo_declared_vs_nan_check_<mode>_b64.
+  sync       the Jumbo models' forward passes and training steps, with torch.cuda.set_sync_debug_mode("error") on
+             a GPU; on a CPU the host reads (item, bool, nonzero, ... of a tensor: a sync on a GPU) are recorded
+             instead (jumbokit.benchmarking.hostsync). Pass, or the error text; one check (the per-batch NaN check
+             of an undeclared PatchTST) is expected to find one.
+  compile    inference in bf16 + torch.compile (static shapes) at --compile-batches (default 1024, the batch the
+             40,800 images/s target is measured at; each batch size recompiles); last because compiling
+             dominates its time. D=192 first (vit_tiny_jumbo, vit_tiny_reg16, then timm's), then D=128.
 
-Every measurement warms up, then times interleaved rounds (the models of a comparison alternate, ABBA) and reports
-the median round with min, max and spread = (max - min) / median. Ratios are Jumbo / registers (MAE: Jumbo / CLS)
-of the median rates; the per-round ratios give their min and max, and a ratio's spread is the larger of its two
-models' spreads. Keys compare across machines, e.g.
-``jumbo_d192_vs_reg16_bf16_b256`` (a ratio) and ``vit_tiny_jumbo_bf16_compile_b1024_img_s``.
+Every measurement warms up, then times interleaved rounds (the models of a comparison alternate, ABBA), each round
+at least --min-round-s seconds of work (calls per round chosen once per cell from a timed call; 15 rounds of
+>= 0.2 s at full size: 8 rounds of one batch each gave 23-51% spreads on an H100 at batch 256), and reports the
+median round with min, max and spread = (max - min) / median. Ratios are Jumbo / registers (MAE: Jumbo / CLS) of the
+median rates; the per-round ratios give their min and max, and a ratio's spread is the larger of its two models'
+spreads. Keys compare across machines, e.g. ``jumbo_d192_vs_reg16_bf16_b256`` (a ratio) and
+``vit_tiny_jumbo_bf16_compile_b1024_img_s``; compiled models also record ``..._compile_s`` (the first call).
 
 Targets recorded in the JSON: Jumbo / registers >= 1.00 at D=128 and D=192 in fp32+TF32 and bf16 with both spreads
 <= 10%; ViT-Tiny+Jumbo (J=6, D=192) >= 40,800 images/s at its best over modes and batches; training steps
 Jumbo >= 0.95x registers (supervised and PatchTST).
 
-Each section (and each cell inside it) is guarded: an error is recorded in the JSON and the rest still runs. After
---time-budget seconds the remaining cells and sections are marked "skipped: time budget". Writes
-benchmarks/results/gpu_suite_<GPU name>.json (gpu_suite_cpu.json on a CPU; or --json) and a markdown copy, and
-prints the table. --tiny shrinks every size (32 px, batches of 2-4, 1-2 repeats) to check the script on a CPU; its
-numbers mean nothing.
+Each section (and each cell inside it) is guarded: an error is recorded in the JSON and the rest still runs. --tiny
+shrinks every size (32 px, batches of 2-4, vit_pico for the MAE and training steps, 3 short rounds) to check the
+script on a CPU; its numbers mean nothing. --compile-backend eager checks the compile section's code without
+Inductor's compile time.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import signal
 import statistics
-import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
-HERE = str(Path(__file__).resolve().parent)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)  # the sibling scripts whose helpers this suite calls (throughput, mae, timeseries)
-
-import jumbokit  # noqa: E402
-from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result  # noqa: E402
-from jumbokit.training.rundir import markdown_table  # noqa: E402
+import jumbokit
+from jumbokit.benchmarking import RESULTS_DIR, machine_record, result_path, time_interleaved, write_result
+from jumbokit.benchmarking.hostsync import HostReads
+from jumbokit.benchmarking.steps import jumbo_vs_registers, mae_step, train_step
+from jumbokit.benchmarking.timing import calls_per_round
+from jumbokit.timeseries.models.tokenizer import declared_missing
+from jumbokit.training.rundir import markdown_table
 
 SECTIONS = ("inference", "mae", "train", "patchtst", "sync", "compile")
 EAGER_MODES = ("fp32_tf32", "bf16")
@@ -70,34 +96,49 @@ TARGET_VIT_TINY_JUMBO_IMG_S = 40_800
 TARGET_TRAIN_RATIO = 0.95
 
 # full size (CUDA) and --tiny (a CPU check); any of them can be set on the command line
-FULL = dict(img_size=224, batches=[256, 1024], repeats=9, iters=8, warmup=3, compile_warmup=3,
-            mae_batch=128, mae_decoder="512x8", train_batch=256, train_repeats=7, train_iters=4,
-            series_batch=64, series_len=512, series_patches=64, sync_batch=32)
-TINY = dict(img_size=32, batches=[2, 4], repeats=2, iters=1, warmup=1, compile_warmup=1,
-            mae_batch=2, mae_decoder="64x1", train_batch=2, train_repeats=2, train_iters=1,
-            series_batch=4, series_len=64, series_patches=8, sync_batch=2)
-COMPILE_SECONDS_PER_MODEL = 30  # a compile cell is not started with less budget than this per model left
+FULL = dict(img_size=224, batches=[256, 1024], compile_batches=[1024], repeats=15, min_round_s=0.2, iters=1,
+            warmup=3, compile_warmup=2, mae_model="vit_base", mae_batch=128, mae_decoder="512x8",
+            train_model="vit_tiny", train_batch=256, train_repeats=11, series_batch=64, series_len=512,
+            series_patches=64, sync_batch=32)
+TINY = dict(img_size=32, batches=[2, 4], compile_batches=[4], repeats=3, min_round_s=0.0, iters=1,
+            warmup=1, compile_warmup=1, mae_model="vit_pico", mae_batch=2, mae_decoder="64x1",
+            train_model="vit_pico", train_batch=2, train_repeats=3, series_batch=4, series_len=64, series_patches=8,
+            sync_batch=2)
+HELP = dict(batches="eager inference batch sizes", compile_batches="batch sizes compiled (each one recompiles)",
+            repeats="timed rounds per inference cell", min_round_s="seconds of work per timed round, at least",
+            iters="calls per timed round, at least", mae_model="the MAE pair: <name>_jumbo vs <name>_cls",
+            train_model="the supervised pair (and the sync checks' image models): <name>_jumbo vs <name>_reg16",
+            train_repeats="timed rounds per training cell")
+COMPILE_SECONDS_PER_MODEL = 75  # budget per torch.compile of one model (cold cache: 30-70 s for a ViT)
+CELL_OVERHEAD_S = 2.0  # building models and warming up, per model (estimate for the budget)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="cuda or cpu (default: cuda where there is one)")
-    p.add_argument("--tiny", action="store_true", help="tiny sizes and 1-2 repeats, to check the script on a CPU")
+    p.add_argument("--tiny", action="store_true", help="tiny sizes and short rounds, to check the script on a CPU")
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")
     p.add_argument("--time-budget", type=float, default=480.0,
-                   help="seconds; cells and sections not started by then are skipped (default: %(default)s)")
+                   help="seconds from the process start; cells (and compiles) that would not end by then are "
+                        "skipped (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR,
+                   help="folder of the result files gpu_suite_<device name>.json/.md, written after every cell "
+                        "(default: %(default)s; on a remote GPU machine, the folder whose files are copied back)")
+    p.add_argument("--compile-backend", default="inductor",
+                   help="torch.compile backend of the compile section (default: %(default)s; 'eager' checks the "
+                        "section's code quickly)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--json", type=Path, default=None,
-                   help="result file (default: benchmarks/results/gpu_suite_<device name>.json)")
+
     def shown(value: Any) -> str:
         return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
     for key, value in FULL.items():
         kind = (lambda s: [int(v) for v in s.split(",")]) if isinstance(value, list) else type(value)
         p.add_argument(f"--{key.replace('_', '-')}", type=kind, default=None,
-                       help=f"(default: {shown(value)}; --tiny: {shown(TINY[key])})")
+                       help=f"{HELP[key] + ' ' if key in HELP else ''}(default: {shown(value)}; "
+                            f"--tiny: {shown(TINY[key])})")
     args = p.parse_args(argv)
     for key in FULL:
         if getattr(args, key) is None:
@@ -136,27 +177,62 @@ def stats(rates: list[float]) -> dict[str, float]:
 
 def ratio_stats(num: list[float], den: list[float]) -> dict[str, float]:
     """Ratio of the median rates, with the min and max of the per-round ratios (rounds are interleaved pairs)."""
-    per_round = [a / b for a, b in zip(num, den)]
+    per_round = [a / b for a, b in zip(num, den, strict=True)]
     return {"ratio": statistics.median(num) / statistics.median(den), "min": min(per_round), "max": max(per_round)}
 
 
 class Budget:
-    def __init__(self, seconds: float) -> None:
-        self.start, self.seconds = time.perf_counter(), seconds
+    """--time-budget's seconds, counted from ``already`` seconds ago (the process start; default: now)."""
+
+    now = staticmethod(time.perf_counter)
+
+    def __init__(self, seconds: float, already: float = 0.0) -> None:
+        self.start, self.seconds = self.now() - already, seconds
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self.start
+        return self.now() - self.start
 
     def allows(self, needed: float = 0.0) -> bool:
         return self.elapsed() + needed < self.seconds
 
 
+class Interrupted(BaseException):
+    """A SIGTERM (a time limit's kill) turned into an exception, so the record says where the run stopped."""
+
+
+def timing_estimate(args, models: int, repeats: int | None = None) -> float:
+    """Seconds a cell of ``models`` models should take: build and warm-up, then its timed rounds."""
+    rounds = args.repeats if repeats is None else repeats
+    return models * (CELL_OVERHEAD_S + rounds * args.min_round_s) if not args.tiny else 0.0
+
+
+class Suite:
+    """The run's record: its sections, metrics and targets, written to ``path`` whenever ``save`` is called."""
+
+    def __init__(self, args, path: Path, budget: Budget) -> None:
+        from jumbokit.training import configure_tf32
+
+        self.args, self.path, self.budget = args, path, budget
+        tf32 = configure_tf32(True, args.device)  # fp32 = fp32 on TF32 cores on a GPU; exact fp32 on a CPU
+        settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        self.result: dict[str, Any] = {"benchmark": "gpu_suite", "settings": settings,
+                                       "machine": machine_record(device=args.device), "tf32": tf32,
+                                       "status": "running", "sections": {}, "metrics": {}, "targets": []}
+
+    def save(self) -> None:
+        """Write the record as it stands (targets recomputed) to the JSON and its markdown copy."""
+        self.result["targets"] = targets(self.result, self.args)
+        self.result["wall_seconds"] = round(self.budget.elapsed(), 1)
+        write_result(self.path, self.result, markdown(self.result), quiet=True)
+
+
 class Section:
     """Rows, metrics and errors of one section; ``cell`` guards one measurement of it."""
 
-    def __init__(self, name: str, result: dict[str, Any], budget: Budget) -> None:
-        self.name, self.result, self.budget = name, result, budget
-        self.record: dict[str, Any] = {"status": "ok", "rows": [], "errors": [], "skipped": []}
+    def __init__(self, name: str, suite: Suite) -> None:
+        self.name, self.suite, self.budget = name, suite, suite.budget
+        self.result = suite.result
+        self.record: dict[str, Any] = {"status": "running", "rows": [], "errors": [], "skipped": []}
 
     def log(self, text: str) -> None:
         print(f"[{self.budget.elapsed():6.1f}s] {self.name}: {text}", flush=True)
@@ -167,10 +243,14 @@ class Section:
     def row(self, **row: Any) -> None:
         self.record["rows"].append({"section": self.name, **row})
 
+    def skip(self, label: str) -> None:
+        self.record["skipped"].append(f"{label}: skipped: time budget")
+        self.log(f"{label}: skipped: time budget")
+
     def cell(self, label: str, fn: Callable[[], None], needed: float = 0.0) -> None:
         if not self.budget.allows(needed):
-            self.record["skipped"].append(f"{label}: skipped: time budget")
-            self.log(f"{label}: skipped: time budget")
+            self.skip(label)
+            self.suite.save()
             return
         self.log(label)
         try:
@@ -181,21 +261,22 @@ class Section:
             self.log(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:300]}")
         finally:
             free_memory()
+        self.suite.save()
 
 
 def free_memory() -> None:
-    import gc
-
-    gc.collect()
+    """Between cells on a GPU: the last cell's tensors freed and the cache emptied (nothing to do on a CPU)."""
     if torch.cuda.is_available():
+        import gc
+
+        gc.collect()
         torch.cuda.empty_cache()
 
 
-def cell_args(args, batch: int, bf16: bool, compile: bool) -> argparse.Namespace:
-    """The namespace ``throughput.time_group`` / ``prepare`` read."""
-    return argparse.Namespace(device=args.device, img_size=args.img_size, batch_size=batch, bf16=bf16,
-                              compile=compile, repeats=args.repeats, iters=args.iters,
-                              warmup=args.compile_warmup if compile else args.warmup)
+def autocast(args, bf16: bool):
+    if bf16:
+        return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 class AutocastForward(torch.nn.Module):
@@ -222,43 +303,122 @@ def peak_mib_of(call: Callable[[], object], args, base: int | None = None) -> fl
     return round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
 
 
+def timed_rates(args, calls: dict[str, Callable[[], object]], batch: int, repeats: int, warmup: int
+                ) -> tuple[dict[str, list[float]], int]:
+    """({name: samples/s per round}, calls per round): warm-up, rounds lengthened to --min-round-s, interleaved."""
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    iters = calls_per_round(calls, args.min_round_s, minimum=args.iters, sync=sync_fn(args))
+    timings = time_interleaved(calls, repeats, iters, warmup=0, alternate=True, sync=sync_fn(args))
+    return {name: [batch / s for s in t.rounds] for name, t in timings.items()}, iters
+
+
+def record_pair(section: Section, rates: dict[str, list[float]], mems: dict[str, float | None], prefix: str,
+                mode: str, batch: int, jumbo: str, other: str | None, ratio_key: str, unit: str,
+                iters: int = 1, extra: dict[str, float] | None = None) -> None:
+    """Rows and metrics of a cell's models, and the ratio ``jumbo / other`` when both were timed; printed."""
+    for name, r in rates.items():
+        s = stats(r)
+        section.row(mode=mode, batch=batch, model=name, unit=unit, **s, calls_per_round=iters,
+                    peak_mem_mib=mems.get(name), **({"compile_s": extra[name]} if extra and name in extra else {}))
+        section.metric(f"{prefix}{name}_{mode}_b{batch}_{unit.replace('/', '_')}", s["median"])
+        section.metric(f"{prefix}{name}_{mode}_b{batch}_spread", s["spread"])
+        if mems.get(name) is not None:
+            section.metric(f"{prefix}{name}_{mode}_b{batch}_peak_mem_mib", mems[name])
+        if extra and name in extra:
+            section.metric(f"{prefix}{name}_{mode}_b{batch}_compile_s", extra[name])
+        section.log(f"  {name:22} {s['median']:12.1f} {unit} (min {s['min']:.1f}, max {s['max']:.1f}, spread "
+                    f"{s['spread']:.1%}, {s['rounds']} rounds x {iters} calls)")
+    if other is None or jumbo not in rates or other not in rates:
+        section.log(f"  {ratio_key}: not measured (a model was not timed)")
+        return
+    r = ratio_stats(rates[jumbo], rates[other])
+    spread = max(stats(rates[jumbo])["spread"], stats(rates[other])["spread"])
+    section.metric(ratio_key, r["ratio"])
+    section.row(mode=mode, batch=batch, model=ratio_key, unit="ratio", median=r["ratio"], min=r["min"], max=r["max"],
+                spread=spread)
+    section.log(f"  {ratio_key} = {r['ratio']:.3f} (rounds {r['min']:.3f}-{r['max']:.3f}, spread {spread:.1%})")
+
+
 # ------------------------------------------------------------------------------------------ inference
-def inference_models(args, dim: int) -> dict[str, torch.nn.Module]:
-    """{zoo-style key: model}: throughput.py's Jumbo J=6 / registers R=16 pair at ``dim``; timm's plain
-    ViT-Tiny beside the D=192 pair."""
-    import throughput
-
+def inference_models(args, dim: int) -> dict[str, Callable[[], torch.nn.Module]]:
+    """{zoo-style key: builder}, the most important first: the Jumbo J=6 / registers R=16 pair at ``dim``, then
+    timm's plain ViT-Tiny beside the D=192 pair (left out, with a note, where timm is not installed)."""
     size = {128: "nano", 192: "tiny"}[dim]
-    pair = throughput.jumbo_vs_registers(argparse.Namespace(img_size=args.img_size), dim)
-    models = {f"vit_{size}_reg16": pair[f"D={dim} registers R=16"], f"vit_{size}_jumbo": pair[f"D={dim} Jumbo J=6"]}
-    if dim == 192:
-        import timm
+    pair: dict[str, torch.nn.Module] = {}
 
-        models["timm_vit_tiny"] = timm.create_model("vit_tiny_patch16_224", pretrained=False,
-                                                    img_size=args.img_size, num_classes=1000)
+    def member(key: str) -> Callable[[], torch.nn.Module]:
+        def build() -> torch.nn.Module:
+            if not pair:
+                pair.update(jumbo_vs_registers(args.img_size, dim))
+            return pair.pop(key)
+        return build
+
+    models = {f"vit_{size}_jumbo": member(f"D={dim} Jumbo J=6"), f"vit_{size}_reg16": member(f"D={dim} registers R=16")}
+    if dim == 192:
+        def timm_vit_tiny() -> torch.nn.Module:
+            import timm
+
+            return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=args.img_size,
+                                     num_classes=1000)
+        models["timm_vit_tiny"] = timm_vit_tiny
     return models
 
 
-def inference_cell(section: Section, args, dim: int, mode: str, batch: int) -> None:
-    import throughput
+def compile_model(model: torch.nn.Module, call: Callable[[torch.nn.Module], object], args
+                  ) -> tuple[torch.nn.Module, float]:
+    """(``torch.compile(model)``, seconds of its first call, which compiles it)."""
+    compiled = torch.compile(model, dynamic=False, backend=args.compile_backend)
+    if is_cuda(args):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    call(compiled)
+    if is_cuda(args):
+        torch.cuda.synchronize()
+    return compiled, time.perf_counter() - start
 
+
+def inference_cell(section: Section, args, dim: int, mode: str, batch: int) -> None:
     bf16, compile = mode.startswith("bf16"), mode.endswith("compile")
-    a = cell_args(args, batch, bf16, compile)
-    torch.manual_seed(0)
-    eager = cell_args(args, batch, bf16, False)
-    models = {k: throughput.prepare(m, eager) for k, m in inference_models(args, dim).items()}
-    if compile:
-        models = {k: torch.compile(m, dynamic=False) for k, m in models.items()}
-    rates = throughput.time_group(models, a)
     x = torch.randn(batch, 3, args.img_size, args.img_size, device=args.device)
+
+    def forward(m: torch.nn.Module) -> object:
+        with torch.inference_mode(), autocast(args, bf16):
+            return m(x)
+
+    builders = inference_models(args, dim)
+    models, compile_s = {}, {}
+    for key, build in builders.items():
+        if compile and not section.budget.allows(COMPILE_SECONDS_PER_MODEL + timing_estimate(args, len(models) + 1)):
+            section.skip(f"D={dim} {mode} batch {batch} {key} (compile)")
+            continue
+        torch.manual_seed(0)
+        try:
+            model = build().eval().to(args.device)
+        except ImportError as exc:  # timm's reference: optional
+            section.record["errors"].append({"cell": f"D={dim} {mode} batch {batch} {key}",
+                                             "error": f"not built: {type(exc).__name__}: {exc}"[:500]})
+            section.log(f"{key}: not built ({exc})")
+            continue
+        if compile:
+            models[key], compile_s[key] = compile_model(model, forward, args)
+            section.log(f"  {key} compiled in {compile_s[key]:.1f} s")
+        else:
+            models[key] = model
+    if not models:
+        return
+    warmup = args.compile_warmup if compile else args.warmup
+    rates, iters = timed_rates(args, {k: (lambda m=m: forward(m)) for k, m in models.items()}, batch, args.repeats,
+                               warmup)
     mems = {}
     if not compile:
-        with torch.inference_mode(), throughput.autocast(a):
-            mems = {key: peak_mib_of(lambda m=model: m(x), args) for key, model in models.items()}
+        mems = {key: peak_mib_of(lambda m=model: forward(m), args) for key, model in models.items()}
     size = "nano" if dim == 128 else "tiny"
     jumbo, reg = f"vit_{size}_jumbo", f"vit_{size}_reg16"
-    record_pair(section, rates, mems, "", mode, batch, jumbo, reg, f"jumbo_d{dim}_vs_reg16_{mode}_b{batch}", "img/s")
-    if "timm_vit_tiny" in rates:
+    record_pair(section, rates, mems, "", mode, batch, jumbo, reg, f"jumbo_d{dim}_vs_reg16_{mode}_b{batch}", "img/s",
+                iters, compile_s)
+    if "timm_vit_tiny" in rates and jumbo in rates:
         section.metric(f"jumbo_d192_vs_timm_vit_tiny_{mode}_b{batch}",
                        ratio_stats(rates[jumbo], rates["timm_vit_tiny"])["ratio"])
     del models
@@ -268,71 +428,48 @@ def run_inference(section: Section, args) -> None:
     for mode in EAGER_MODES:
         for batch in args.batches:
             for dim in (128, 192):
-                section.cell(f"D={dim} {mode} batch {batch}", lambda: inference_cell(section, args, dim, mode, batch))
+                section.cell(f"D={dim} {mode} batch {batch}",
+                             lambda dim=dim, mode=mode, batch=batch: inference_cell(section, args, dim, mode, batch),
+                             needed=timing_estimate(args, 3 if dim == 192 else 2))
 
 
 def run_compile(section: Section, args) -> None:
     import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    # each compiled model is checked against the budget before its compile (inference_cell)
     for dim in (192, 128):
-        for batch in sorted(args.batches, reverse=True):
+        for batch in sorted(args.compile_batches, reverse=True):
             section.cell(f"D={dim} bf16_compile batch {batch}",
-                         lambda: inference_cell(section, args, dim, "bf16_compile", batch),
-                         needed=0 if args.tiny else COMPILE_SECONDS_PER_MODEL * (3 if dim == 192 else 2))
+                         lambda dim=dim, batch=batch: inference_cell(section, args, dim, "bf16_compile", batch))
     torch._dynamo.reset()
 
 
 # ------------------------------------------------------------------------------------------ training steps
-def time_steps(args, steps: dict[str, Callable[[], None]], batch: int) -> dict[str, list[float]]:
-    """Samples per second of each training step, one value per interleaved (ABBA) round."""
-    timings = time_interleaved(steps, args.train_repeats, args.train_iters, warmup=args.warmup, alternate=True,
-                               sync=sync_fn(args))
-    return {name: [batch / s for s in t.rounds] for name, t in timings.items()}
-
-
-def record_pair(section: Section, rates: dict[str, list[float]], mems: dict[str, float | None], prefix: str,
-                mode: str, batch: int, jumbo: str, other: str, ratio_key: str, unit: str) -> None:
-    for name, r in rates.items():
-        s = stats(r)
-        section.row(mode=mode, batch=batch, model=name, unit=unit, **s, peak_mem_mib=mems.get(name))
-        section.metric(f"{prefix}{name}_{mode}_b{batch}_{unit.replace('/', '_')}", s["median"])
-        section.metric(f"{prefix}{name}_{mode}_b{batch}_spread", s["spread"])
-        if mems.get(name) is not None:
-            section.metric(f"{prefix}{name}_{mode}_b{batch}_peak_mem_mib", mems[name])
-    r = ratio_stats(rates[jumbo], rates[other])
-    section.metric(ratio_key, r["ratio"])
-    section.row(mode=mode, batch=batch, model=ratio_key, unit="ratio", median=r["ratio"], min=r["min"], max=r["max"],
-                spread=max(stats(rates[jumbo])["spread"], stats(rates[other])["spread"]))
-
-
 def mae_cell(section: Section, args) -> None:
-    from mae import make_step
-
     from jumbokit.ssl import build_image_mae
 
     dim, depth = (int(v) for v in args.mae_decoder.lower().split("x"))
     images = torch.randn(args.mae_batch, 3, args.img_size, args.img_size, device=args.device)
     steps, mems = {}, {}
-    for name in ("vit_base_jumbo", "vit_base_cls"):
+    jumbo, cls = f"{args.mae_model}_jumbo", f"{args.mae_model}_cls"
+    for name in (jumbo, cls):
         torch.manual_seed(0)
         base = torch.cuda.memory_allocated() if is_cuda(args) else None
         model = build_image_mae(name, args.img_size, 3, patch_size=16, decoder_dim=dim, decoder_depth=depth,
                                 decoder_heads=max(1, dim // 32), mask_ratio=0.75).to(args.device)
-        step = make_step(model, images, "bf16")
+        step = mae_step(model, images, "bf16")
         steps[name] = lambda s=step: s(0.75)
         steps[name]()  # optimizer state exists before the peak is taken
         mems[name] = peak_mib_of(steps[name], args, base)
-    rates = time_steps(args, steps, args.mae_batch)
-    record_pair(section, rates, mems, "mae_", "bf16", args.mae_batch, "vit_base_jumbo", "vit_base_cls",
-                f"mae_jumbo_vs_cls_bf16_b{args.mae_batch}", "img/s")
+    rates, iters = timed_rates(args, steps, args.mae_batch, args.train_repeats, args.warmup)
+    record_pair(section, rates, mems, "mae_", "bf16", args.mae_batch, jumbo, cls,
+                f"mae_jumbo_vs_cls_bf16_b{args.mae_batch}", "img/s", iters)
 
 
 def classification_steps(args, models: dict[str, torch.nn.Module], x: torch.Tensor, y: torch.Tensor, mode: str):
-    """{name: tstrain-style step (timeseries.train_step: forward, cross-entropy, backward, AdamW)}, with peak
-    memory (CUDA) of each step above what was allocated before its model moved to the device."""
-    from timeseries import train_step
-
+    """{name: tstrain-style step (forward, cross-entropy, backward, AdamW)}, with peak memory (CUDA) of each step
+    above what was allocated before its model moved to the device."""
     steps, mems = {}, {}
     for name, model in models.items():
         base = torch.cuda.memory_allocated() if is_cuda(args) else None
@@ -350,12 +487,12 @@ def train_cell(section: Section, args, mode: str) -> None:
     x = torch.randn(batch, 3, args.img_size, args.img_size, device=args.device)
     y = torch.randint(0, 1000, (batch,), device=args.device)
     torch.manual_seed(0)
-    models = {name: jumbokit.create_model(name, img_size=args.img_size, num_classes=1000)
-              for name in ("vit_tiny_jumbo", "vit_tiny_reg16")}
+    jumbo, reg = f"{args.train_model}_jumbo", f"{args.train_model}_reg16"
+    models = {name: jumbokit.create_model(name, img_size=args.img_size, num_classes=1000) for name in (jumbo, reg)}
     steps, mems = classification_steps(args, models, x, y, mode)
-    rates = time_steps(args, steps, batch)
-    record_pair(section, rates, mems, "train_", mode, batch, "vit_tiny_jumbo", "vit_tiny_reg16",
-                f"train_jumbo_vs_reg16_{mode}_b{batch}", "img/s")
+    rates, iters = timed_rates(args, steps, batch, args.train_repeats, args.warmup)
+    record_pair(section, rates, mems, "train_", mode, batch, jumbo, reg,
+                f"train_jumbo_vs_reg16_{mode}_b{batch}", "img/s", iters)
 
 
 def series_models(args) -> dict[str, torch.nn.Module]:
@@ -366,38 +503,52 @@ def series_models(args) -> dict[str, torch.nn.Module]:
 
 
 def patchtst_cell(section: Section, args, mode: str) -> None:
+    """The pair with NaN-free batches declared (as tstrain declares a set without NaN), and patchtst_jumbo again
+    with the default per-batch NaN check (``patchtst_jumbo_nan_check``: a host read, so a GPU sync, each step)."""
     batch = args.series_batch
     x = torch.randn(batch, 1, args.series_len, device=args.device)
     y = torch.randint(0, 10, (batch,), device=args.device)
-    steps, mems = classification_steps(args, series_models(args), x, y, mode)
-    rates = time_steps(args, steps, batch)
+    models = series_models(args)
+    models["patchtst_jumbo_nan_check"] = series_models(args)["patchtst_jumbo"]
+    with contextlib.ExitStack() as declared:
+        for name in ("patchtst_jumbo", "patchtst_registers"):
+            declared.enter_context(declared_missing(models[name], False))
+        steps, mems = classification_steps(args, models, x, y, mode)
+        rates, iters = timed_rates(args, steps, batch, args.train_repeats, args.warmup)
     record_pair(section, rates, mems, "", mode, batch, "patchtst_jumbo", "patchtst_registers",
-                f"patchtst_jumbo_vs_registers_{mode}_b{batch}", "series/s")
+                f"patchtst_jumbo_vs_registers_{mode}_b{batch}", "series/s", iters)
+    check = ratio_stats(rates["patchtst_jumbo"], rates["patchtst_jumbo_nan_check"])["ratio"]
+    section.metric(f"patchtst_jumbo_declared_vs_nan_check_{mode}_b{batch}", check)
+    section.log(f"  patchtst_jumbo_declared_vs_nan_check_{mode}_b{batch} = {check:.3f}")
 
 
 def run_mae(section: Section, args) -> None:
-    section.cell("vit_base_jumbo vs vit_base_cls bf16", lambda: mae_cell(section, args))
+    section.cell(f"{args.mae_model}_jumbo vs {args.mae_model}_cls bf16", lambda: mae_cell(section, args),
+                 needed=timing_estimate(args, 2, args.train_repeats))
 
 
 def run_train(section: Section, args) -> None:
     for mode in ("bf16", "fp32_tf32"):
-        section.cell(f"vit_tiny_jumbo vs vit_tiny_reg16 {mode}", lambda: train_cell(section, args, mode))
+        section.cell(f"{args.train_model}_jumbo vs {args.train_model}_reg16 {mode}",
+                     lambda mode=mode: train_cell(section, args, mode),
+                     needed=timing_estimate(args, 2, args.train_repeats))
 
 
 def run_patchtst(section: Section, args) -> None:
     for mode in ("fp32_tf32", "bf16"):
-        section.cell(f"patchtst_jumbo vs patchtst_registers {mode}", lambda: patchtst_cell(section, args, mode))
+        section.cell(f"patchtst_jumbo vs patchtst_registers {mode}",
+                     lambda mode=mode: patchtst_cell(section, args, mode),
+                     needed=timing_estimate(args, 3, args.train_repeats))
 
 
 # ------------------------------------------------------------------------------------------ host syncs
-def sync_calls(args) -> dict[str, Callable[[], Callable[[], object]]]:
-    """{label: builder of one call}: forward passes and training steps of the Jumbo models."""
-    from mae import make_step
-    from timeseries import train_step
-
+def sync_calls(args) -> dict[str, tuple[Callable[[], Callable[[], object]], bool]]:
+    """{label: (builder of one call, whether a sync is expected)}: forward passes and training steps of the Jumbo
+    models; PatchTST as tstrain runs it on a NaN-free set (declared), and with its per-batch NaN check."""
     from jumbokit.ssl import build_image_mae
 
     dev, kind, b, img = args.device, torch.device(args.device).type, args.sync_batch, args.img_size
+    image = f"{args.train_model}_jumbo"
 
     def forward(name: str, bf16: bool):
         def build():
@@ -410,10 +561,11 @@ def sync_calls(args) -> dict[str, Callable[[], Callable[[], object]]]:
             return call
         return build
 
-    def train(name: str, bf16: bool, series: bool = False):
+    def train(name: str, bf16: bool, series: bool = False, missing: bool | None = None):
         def build():
             if series:
                 model = series_models(args)[name].to(dev)
+                model.patch_embed.missing = missing
                 x = torch.randn(b, 1, args.series_len, device=dev)
             else:
                 model = jumbokit.create_model(name, img_size=img, num_classes=1000).to(dev)
@@ -423,50 +575,63 @@ def sync_calls(args) -> dict[str, Callable[[], Callable[[], object]]]:
         return build
 
     def mae():
-        model = build_image_mae("vit_base_jumbo", img, 3, patch_size=16, mask_ratio=0.75).to(dev)
-        step = make_step(model, torch.randn(b, 3, img, img, device=dev), "bf16")
+        model = build_image_mae(f"{args.mae_model}_jumbo", img, 3, patch_size=16, mask_ratio=0.75).to(dev)
+        step = mae_step(model, torch.randn(b, 3, img, img, device=dev), "bf16")
         return lambda: step(0.75)
 
     return {
-        "forward vit_tiny_jumbo fp32": forward("vit_tiny_jumbo", False),
-        "forward vit_tiny_jumbo bf16": forward("vit_tiny_jumbo", True),
-        "forward vit_nano_jumbo bf16": forward("vit_nano_jumbo", True),
-        "train step vit_tiny_jumbo fp32": train("vit_tiny_jumbo", False),
-        "train step vit_tiny_jumbo bf16": train("vit_tiny_jumbo", True),
-        "MAE step vit_base_jumbo bf16": mae,
-        "train step patchtst_jumbo fp32": train("patchtst_jumbo", False, series=True),
+        f"forward {image} fp32": (forward(image, False), False),
+        f"forward {image} bf16": (forward(image, True), False),
+        "forward vit_nano_jumbo bf16": (forward("vit_nano_jumbo", True), False),
+        f"train step {image} fp32": (train(image, False), False),
+        f"train step {image} bf16": (train(image, True), False),
+        f"MAE step {args.mae_model}_jumbo bf16": (mae, False),
+        "train step patchtst_jumbo fp32 (NaN-free declared, as tstrain)":
+            (train("patchtst_jumbo", False, series=True, missing=False), False),
+        "train step patchtst_jumbo fp32 (per-batch NaN check)":
+            (train("patchtst_jumbo", False, series=True, missing=None), True),
     }
 
 
-def sync_cell(section: Section, args, label: str, build: Callable[[], Callable[[], object]]) -> None:
+@contextlib.contextmanager
+def sync_errors(args) -> Iterator[HostReads | None]:
+    """CUDA: ``set_sync_debug_mode("error")`` (a sync raises); CPU: :class:`HostReads` (records what would sync)."""
+    if not is_cuda(args):
+        with HostReads() as reads:
+            yield reads
+        return
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield None
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+        torch.cuda.synchronize()
+
+
+def sync_cell(section: Section, args, label: str, build: Callable[[], Callable[[], object]], expected: bool) -> None:
     call = build()
     call()  # lazy initialisation (cuBLAS handles, optimizer state) is not what is checked
-    if is_cuda(args):
-        torch.cuda.synchronize()
-    entry: dict[str, Any] = {"check": label}
+    entry: dict[str, Any] = {"check": label, "method": "cuda sync debug mode" if is_cuda(args) else
+                             "host reads recorded on the CPU", "sync_expected": expected}
     try:
-        if is_cuda(args):
-            torch.cuda.set_sync_debug_mode("error")
-        for _ in range(2):
-            call()
-        entry.update(ok=True, error=None)
+        with sync_errors(args) as reads:
+            for _ in range(2):
+                call()
+        error = None if reads is None or not reads.calls else f"host reads: {reads.describe()}"
     except Exception as exc:  # the finding itself: recorded, never raised
-        entry.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000])
-    finally:
-        if is_cuda(args):
-            torch.cuda.set_sync_debug_mode(0)
-            torch.cuda.synchronize()
+        error = f"{type(exc).__name__}: {exc}"
+    entry.update(ok=error is None, error=None if error is None else error[:2000])
     section.record.setdefault("checks", []).append(entry)
     section.result.setdefault("host_sync", {})[label] = entry["ok"]
-    section.log(f"{label}: {'pass' if entry['ok'] else 'FAIL ' + entry['error'][:200]}")
+    found = "pass" if entry["ok"] else "SYNC " + entry["error"][:200]
+    section.log(f"{label}: {found}{' (expected)' if expected and not entry['ok'] else ''}")
 
 
 def run_sync(section: Section, args) -> None:
-    if not is_cuda(args):
-        section.record["status"] = "skipped: CUDA only"
-        return
-    for label, build in sync_calls(args).items():
-        section.cell(label, lambda label=label, build=build: sync_cell(section, args, label, build))
+    for label, (build, expected) in sync_calls(args).items():
+        section.cell(label, lambda label=label, build=build, expected=expected:
+                     sync_cell(section, args, label, build, expected))
 
 
 RUNNERS = {"inference": run_inference, "mae": run_mae, "train": run_train, "patchtst": run_patchtst,
@@ -488,7 +653,8 @@ def targets(result: dict[str, Any], args) -> list[dict[str, Any]]:
                 out.append({"target": f"Jumbo/registers D={dim} {mode} batch {b} >= {TARGET_RATIO:.2f}, spread "
                                       f"<= {TARGET_SPREAD:.0%}", "metric": key, "value": value,
                             "threshold": TARGET_RATIO, "spread": spread, "max_spread": TARGET_SPREAD,
-                            "met": None if value is None else bool(value >= TARGET_RATIO and spread <= TARGET_SPREAD)})
+                            "met": None if value is None or spread is None else
+                            bool(value >= TARGET_RATIO and spread <= TARGET_SPREAD)})
     tiny = {k: v for k, v in m.items() if re.fullmatch(r"vit_tiny_jumbo_.+_b\d+_img_s", k)}
     best = max(tiny, key=tiny.get) if tiny else None
     if best:
@@ -512,74 +678,117 @@ def targets(result: dict[str, Any], args) -> list[dict[str, Any]]:
 def markdown(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = [f"# GPU suite ({result['machine']['device']}{', tiny sizes: numbers mean nothing' if s['tiny'] else ''})",
-             "", f"{s['img_size']} px; medians of interleaved rounds, spread = (max - min) / median; ratios are "
-             f"Jumbo / registers (MAE: Jumbo / CLS), a ratio row's min/max over paired rounds and its spread the "
-             f"larger of its two models'; TF32 {'on' if result['tf32'] else 'off'}; "
-             f"wall {result['wall_seconds']:.0f} s.", "", "## Targets", "",
-             markdown_table([{**t, "met": {True: "yes", False: "NO", None: "-"}[t["met"]]} for t in result["targets"]],
-                            ["target", "metric", "value", "spread", "met"]), "## Sections", ""]
+             "", f"Run {result['status']}. {s['img_size']} px; medians of interleaved rounds of at least "
+             f"{s['min_round_s']} s, spread = (max - min) / median; ratios are Jumbo / registers (MAE: Jumbo / CLS), "
+             f"a ratio row's min/max over paired rounds and its spread the larger of its two models'; TF32 "
+             f"{'on' if result['tf32'] else 'off'}; wall {result.get('wall_seconds', 0):.0f} s.", "", "## Targets",
+             "", markdown_table([{**t, "met": {True: "yes", False: "NO", None: "-"}[t["met"]]}
+                                 for t in result["targets"]], ["target", "metric", "value", "spread", "met"]),
+             "## Sections", ""]
     for name, rec in result["sections"].items():
         lines.append(f"- {name}: {rec['status']} ({rec.get('seconds', 0):.0f} s)"
                      + (f"; {len(rec.get('errors', []))} error(s)" if rec.get("errors") else "")
-                     + (f"; {len(rec.get('skipped', []))} cell(s) skipped" if rec.get("skipped") else ""))
+                     + (f"; {len(rec.get('skipped', []))} skipped" if rec.get("skipped") else ""))
         for e in rec.get("errors", []):
             lines.append(f"  - {e['cell']}: `{e['error'][:300]}`")
+        for skipped in rec.get("skipped", []):
+            lines.append(f"  - {skipped}")
         for c in rec.get("checks", []):
-            lines.append(f"  - {c['check']}: {'pass' if c['ok'] else 'FAIL `' + str(c['error'])[:300] + '`'}")
+            verdict = "pass" if c["ok"] else "SYNC" + (" (expected)" if c.get("sync_expected") else "")
+            lines.append(f"  - {c['check']}: {verdict}" + ("" if c["ok"] else f" `{str(c['error'])[:300]}`"))
     rows = [r for rec in result["sections"].values() for r in rec.get("rows", [])]
     if rows:
         lines += ["", "## Measurements", "",
                   markdown_table(rows, ["section", "mode", "batch", "model", "unit", "median", "min", "max", "spread",
-                                        "peak_mem_mib"])]
+                                        "calls_per_round", "peak_mem_mib", "compile_s"])]
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> dict[str, Any]:
+def finish_section(section: Section, start: float) -> None:
+    rec = section.record
+    if rec["status"] == "running":
+        if rec["errors"]:
+            rec["status"] = "error" if not rec["rows"] and not rec.get("checks") else "partial"
+        elif rec["skipped"]:
+            rec["status"] = "partial: time budget"
+        else:
+            rec["status"] = "ok"
+    rec["seconds"] = round(time.perf_counter() - start, 1)
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM (``timeout``'s first signal) into :class:`Interrupted` in the main thread, restored after."""
+    def handler(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv=None, started: float | None = None) -> dict[str, Any]:
+    """Run the suite; ``started``: the ``time.time()`` the budget counts from (default: now)."""
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from jumbokit.training import configure_tf32
-
-    tf32 = configure_tf32(True, args.device)  # fp32 = fp32 on TF32 cores on a GPU; exact fp32 on a CPU
-    budget = Budget(args.time_budget)
-    path = args.json or result_path("gpu_suite", device_slug(args.device))
-    settings = {k: v for k, v in vars(args).items() if k != "json"}
-    result: dict[str, Any] = {"benchmark": "gpu_suite", "settings": settings,
-                              "machine": machine_record(device=args.device), "tf32": tf32, "sections": {},
-                              "metrics": {}, "targets": []}
-    print(f"gpu suite on {result['machine']['device']}: sections {','.join(args.sections)}, "
-          f"budget {args.time_budget:.0f} s", flush=True)
-    for name in SECTIONS:
-        if name not in args.sections:
-            continue
-        if not budget.allows():
-            result["sections"][name] = {"status": "skipped: time budget"}
-            print(f"[{budget.elapsed():6.1f}s] {name}: skipped: time budget", flush=True)
-            continue
-        section = Section(name, result, budget)
-        start = time.perf_counter()
+    budget = Budget(args.time_budget, already=0.0 if started is None else max(0.0, time.time() - started))
+    path = result_path("gpu_suite", device_slug(args.device), results_dir=args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suite = Suite(args, path, budget)
+    result = suite.result
+    print(f"gpu suite on {result['machine']['device']}: sections {','.join(args.sections)}, budget "
+          f"{args.time_budget:.0f} s ({budget.elapsed():.0f} s gone), writing {path}", flush=True)
+    suite.save()
+    section = None
+    with sigterm_raises():
         try:
-            RUNNERS[name](section, args)
-        except Exception as exc:  # a section's own failure is recorded like a cell's
-            section.record["errors"].append({"cell": "(section)", "error": f"{type(exc).__name__}: {exc}"[:2000],
-                                             "traceback": traceback.format_exc()[-3000:]})
+            for name in SECTIONS:
+                if name not in args.sections:
+                    continue
+                if not budget.allows():
+                    result["sections"][name] = {"status": "skipped: time budget"}
+                    print(f"[{budget.elapsed():6.1f}s] {name}: skipped: time budget", flush=True)
+                    suite.save()
+                    continue
+                section = Section(name, suite)
+                result["sections"][name] = section.record
+                start = time.perf_counter()
+                try:
+                    RUNNERS[name](section, args)
+                except Exception as exc:  # a section's own failure is recorded like a cell's
+                    section.record["errors"].append({"cell": "(section)",
+                                                     "error": f"{type(exc).__name__}: {exc}"[:2000],
+                                                     "traceback": traceback.format_exc()[-3000:]})
+                finally:
+                    free_memory()
+                finish_section(section, start)
+                section.log(f"{section.record['status']} in {section.record['seconds']:.0f} s")
+                suite.save()
+                section = None
+            result["status"] = "finished"
+        except (Interrupted, KeyboardInterrupt) as exc:
+            why = f"interrupted: {str(exc) or type(exc).__name__}"
+            result["status"] = why
+            if section is not None:
+                section.record["status"] = why
+            print(f"[{budget.elapsed():6.1f}s] {why}; writing what was measured", flush=True)
+            raise
         finally:
-            free_memory()
-        rec = section.record
-        if rec["status"] == "ok" and rec["errors"]:
-            rec["status"] = "error" if not rec["rows"] and not rec.get("checks") else "partial"
-        elif rec["status"] == "ok" and rec["skipped"]:
-            rec["status"] = "partial: time budget"
-        rec["seconds"] = round(time.perf_counter() - start, 1)
-        result["sections"][name] = rec
-        section.log(f"{rec['status']} in {rec['seconds']:.0f} s")
-    result["targets"] = targets(result, args)
-    result["wall_seconds"] = round(budget.elapsed(), 1)
+            suite.save()
     text = markdown(result)
     print(text)
-    write_result(path, result, text)
+    print(f"wrote {path} and {path.with_suffix('.md')}")
     return result
 
 
 if __name__ == "__main__":
-    main()
+    from jumbokit.benchmarking.records import process_start_time
+
+    main(started=process_start_time())

@@ -53,6 +53,7 @@ from typing import Any, NoReturn
 import torch
 
 from jumbokit.benchmarking import RESULTS_DIR, dataset_slug, machine_record, time_interleaved, write_result
+from jumbokit.benchmarking.steps import mae_step as make_step
 from jumbokit.training.rundir import markdown_table as table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,22 +65,6 @@ def write(out: Path, part: str, payload: dict[str, Any], markdown: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- speed
-def make_step(model, images: torch.Tensor, amp: str):
-    """One MAE training step (forward, backward, AdamW step) as a function of the mask ratio."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.05)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
-    device_type = "cuda" if images.is_cuda else "cpu"
-
-    def step(ratio: float) -> None:
-        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
-            loss = model(images, mask_ratio=ratio).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    return step
-
-
 def time_ratios(model, images: torch.Tensor, ratios: tuple[float, ...], steps: int, warmup: int, rounds: int,
                 amp: str) -> dict[float, float]:
     """Seconds per training step for each mask ratio: rounds alternate between the ratios and the fastest

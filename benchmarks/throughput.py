@@ -25,8 +25,7 @@ from pathlib import Path
 
 import torch
 
-import jumbokit
-from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
+from jumbokit.benchmarking import machine_record, result_path, steps, time_interleaved, write_result
 from jumbokit.encoders import from_timm
 from jumbokit.encoders.flops import count_params, encoder_flops
 from jumbokit.training.rundir import markdown_table
@@ -62,12 +61,7 @@ def vit_pair(args) -> dict[str, torch.nn.Module]:
 
 
 def jumbo_vs_registers(args, dim: int) -> dict[str, torch.nn.Module]:
-    size = {128: "nano", 192: "tiny"}[dim]
-    common = dict(img_size=args.img_size, num_classes=1000)
-    return {
-        f"D={dim} registers R=16": jumbokit.create_model(f"vit_{size}_reg16", **common),
-        f"D={dim} Jumbo J=6": jumbokit.create_model(f"vit_{size}_jumbo", jumbo_multiplier=6, **common),
-    }
+    return steps.jumbo_vs_registers(args.img_size, dim)
 
 
 def build(name: str, args) -> torch.nn.Module:

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from jumbokit.benchmarking import machine_record, time_interleaved
+from jumbokit.benchmarking.steps import train_step
 from jumbokit.timeseries.data import load_dataset
 from jumbokit.timeseries.normalize import NORMALIZATIONS
 from jumbokit.timeseries.models import PATCHTST_MODELS
@@ -35,20 +36,6 @@ from jumbokit.training.rundir import atomic_write_text
 
 DATASETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "BasicMotions", "JapaneseVowels")
 MINIROCKET_REFERENCE = {"ArrowHead": 0.863, "GunPoint": 0.993, "ItalyPowerDemand": 0.963, "BasicMotions": 1.000}
-
-
-def train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
-    """One training step (forward, cross-entropy, backward, AdamW step) of ``model`` on (x, y), as a call."""
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.02)
-
-    def step() -> None:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
 
 
 def measure_speed(datasets, patches: int, batch_size: int, steps: int, warmup: int, rounds: int,

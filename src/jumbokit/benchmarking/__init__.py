@@ -3,6 +3,8 @@
 The scripts in ``benchmarks/`` measure; this package holds what they share and what reads their results:
 
 - :mod:`~jumbokit.benchmarking.timing`: warm-up, interleaved timed rounds, median and spread;
+- :mod:`~jumbokit.benchmarking.steps`: the timed calls (training steps, MAE steps, the Jumbo vs registers pair);
+- :mod:`~jumbokit.benchmarking.hostsync`: the host reads (GPU syncs) a call makes, recorded on a CPU;
 - :mod:`~jumbokit.benchmarking.machine`: the machine record every result file carries;
 - :mod:`~jumbokit.benchmarking.records`: result files (``benchmarks/results/<benchmark>_<variant>.json`` and its
   markdown copy ``.md``), each stamped with its command, git commit, times, CPU seconds, peak memory and seeds;

@@ -8,12 +8,13 @@ records seconds per call. Which statistic a benchmark reports (the median round,
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable, Hashable, Mapping
 
-__all__ = ["Timing", "time_interleaved"]
+__all__ = ["Timing", "calls_per_round", "time_interleaved"]
 
 
 @dataclass(frozen=True)
@@ -86,3 +87,24 @@ def time_interleaved(calls: Mapping[Hashable, Callable[[], object]], repeats: in
                 sync()
             seconds[key].append((time.perf_counter() - start) / iters)
     return {key: Timing(tuple(values)) for key, values in seconds.items()}
+
+
+def calls_per_round(calls: Mapping[Hashable, Callable[[], object]], seconds: float, minimum: int = 1,
+                    sync: Callable[[], None] | None = None, maximum: int = 10_000) -> int:
+    """How many calls a timed round needs for the fastest of ``calls`` to take at least ``seconds``.
+
+    Times one call of each (warm them up first: a first call compiles, allocates, tunes); a round of a few
+    milliseconds on a GPU is mostly launch jitter and clock noise, so rounds are lengthened to a fixed amount of
+    work. Returns at least ``minimum`` (and at most ``maximum``); ``seconds <= 0`` returns ``minimum``."""
+    if seconds <= 0 or not calls:
+        return minimum
+    fastest = float("inf")
+    for call in calls.values():
+        if sync is not None:
+            sync()
+        start = time.perf_counter()
+        call()
+        if sync is not None:
+            sync()
+        fastest = min(fastest, time.perf_counter() - start)
+    return min(maximum, max(minimum, math.ceil(seconds / max(fastest, 1e-9))))
