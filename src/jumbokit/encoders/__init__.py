@@ -1,5 +1,5 @@
-"""The encoder core: the image tokenizer and tokenizer kinds, global-token plug-ins, blocks, the Encoder, the zoo,
-timm interop, FLOPs. Series models plug in from ``jumbokit.timeseries.models``."""
+"""The encoder core: the image tokenizer and tokenizer kinds, global-token kinds (registered plug-ins), blocks, the
+Encoder, the zoo, timm interop, FLOPs. Series models plug in from ``jumbokit.timeseries.models``."""
 
 from . import flops
 from .attention import Attention
@@ -16,6 +16,8 @@ from .global_tokens import (
     make_global_tokens,
     masked_mean,
 )
+from .global_kinds import (GlobalTokenKind, TokenTable, global_token_kind, global_token_kinds, register_global_tokens,
+                           unregister_global_tokens)
 from .timm_compat import from_timm, to_timm
 from .extras import EncoderExtra, TokenizerKind, register_tokenizer
 from .tokenizers import ImagePatchTokenizer, Tokens, sincos_pos_embed_1d, sincos_pos_embed_2d
@@ -30,4 +32,6 @@ __all__ = [
     "Tokens", "sincos_pos_embed_1d", "sincos_pos_embed_2d", "build_model", "create_model", "list_models", "load",
     "load_config", "load_state_dict_checked", "model_config", "atomic_write", "register_model", "register_architecture",
     "save", "flops", "MultiStageEncoder", "EncoderExtra", "TokenizerKind", "register_tokenizer",
+    "GlobalTokenKind", "TokenTable", "global_token_kind", "global_token_kinds", "register_global_tokens",
+    "unregister_global_tokens",
 ]

@@ -12,6 +12,7 @@ import torch.nn as nn
 from .blocks import Block
 from .branch_layers import BranchAffine, BranchLinear, BranchScale
 from .encoder import DEFAULT_CONFIG
+from .global_kinds import kind_of
 
 __all__ = ["fold_layernorm_into_linear", "collapsed_config", "collapse_block", "check_joined", "resolve_qk_form",
            "plain_block"]
@@ -151,9 +152,7 @@ def collapsed_config(config: dict, branches: int, join_values: bool = True, qk_f
     form = resolve_qk_form(qk_form, branches, head_dim, dim)
     qk_head = branches * head_dim if form == "concat" else dim
     out = dict(cfg)
-    if cfg["global_tokens"] == "jumbo" and out.get("jumbo_init_values") is None:  # the Jumbo FFN's LayerScale
-        # stays: per-layer scales cannot fold into an FFN shared by all layers
-        out["jumbo_init_values"] = cfg["init_values"]
+    out.update(kind_of(cfg).collapsed_options(cfg))  # what the global-token kind keeps (e.g. the Jumbo FFN's scale)
     out.update(depth=depth // branches, qkv_bias=True, init_values=None,
                mlp_hidden=int(cfg["mlp_hidden"] or round(cfg["mlp_ratio"] * dim)))
     out["qk_dim"] = heads * qk_head

@@ -4,8 +4,10 @@
 Block x L -> norm -> EncoderOutput``. One class serves images and series; its constructor takes a flat,
 JSON-able config (kept in ``model.config``) so a saved model rebuilds from its config alone: the shared keys of
 :data:`DEFAULT_CONFIG` plus the options of the tokenizer kind it names (``tokenizer="image"``: ``img_size``,
-``patch_size``, ...; ``"series"``: the :class:`~jumbokit.timeseries.models.config.SeriesModelConfig` options).
-The kind may bring plug-ins the encoder runs through hooks (:mod:`jumbokit.encoders.extras`).
+``patch_size``, ...; ``"series"``: the :class:`~jumbokit.timeseries.models.config.SeriesModelConfig` options), and
+the options of every registered global-token kind (:mod:`jumbokit.encoders.global_kinds`), which builds the plug-in
+the config names (``global_tokens``). The tokenizer kind may bring plug-ins the encoder runs through hooks
+(:mod:`jumbokit.encoders.extras`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from torch import nn
 
 from .blocks import Block, TimmTrainingAPI, run_block
 from .extras import mean_probability_logits, tokenizer_kind, tokenizer_kinds
-from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
+from .global_kinds import (GlobalTokens, default_global_tokens, global_token_options, kind_of, masked_mean,
+                           param_group_patterns)
 from .tokenizers import Tokens, exporting
 
 __all__ = ["Encoder", "EncoderOutput", "DEFAULT_CONFIG", "encoder_options", "full_config", "gather_tokens",
@@ -42,16 +45,8 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "attn_drop_rate": 0.0,
     "drop_path_rate": 0.0,
     "head_drop_rate": 0.0,
-    # global tokens
-    "global_tokens": "cls",
-    "num_registers": 0,
-    "class_token": True,
-    "jumbo_multiplier": 0,
-    "jumbo_mlp_ratio": 4.0,
-    "jumbo_share": True,
-    "jumbo_lora_rank": 0,
-    "jumbo_pool": "jumbo",
-    "jumbo_init_values": None,  # LayerScale of the Jumbo FFN (width J*D); None = init_values
+    # a registered global-token kind; every kind's own options sit beside it (global_kinds.GlobalTokenKind)
+    "global_tokens": default_global_tokens(),
     # pooling and head
     "global_pool": "token",
     "fc_norm": None,
@@ -122,9 +117,15 @@ def random_keep(
 
 def encoder_options(tokenizer: str | None = DEFAULT_CONFIG["tokenizer"]) -> dict[str, Any]:
     """Every option of an encoder with tokenizer kind ``tokenizer``, with its default: the shared keys of
-    :data:`DEFAULT_CONFIG` and the kind's own options (``None``: the options of every registered kind)."""
+    :data:`DEFAULT_CONFIG`, the options of every registered global-token kind, and the tokenizer kind's own options
+    (``None``: the options of every registered tokenizer kind)."""
     kinds = tokenizer_kinds().values() if tokenizer is None else [tokenizer_kind(tokenizer)]
-    return {**DEFAULT_CONFIG, **{k: v for kind in kinds for k, v in kind.options.items()}}
+    shared: dict[str, Any] = {}
+    for key, value in DEFAULT_CONFIG.items():
+        shared[key] = value
+        if key == "global_tokens":  # every registered global-token kind's options, whichever kind the config names
+            shared.update(global_token_options())
+    return {**shared, **{k: v for kind in kinds for k, v in kind.options.items()}}
 
 
 def full_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -186,13 +187,7 @@ class Encoder(TimmTrainingAPI, nn.Module):
             if cfg["pos_embed"] == "learn":
                 nn.init.trunc_normal_(self.pos_embed, std=0.02)
 
-        self.global_tokens: GlobalTokens = make_global_tokens(
-            cfg["global_tokens"], dim, depth, num_registers=cfg["num_registers"], class_token=cfg["class_token"],
-            jumbo_multiplier=cfg["jumbo_multiplier"], jumbo_mlp_ratio=cfg["jumbo_mlp_ratio"],
-            jumbo_share=cfg["jumbo_share"], jumbo_lora_rank=cfg["jumbo_lora_rank"], jumbo_pool=cfg["jumbo_pool"],
-            drop=cfg["drop_rate"],
-            init_values=cfg["init_values"] if cfg["jumbo_init_values"] is None else cfg["jumbo_init_values"],
-        )
+        self.global_tokens: GlobalTokens = kind_of(cfg).build(cfg, dim, depth)
         self.num_global_tokens = self.global_tokens.num_tokens
         extras = kind.extras(cfg, self.num_global_tokens)  # the tokenizer kind's plug-ins (extras.EncoderExtra)
         for name, module in extras.items():
@@ -242,12 +237,14 @@ class Encoder(TimmTrainingAPI, nn.Module):
 
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
         """timm's parameter grouping (layer-wise lr decay): the stem (patch embedding, positions, global tokens),
-        then one group per block (the Jumbo plug-in's per-layer norm, LoRA and LayerScale join their block; its
-        shared FFN, used by every block, joins the last block with the final norm), the head last."""
+        then one group per block (a plug-in's per-layer parts, e.g. the Jumbo norm, LoRA and LayerScale, join their
+        block; its parts shared by every block, e.g. the Jumbo FFN, join the last block with the final norm), the
+        head last. The global-token kinds name their parameters (``GlobalTokenKind.token_params`` ...)."""
+        tokens, layers, shared = param_group_patterns(r"global_tokens\.")
         return dict(
-            stem=r"^patch_embed|^pos_embed|^global_tokens\.(?:cls_token|reg_token|jumbo_token)",
-            blocks=[(r"^blocks\.(\d+)", None), (r"^global_tokens\.jumbo_(?:norms|mlp|lora|ls)\.(\d+)", None),
-                    (r"^norm|^global_tokens\.jumbo_mlp\.", (99999,))],
+            stem="|".join([r"^patch_embed", r"^pos_embed"] + ([tokens] if tokens else [])),
+            blocks=[(r"^blocks\.(\d+)", None)] + [(p, None) for p in layers]
+            + [("|".join([r"^norm", *shared]), (99999,))],
         )
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:

@@ -16,10 +16,11 @@ from typing import Any
 from torch import nn
 
 from .extras import tokenizer_kind
+from .global_kinds import kind_of
 from .stages import multistage_config_check, stage_grids
 
-__all__ = ["LayerFlops", "layer_flops", "encoder_flops", "multistage_flops", "matching_registers", "count_params",
-           "prop1_layer_macs"]
+__all__ = ["LayerFlops", "layer_flops", "global_token_count", "encoder_flops", "multistage_flops",
+           "matching_registers", "count_params", "prop1_layer_macs"]
 
 
 @dataclass
@@ -36,16 +37,23 @@ class LayerFlops:
         return self.qkv_proj + self.attention + self.patch_ffn + self.global_ffn
 
 
-def global_token_count(global_tokens: str = "cls", num_registers: int = 0, class_token: bool = True,
-                       jumbo_multiplier: int = 0) -> int:
-    """G, the tokens a plug-in puts ahead of the patch tokens."""
-    return {"none": 0, "cls": 1, "registers": num_registers + int(class_token), "jumbo": jumbo_multiplier}[global_tokens]
+def global_token_count(global_tokens: str | None = None, num_registers: int = 0, class_token: bool = True,
+                       jumbo_multiplier: int = 0, **options: Any) -> int:
+    """G, the tokens a plug-in puts ahead of the patch tokens (``global_tokens``: a registered kind, None = the
+    default kind; ``options``: further options of the kind)."""
+    cfg = _kind_config(global_tokens, num_registers=num_registers, class_token=class_token,
+                       jumbo_multiplier=jumbo_multiplier, **options)
+    return kind_of(cfg).num_tokens(cfg)
+
+
+def _kind_config(global_tokens: str | None, **options: Any) -> dict[str, Any]:
+    return {**options, **({} if global_tokens is None else {"global_tokens": global_tokens})}
 
 
 def layer_flops(
     dim: int,
     num_patches: int,
-    global_tokens: str = "cls",
+    global_tokens: str | None = None,
     num_registers: int = 0,
     class_token: bool = True,
     jumbo_multiplier: int = 0,
@@ -53,25 +61,31 @@ def layer_flops(
     jumbo_mlp_ratio: float = 4.0,
     qk_dim: int | None = None,
     v_dim: int | None = None,
+    **options: Any,
 ) -> LayerFlops:
     """FLOPs of one layer for one sample with ``num_patches`` patch tokens of width ``dim``.
 
-    qk_dim / v_dim: total q/k and value widths when they differ from ``dim`` (collapsed branches).
+    global_tokens: a registered kind (None = the default kind), with its options (``num_registers``, ...;
+    ``options``: those of other kinds). qk_dim / v_dim: total q/k and value widths when they differ from ``dim``
+    (collapsed branches).
     """
+    cfg = _kind_config(global_tokens, num_registers=num_registers, class_token=class_token,
+                       jumbo_multiplier=jumbo_multiplier, jumbo_mlp_ratio=jumbo_mlp_ratio, **options)
+    return _layer_flops(dim, num_patches, cfg, mlp_hidden, qk_dim, v_dim)
+
+
+def _layer_flops(dim: int, num_patches: int, cfg: dict[str, Any], mlp_hidden: int | None = None,
+                 qk_dim: int | None = None, v_dim: int | None = None) -> LayerFlops:
+    """:func:`layer_flops` of the global-token kind (and its options) a config names."""
+    kind = kind_of(cfg)
     hidden = mlp_hidden if mlp_hidden is not None else 4 * dim
     qk, v = qk_dim or dim, v_dim or dim
-    n = num_patches + global_token_count(global_tokens, num_registers, class_token, jumbo_multiplier)
+    n = num_patches + kind.num_tokens(cfg)
     qkv_proj = 2 * n * dim * (2 * qk + v) + 2 * n * v * dim
     attention = 2 * n * n * qk + 2 * n * n * v  # q @ k^T and attn @ v
-    if global_tokens == "jumbo":
-        width = jumbo_multiplier * dim
-        jumbo_hidden = int(round(jumbo_mlp_ratio * width))
-        patch_ffn = 2 * 2 * num_patches * dim * hidden
-        global_ffn = 2 * 2 * width * jumbo_hidden
-    else:
-        patch_ffn = 2 * 2 * n * dim * hidden
-        global_ffn = 0
-    return LayerFlops(qkv_proj, attention, patch_ffn, global_ffn)
+    ffn_tokens = num_patches if kind.has_own_ffn else n  # a kind with an FFN of its own keeps its tokens out
+    patch_ffn = 2 * 2 * ffn_tokens * dim * hidden
+    return LayerFlops(qkv_proj, attention, patch_ffn, kind.ffn_flops(cfg, dim))
 
 
 def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int | None = None,
@@ -88,11 +102,7 @@ def encoder_flops(model_or_config: nn.Module | dict[str, Any], num_patches: int 
     hidden = config.get("mlp_hidden") or int(round(config.get("mlp_ratio", 4.0) * dim))
     if num_patches is None:
         num_patches = _num_patches(config)
-    per_layer = layer_flops(
-        dim, num_patches, config.get("global_tokens", "cls"), config.get("num_registers", 0),
-        config.get("class_token", True), config.get("jumbo_multiplier", 0), hidden,
-        config.get("jumbo_mlp_ratio", 4.0), config.get("qk_dim"), config.get("v_dim"),
-    ).total
+    per_layer = _layer_flops(dim, num_patches, config, hidden, config.get("qk_dim"), config.get("v_dim")).total
     kind = tokenizer_kind(config.get("tokenizer", "image"))
     sequences = 1
     if kind.channel_independent:
@@ -120,23 +130,18 @@ def multistage_flops(model_or_config: nn.Module | dict[str, Any], img_size: int 
         flops = 2 * half * c * 9 * (in_chans + 2 * c) + 2 * n0 * dims[0] * c * (ph // 2) * (pw // 2)
     else:
         flops = 2 * n0 * dims[0] * in_chans * ph * pw
-    kind = cfg["global_tokens"]
-    g = {"none": 0, "cls": 1, "registers": cfg["num_registers"] + int(cfg["class_token"]),
-         "jumbo": cfg["jumbo_multiplier"]}[kind]
+    kind = kind_of(cfg)
+    g = kind.num_tokens(cfg)
     for s, dim in enumerate(dims):
         patches = grids[s][0] * grids[s][1]
         if s:
             flops += 2 * patches * dim * 9 * dims[s - 1] + 2 * g * dims[s - 1] * dim  # RSR conv + token linear
         for heads, hidden in zip(cfg["heads"][s], cfg["mlp_hidden"][s]):
             inner = int(heads) * int(cfg["head_dims"][s])
-            flops += layer_flops(dim, patches, kind, cfg["num_registers"], cfg["class_token"],
-                                 cfg["jumbo_multiplier"], int(hidden), cfg["jumbo_mlp_ratio"], inner, inner).total
+            flops += _layer_flops(dim, patches, cfg, int(hidden), inner, inner).total
     if head and cfg["num_classes"] > 0:
-        segments = 1  # the pooled feature is one token wide, or J (+1 with the mean patch) for the Jumbo vector
-        if kind == "jumbo" and cfg["global_pool"] != "avg":
-            j = cfg["jumbo_multiplier"]
-            segments = {"jumbo": j, "jumbo+mean": j + 1, "segments": 1}[cfg["jumbo_pool"]]
-        width = segments * dims[-1]
+        # the pooled feature: the kind's (e.g. the J*D Jumbo vector), or the mean patch token
+        width = dims[-1] if cfg["global_pool"] == "avg" else kind.feature_dim(cfg, dims[-1])
         flops += 2 * width * cfg["num_classes"]
     return flops
 

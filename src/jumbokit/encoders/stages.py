@@ -27,17 +27,16 @@ from torch import nn
 
 from .blocks import Block, TimmTrainingAPI, masked_layer_norm, run_block
 from .encoder import DEFAULT_CONFIG, EncoderOutput, _add_plugin_prefix, _init_linear, _strip_plugin_prefix, unknown_options
-from .global_tokens import GlobalTokens, make_global_tokens, masked_mean
+from .global_kinds import GlobalTokens, global_token_options, kind_of, masked_mean, param_group_patterns
 from .tokenizers import IMAGE_OPTIONS, ImagePatchTokenizer, resample_pos_embed, sincos_pos_embed_2d, to_2tuple
 
 __all__ = ["MULTISTAGE_CONFIG", "MultiStageEncoder", "ConvStem", "ResidualSpatialReduction", "Stage",
-           "multistage_config_check"]
+           "multistage_config_check", "multistage_options"]
 
-# options with the same meaning as in the plain encoder with an image tokenizer (and its defaults)
+# options with the same meaning as in the plain encoder with an image tokenizer (and its defaults); the options of
+# the registered global-token kinds join them in multistage_options()
 _SHARED_OPTIONS = ("in_chans", "dynamic_img_size", "pos_embed", "qkv_bias", "init_values", "drop_rate",
-                   "attn_drop_rate", "drop_path_rate", "head_drop_rate", "global_tokens", "num_registers", "class_token",
-                   "jumbo_multiplier", "jumbo_mlp_ratio", "jumbo_share", "jumbo_lora_rank", "jumbo_pool",
-                   "jumbo_init_values", "global_pool", "num_classes")
+                   "attn_drop_rate", "drop_path_rate", "head_drop_rate", "global_tokens", "global_pool", "num_classes")
 
 MULTISTAGE_CONFIG: dict[str, Any] = {
     "encoder": "multistage",
@@ -55,12 +54,24 @@ MULTISTAGE_CONFIG: dict[str, Any] = {
 }
 
 
+def multistage_options() -> dict[str, Any]:
+    """Every option of a multi-stage encoder with its default: :data:`MULTISTAGE_CONFIG` and the options of every
+    registered global-token kind."""
+    options: dict[str, Any] = {}
+    for key, value in MULTISTAGE_CONFIG.items():
+        options[key] = value
+        if key == "global_tokens":
+            options.update(global_token_options())
+    return options
+
+
 def multistage_config_check(config: dict[str, Any]) -> dict[str, Any]:
     """Fill defaults and validate a multi-stage config; returns the full config or raises ValueError."""
-    unknown = set(config) - set(MULTISTAGE_CONFIG)
+    known = multistage_options()
+    unknown = set(config) - set(known)
     if unknown:
-        raise ValueError(f"unknown multi-stage encoder option(s) {unknown_options(unknown, MULTISTAGE_CONFIG)}")
-    cfg = {**copy.deepcopy(MULTISTAGE_CONFIG), **copy.deepcopy(config)}
+        raise ValueError(f"unknown multi-stage encoder option(s) {unknown_options(unknown, known)}")
+    cfg = {**copy.deepcopy(known), **copy.deepcopy(config)}
     dims, heads, hidden = cfg["dims"], cfg["heads"], cfg["mlp_hidden"]
     stages = len(dims)
     if stages < 1:
@@ -251,16 +262,11 @@ class MultiStageEncoder(TimmTrainingAPI, nn.Module):
                 nn.init.trunc_normal_(self.pos_embed, std=0.02)
 
         rates = torch.linspace(0, cfg["drop_path_rate"], self.depth).tolist() if self.depth else []
-        jumbo_scale = cfg["init_values"] if cfg["jumbo_init_values"] is None else cfg["jumbo_init_values"]
+        kind = kind_of(cfg)
         stages, start = [], 0
         for s, dim in enumerate(dims):
             depth = len(cfg["heads"][s])
-            plugin = make_global_tokens(
-                cfg["global_tokens"], dim, depth, num_registers=cfg["num_registers"], class_token=cfg["class_token"],
-                jumbo_multiplier=cfg["jumbo_multiplier"], jumbo_mlp_ratio=cfg["jumbo_mlp_ratio"],
-                jumbo_share=cfg["jumbo_share"], jumbo_lora_rank=cfg["jumbo_lora_rank"],
-                jumbo_pool=cfg["jumbo_pool"], drop=cfg["drop_rate"], init_values=jumbo_scale,
-                learn_tokens=s == 0)
+            plugin = kind.build(cfg, dim, depth, learn_tokens=s == 0)
             downsample = ResidualSpatialReduction(dims[s - 1], dim, grids[s], cfg["pos_embed"]) if s else None
             stages.append(Stage(dim, int(cfg["head_dims"][s]), cfg["heads"][s], cfg["mlp_hidden"][s], plugin,
                                 downsample, rates[start:start + depth], cfg))
@@ -302,13 +308,14 @@ class MultiStageEncoder(TimmTrainingAPI, nn.Module):
 
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
         """timm's parameter grouping (layer-wise lr decay): the stem, then per stage its spatial reduction and one
-        group per block (a Jumbo plug-in's per-layer parts join their block, its shared FFN the stage's last
-        block), the final norm, the head last."""
+        group per block (a plug-in's per-layer parts, e.g. the Jumbo norms, join their block, its shared parts, e.g.
+        the Jumbo FFN, the stage's last block), the final norm, the head last."""
+        tokens, _, _ = param_group_patterns(r"stages\.0\.global_tokens\.")
+        _, layers, shared = param_group_patterns(r"stages\.(\d+)\.global_tokens\.")
         return dict(
-            stem=r"^patch_embed|^pos_embed|^stages\.0\.global_tokens\.(?:cls_token|reg_token|jumbo_token)",
-            blocks=[(r"^stages\.(\d+)\.downsample", (0,)), (r"^stages\.(\d+)\.blocks\.(\d+)", None),
-                    (r"^stages\.(\d+)\.global_tokens\.jumbo_(?:norms|mlp|lora|ls)\.(\d+)", None),
-                    (r"^stages\.(\d+)\.global_tokens\.jumbo_mlp\.", (99999,)), (r"^norm", (99999,))],
+            stem="|".join([r"^patch_embed", r"^pos_embed"] + ([tokens] if tokens else [])),
+            blocks=[(r"^stages\.(\d+)\.downsample", (0,)), (r"^stages\.(\d+)\.blocks\.(\d+)", None)]
+            + [(p, None) for p in layers] + [(p, (99999,)) for p in shared] + [(r"^norm", (99999,))],
         )
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:

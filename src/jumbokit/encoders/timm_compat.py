@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .encoder import Encoder
+from .global_kinds import global_token_kind, global_token_kinds, kind_of
 from .io import load_state_dict_checked
 
 __all__ = ["from_timm", "to_timm", "timm_config", "convert_timm_state_dict"]
@@ -67,13 +68,14 @@ def timm_config(model: nn.Module) -> dict[str, Any]:
 
 
 def _global_token_config(has_cls: bool, num_reg: int, global_pool: str) -> dict[str, Any]:
-    if num_reg:
-        return dict(global_tokens="registers", num_registers=num_reg, class_token=has_cls)
-    if has_cls:
-        return dict(global_tokens="cls")
-    if global_pool != "avg":
-        raise ValueError("a timm model without class token must use global_pool='avg'")
-    return dict(global_tokens="none")
+    """The global-token kind (and its options) that holds timm's prefix tokens: the first registered kind that claims
+    them (``GlobalTokenKind.from_timm``)."""
+    for name, kind in global_token_kinds().items():
+        options = kind.from_timm(has_cls, num_reg, global_pool)
+        if options is not None:
+            return dict(global_tokens=name, **options)
+    raise ValueError(f"no global-token kind holds timm's prefix tokens (class_token={has_cls}, reg_tokens={num_reg}, "
+                     f"global_pool={global_pool!r})")
 
 
 def _config_from_state_dict(state: dict[str, torch.Tensor], **overrides: Any) -> dict[str, Any]:
@@ -114,25 +116,37 @@ def _config_from_state_dict(state: dict[str, torch.Tensor], **overrides: Any) ->
 def convert_timm_state_dict(state: dict[str, torch.Tensor], config: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Map a timm ViT state dict onto jumbokit names for ``config`` (folds prefix position rows)."""
     state = {k: v for k, v in state.items()}
+    tokens = kind_of(config).timm_prefix(config)  # (our name, timm's name, count) in timm's prefix order
     pos = state.get("pos_embed")
     if pos is not None:
         grid = _grid(config)
         n_patches = grid[0] * grid[1]
         prefix = pos.shape[1] - n_patches
-        if prefix not in (0, 1, 1 + config.get("num_registers", 0), config.get("num_registers", 0)):
+        if prefix not in _prefix_lengths(tokens):
             raise ValueError(f"pos_embed has {pos.shape[1]} rows, expected {n_patches} patches "
                              f"(+ prefix tokens) for img_size={config['img_size']}")
         if prefix:
             prefix_pos, state["pos_embed"] = pos[:, :prefix], pos[:, prefix:].clone()
             offset = 0
-            if "cls_token" in state:
-                state["cls_token"] = state["cls_token"] + prefix_pos[:, :1]
-                offset = 1
-            if "reg_token" in state and prefix > offset:
-                state["reg_token"] = state["reg_token"] + prefix_pos[:, offset:]
+            for _, theirs, count in tokens:  # fold each prefix token's position row into the token
+                if theirs in state and prefix > offset:
+                    state[theirs] = state[theirs] + prefix_pos[:, offset:offset + count]
+                    offset += count
+    for ours, theirs, _ in tokens:
+        if theirs != ours and theirs in state:
+            state[ours] = state.pop(theirs)
     for key in [k for k in state if k.startswith("norm_pre") or k.startswith("attn_pool")]:
         state.pop(key)
     return state
+
+
+def _prefix_lengths(tokens: list[tuple[str, str, int]]) -> set[int]:
+    """The position-table prefixes timm may hold for these prefix tokens: none, or the leading tokens' rows."""
+    lengths, total = {0}, 0
+    for _, _, count in tokens:
+        total += count
+        lengths.add(total)
+    return lengths
 
 
 def _grid(config: dict[str, Any]) -> tuple[int, int]:
@@ -177,10 +191,12 @@ def to_timm(encoder: nn.Module, **overrides: Any) -> nn.Module:
     cfg = encoder.config
     if cfg["tokenizer"] != "image":
         raise ValueError(f"to_timm converts image encoders, got tokenizer={cfg['tokenizer']!r}")
-    kind = cfg["global_tokens"]
-    if kind not in ("cls", "registers", "none"):
-        raise ValueError(f"timm's VisionTransformer has no {kind!r} global tokens (no block with a Jumbo FFN); "
-                         "to_timm converts global_tokens 'cls', 'registers' or 'none'")
+    kind = global_token_kind(cfg["global_tokens"])
+    prefix = kind.timm_args(cfg)
+    if prefix is None:
+        mapped = [repr(name) for name, k in global_token_kinds().items() if k.timm_args(cfg) is not None]
+        raise ValueError(f"timm's VisionTransformer has no {kind.name!r} global tokens{kind.timm_note}; "
+                         f"to_timm converts global_tokens {', '.join(mapped[:-1])} or {mapped[-1]}")
     if cfg["qk_dim"] not in (None, cfg["dim"]) or cfg["v_dim"] not in (None, cfg["dim"]):
         raise ValueError(f"timm's attention has q/k/v of the model width {cfg['dim']}, got qk_dim={cfg['qk_dim']}, "
                          f"v_dim={cfg['v_dim']} (a collapsed progressive-join encoder)")
@@ -188,19 +204,23 @@ def to_timm(encoder: nn.Module, **overrides: Any) -> nn.Module:
     hidden = encoder.blocks[0].mlp.fc1.out_features if encoder.depth else dim * 4
     if int(dim * (hidden / dim)) != hidden:
         raise ValueError(f"timm sizes the MLP as int(dim * mlp_ratio); no ratio gives {hidden} at width {dim}")
-    class_token = kind == "cls" or (kind == "registers" and cfg["class_token"])
+    class_token = bool(prefix["class_token"])
     args = dict(
         img_size=tuple(encoder.patch_embed.img_size), patch_size=tuple(encoder.patch_embed.patch_size),
         in_chans=cfg["in_chans"], num_classes=encoder.num_classes,
         global_pool="token" if class_token and cfg["global_pool"] == "token" else "avg",
         embed_dim=dim, depth=encoder.depth, num_heads=cfg["num_heads"], mlp_ratio=hidden / dim,
         qkv_bias=cfg["qkv_bias"], init_values=1.0 if cfg["init_values"] else None, class_token=class_token,
-        reg_tokens=cfg["num_registers"] if kind == "registers" else 0, no_embed_class=True,
+        reg_tokens=int(prefix["reg_tokens"]), no_embed_class=True,
         pos_embed="none" if encoder.pos_embed is None else "learn",
         fc_norm=not isinstance(encoder.fc_norm, nn.Identity), dynamic_img_size=cfg["dynamic_img_size"],
         drop_rate=cfg["head_drop_rate"], proj_drop_rate=cfg["drop_rate"], attn_drop_rate=cfg["attn_drop_rate"],
         drop_path_rate=cfg["drop_path_rate"],
     )
     model = VisionTransformer(**{**args, **overrides})
-    load_state_dict_checked(model, encoder.state_dict(), source="the jumbokit encoder")
+    state = encoder.state_dict()
+    for ours, theirs, _ in kind.timm_prefix(cfg):  # the kind's token names -> timm's
+        if ours != theirs:
+            state[theirs] = state.pop(ours)
+    load_state_dict_checked(model, state, source="the jumbokit encoder")
     return model.train(encoder.training)

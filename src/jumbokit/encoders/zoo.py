@@ -23,7 +23,7 @@ from .branches import build_branched_encoder
 from .encoder import Encoder, encoder_options, unknown_options
 from .io import (MODEL_FILE, atomic_write, load_state_dict_checked, read_safetensors, resolve_model_file,
                  unreadable_file_error)
-from .stages import MULTISTAGE_CONFIG, MultiStageEncoder
+from .stages import MultiStageEncoder, multistage_options
 
 __all__ = ["load_config", "register_model", "register_architecture", "create_model", "list_models", "model_config",
            "registered_config",
@@ -99,7 +99,7 @@ def model_config(name: str, **overrides: Any) -> dict[str, Any]:
     if entry.builder is not None:
         return entry.builder(dict(entry.config), dict(overrides))
     # an option of another tokenizer kind passes here; the encoder names the kind it belongs to
-    defaults = MULTISTAGE_CONFIG if entry.config.get("encoder") == "multistage" else encoder_options(None)
+    defaults = multistage_options() if entry.config.get("encoder") == "multistage" else encoder_options(None)
     unknown = set(overrides) - set(defaults)
     if unknown:
         raise ValueError(f"unknown option(s) {unknown_options(unknown, defaults)} for model {name!r}")
