@@ -2,7 +2,8 @@
 
 An architecture is a plain JSON-able dict::
 
-    {"global_tokens": "cls",                 # "cls" | "reg<R>" | "jumbo<J>" | "none", from the space's options
+    {"global_tokens": "cls",                 # a gene of a global-token kind, from the space's options:
+                                             # "cls" | "reg<R>" | "jumbo<J>" | "none" (the core's kinds)
      "dims": [176, 352, 704],               # token width of each stage
      "heads": [[3, 0, 4, ...], ...],        # per block position; 0 = this (skippable) block is removed
      "mlp_hidden": [[704, 0, 576, ...], ...]}
@@ -15,27 +16,32 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ARCH_KEYS", "SearchSpace", "search_space", "SPACES", "token_gene_config", "arch_key"]
+from ..encoders.global_kinds import default_global_tokens, global_token_kinds
+
+__all__ = ["ARCH_KEYS", "SearchSpace", "search_space", "SPACES", "token_gene_config", "default_gene", "arch_key"]
 
 ARCH_KEYS = ("global_tokens", "dims", "heads", "mlp_hidden")  # the genes of an architecture dict
 
 
 def token_gene_config(gene: str) -> dict[str, Any]:
-    """Encoder options of a global-token gene: "cls", "none", "reg<R>" (CLS + R registers), "jumbo<J>"."""
-    if gene in ("cls", "none"):
-        return {"global_tokens": gene}
-    match = re.fullmatch(r"(reg|jumbo)(\d+)", gene)
-    if not match or int(match.group(2)) < 1:
-        raise ValueError(f"unknown global-token gene {gene!r}; expected 'cls', 'none', 'reg<R>' or 'jumbo<J>' "
-                         "with R, J >= 1")
-    count = int(match.group(2))
-    if match.group(1) == "reg":
-        return {"global_tokens": "registers", "num_registers": count}
-    return {"global_tokens": "jumbo", "jumbo_multiplier": count}
+    """Encoder options of a global-token gene, as the registered kinds read genes (``GlobalTokenKind.parse_gene``):
+    the core's "cls", "none", "reg<R>" (CLS + R registers), "jumbo<J>"."""
+    kinds = global_token_kinds()
+    for name, kind in kinds.items():
+        options = kind.parse_gene(gene) if isinstance(gene, str) else None
+        if options is not None:
+            return {"global_tokens": name, **options}
+    forms = [kind.gene_help for kind in kinds.values() if kind.gene_help]
+    raise ValueError(f"unknown global-token gene {gene!r}; expected {', '.join(forms[:-1])} or {forms[-1]} "
+                     "(counts >= 1)")
+
+
+def default_gene() -> str:
+    """The gene of the default global-token kind (a space's genes when it names none)."""
+    return default_global_tokens()
 
 
 def arch_key(arch: dict[str, Any]) -> str:
@@ -60,7 +66,7 @@ class SearchSpace:
     heads: list[list[int]]
     mlp_hidden: list[list[int]]
     skippable: list[list[bool]]
-    global_tokens: list[str] = field(default_factory=lambda: ["cls"])
+    global_tokens: list[str] = field(default_factory=lambda: [default_gene()])
     skip_prob: float = 0.25
     grid: int = 16
     stem: str = "conv"

@@ -19,18 +19,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..encoders import load_config, load_state_dict_checked
-from ..encoders.blocks import Block, Mlp, masked_layer_norm
+from ..encoders.blocks import Block, masked_layer_norm
+from ..encoders.global_kinds import global_token_kind, global_token_kinds
+from ..encoders.global_kinds import prefix_mask as _prefix_mask
 from ..encoders.stages import ConvStem, MultiStageEncoder, ResidualSpatialReduction, stage_grids
 from ..encoders.zoo import resolve_model_file
 from ..encoders.tokenizers import ImagePatchTokenizer, resample_pos_embed
 from .space import SearchSpace, token_gene_config
 
 __all__ = ["Supernet", "masked_layer_norm", "MultiArchSampler", "SupernetLoss", "load_supernet", "supernet_accelerator"]
-
-
-def _prefix_mask(sizes: torch.Tensor, width: int) -> torch.Tensor:
-    """(B,) active sizes -> (B, 1, width) float mask with the first ``size`` channels set."""
-    return (torch.arange(width, device=sizes.device)[None, :] < sizes[:, None]).float().unsqueeze(1)
 
 
 class Supernet(nn.Module):
@@ -54,11 +51,11 @@ class Supernet(nn.Module):
         patch = space.patch_size(self.img_size)
         self.grids = stage_grids(self.img_size, patch, space.num_stages, space.stem)
         self.max_dims = [c[0] for c in space.dims]
-        genes = [token_gene_config(g) for g in space.global_tokens]
-        self.max_registers = max([g.get("num_registers", 0) for g in genes] + [0])
-        self.max_jumbo = max([g.get("jumbo_multiplier", 0) for g in genes] + [0])
-        uses_cls = any(g["global_tokens"] in ("cls", "registers") for g in genes)
         d0 = self.max_dims[0]
+        # the global-token kinds of the space's genes, in registration order, each with the options of its genes
+        genes = [token_gene_config(g) for g in space.global_tokens]
+        self._kinds = {name: [g for g in genes if g["global_tokens"] == name] for name in global_token_kinds()
+                       if any(g["global_tokens"] == name for g in genes)}
 
         if space.stem == "conv":
             self.patch_embed: ImagePatchTokenizer = ConvStem(self.img_size, patch, in_chans, d0, space.stem_chans)
@@ -66,12 +63,14 @@ class Supernet(nn.Module):
             self.patch_embed = ImagePatchTokenizer(self.img_size, patch, in_chans, d0)
         self.pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches, d0))
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        self.cls_token = nn.Parameter(torch.randn(1, 1, d0) * 1e-6) if uses_cls else None
-        self.reg_token = nn.Parameter(torch.randn(1, self.max_registers, d0) * 1e-6) if self.max_registers else None
-        self.jumbo_token = None
-        if self.max_jumbo:
-            self.jumbo_token = nn.Parameter(torch.zeros(1, self.max_jumbo, d0))
-            nn.init.trunc_normal_(self.jumbo_token, std=0.02)
+        tables: dict[str, Any] = {}  # the kinds' token tables; kinds asking for one name share it (largest count)
+        for name, kind_genes in self._kinds.items():
+            for table in global_token_kind(name).supernet_tokens(kind_genes):
+                if table.name not in tables or table.count > tables[table.name].count:
+                    tables[table.name] = table
+        self._token_tables = tuple(tables)
+        for table in tables.values():
+            setattr(self, table.name, nn.Parameter(table.init(table.count, d0)))
 
         self.stages = nn.ModuleList()
         for s, dim in enumerate(self.max_dims):
@@ -81,14 +80,13 @@ class Supernet(nn.Module):
             stage.blocks = nn.ModuleList(
                 Block(dim, space.heads[s][0], space.mlp_hidden[s][0], qk_dim=inner, v_dim=inner, layer_idx=i)
                 for i in range(space.depths[s]))
-            if self.max_jumbo:
-                width = self.max_jumbo * dim
-                stage.jumbo_norms = nn.ModuleList(nn.LayerNorm(width, eps=1e-6) for _ in range(space.depths[s]))
-                stage.jumbo_mlp = Mlp(width, int(round(space.jumbo_mlp_ratio * width)))
+            for name, kind_genes in self._kinds.items():
+                global_token_kind(name).supernet_stage(self, stage, dim, space.depths[s], kind_genes)
             self.stages.append(stage)
         self.norm = nn.LayerNorm(self.max_dims[-1], eps=1e-6)
         self.head = nn.Linear(self.max_dims[-1], self.num_classes)
-        self.jumbo_head = nn.Linear(self.max_jumbo * self.max_dims[-1], self.num_classes) if self.max_jumbo else None
+        for name, kind_genes in self._kinds.items():
+            global_token_kind(name).supernet_heads(self, kind_genes)
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.trunc_normal_(module.weight, std=0.02)
@@ -100,7 +98,7 @@ class Supernet(nn.Module):
                 "img_size": self.img_size, "in_chans": self.in_chans}
 
     def no_weight_decay(self) -> set[str]:
-        names = {"pos_embed", "cls_token", "reg_token", "jumbo_token"}
+        names = {"pos_embed", *self._token_tables}
         return names | {f"stages.{s}.downsample.pos_embed" for s in range(1, len(self.stages))}
 
     # ------------------------------------------------------------- forward
@@ -128,19 +126,12 @@ class Supernet(nn.Module):
     def _forward_group(self, x: torch.Tensor, archs: list[dict], sizes: list[int], gene: str) -> torch.Tensor:
         space, device = self.space, x.device
         opts = token_gene_config(gene)
-        kind = opts["global_tokens"]
-        jumbo = opts.get("jumbo_multiplier", 0)
+        kind = global_token_kind(opts["global_tokens"])
         tok = self.patch_embed(x)
         tokens, grid = tok.tokens, tuple(tok.grid)
         tokens = tokens + resample_pos_embed(self.pos_embed, self.patch_embed.grid_size, grid)
         batch = tokens.shape[0]
-        parts = []
-        if kind in ("cls", "registers"):
-            parts.append(self.cls_token)
-        if kind == "registers":
-            parts.append(self.reg_token[:, : opts["num_registers"]])
-        if kind == "jumbo":
-            parts.append(self.jumbo_token[:, :jumbo])
+        parts = kind.supernet_join(self, opts)
         num_global = sum(p.shape[1] for p in parts)
         if parts:
             tokens = torch.cat([torch.cat(parts, 1).expand(batch, -1, -1), tokens], dim=1)
@@ -159,17 +150,13 @@ class Supernet(nn.Module):
             for i, block in enumerate(stage.blocks):
                 heads = self._per_sample([a["heads"][s][i] for a in archs], sizes, device)
                 hidden = self._per_sample([a["mlp_hidden"][s][i] for a in archs], sizes, device)
-                h = self._block(stage, i, block, h, mask, count, heads, hidden, num_global, jumbo)
+                h = self._block(stage, i, block, h, mask, count, heads, hidden, num_global, kind, opts)
         width = self.max_dims[-1]
         mask, count = _prefix_mask(dims[-1], width), dims[-1].view(-1, 1, 1).float()
         h = masked_layer_norm(h, mask, count, self.norm.weight, self.norm.bias)
-        if kind == "jumbo":
-            feature = h[:, :jumbo].reshape(batch, jumbo * width)
-            return F.linear(feature, self.jumbo_head.weight[:, : jumbo * width], self.jumbo_head.bias)
-        feature = h[:, 0] if kind in ("cls", "registers") else h[:, num_global:].mean(dim=1)
-        return self.head(feature)
+        return kind.supernet_logits(self, h, num_global, opts)
 
-    def _block(self, stage, index: int, block: Block, x, mask, count, heads, hidden, num_global, jumbo):
+    def _block(self, stage, index: int, block: Block, x, mask, count, heads, hidden, num_global, kind, opts):
         batch, length, width = x.shape
         keep = (heads > 0).float().view(-1, 1, 1)
         attn = block.attn
@@ -179,20 +166,12 @@ class Supernet(nn.Module):
         a = a * _prefix_mask(heads * attn.head_dim, attn.v_dim)
         x = x + attn.proj(a) * mask * keep
         hidden_mask = _prefix_mask(hidden, block.mlp.fc1.out_features)
-        if not jumbo:
+        if not kind.has_own_ffn:
             return x + self._ffn(block, x, mask, count, hidden_mask) * keep
-        g, p = x[:, :num_global], x[:, num_global:]
+        g, p = x[:, :num_global], x[:, num_global:]  # the global tokens go through the kind's own FFN
         p = p + self._ffn(block, p, mask, count, hidden_mask) * keep
-        wide_mask = mask.expand(-1, jumbo, -1).reshape(batch, 1, jumbo * width)
-        wide = g.reshape(batch, 1, jumbo * width)
-        norm, mlp = stage.jumbo_norms[index], stage.jumbo_mlp
-        n = jumbo * width
-        z = masked_layer_norm(wide, wide_mask, count * jumbo, norm.weight[:n], norm.bias[:n])
-        z = F.gelu(F.linear(z, mlp.fc1.weight[:, :n], mlp.fc1.bias))
-        units = torch.round(self.space.jumbo_mlp_ratio * jumbo * (count.view(-1))).long()
-        z = z * _prefix_mask(units, mlp.fc1.out_features)
-        wide = wide + F.linear(z, mlp.fc2.weight[:n], mlp.fc2.bias[:n]) * wide_mask * keep
-        return torch.cat([wide.reshape(batch, jumbo, width), p], dim=1)
+        g = kind.supernet_ffn(self, stage, index, g, mask, count, keep, opts)
+        return torch.cat([g, p], dim=1)
 
     @staticmethod
     def _ffn(block: Block, x, mask, count, hidden_mask):
@@ -217,14 +196,7 @@ class Supernet(nn.Module):
         dst_stem.proj.weight.copy_(src_stem.proj.weight[: dims[0]])
         dst_stem.proj.bias.copy_(src_stem.proj.bias[: dims[0]])
         model.pos_embed.copy_(self.pos_embed[..., : dims[0]])
-        plugin = model.stages[0].global_tokens
-        if opts["global_tokens"] in ("cls", "registers"):
-            plugin.cls_token.copy_(self.cls_token[..., : dims[0]])
-        if opts["global_tokens"] == "registers":
-            plugin.reg_token.copy_(self.reg_token[:, : opts["num_registers"], : dims[0]])
-        jumbo = opts.get("jumbo_multiplier", 0)
-        if jumbo:
-            plugin.jumbo_token.copy_(self.jumbo_token[:, :jumbo, : dims[0]])
+        kept = []
         for s, (src, dst) in enumerate(zip(self.stages, model.stages)):
             d = dims[s]
             if src.downsample is not None:
@@ -236,29 +208,13 @@ class Supernet(nn.Module):
                 b.token_proj.weight.copy_(a.token_proj.weight[:d, :d_in])
                 b.token_proj.bias.copy_(a.token_proj.bias[:d])
                 b.pos_embed.copy_(a.pos_embed[..., :d])
-            kept = [i for i, h in enumerate(arch["heads"][s]) if h]
-            for k, i in enumerate(kept):
+            kept.append([i for i, h in enumerate(arch["heads"][s]) if h])
+            for k, i in enumerate(kept[s]):
                 _copy_block(src.blocks[i], dst.blocks[k], d, arch["heads"][s][i], arch["mlp_hidden"][s][i])
-            if jumbo:
-                seg = _segment_index(jumbo, self.max_dims[s], d)
-                units = dst.global_tokens.hidden
-                for k, i in enumerate(kept):
-                    dst.global_tokens.jumbo_norms[k].weight.copy_(src.jumbo_norms[i].weight[seg])
-                    dst.global_tokens.jumbo_norms[k].bias.copy_(src.jumbo_norms[i].bias[seg])
-                mlp = dst.global_tokens.jumbo_mlp
-                mlp.fc1.weight.copy_(src.jumbo_mlp.fc1.weight[:units][:, seg])
-                mlp.fc1.bias.copy_(src.jumbo_mlp.fc1.bias[:units])
-                mlp.fc2.weight.copy_(src.jumbo_mlp.fc2.weight[seg][:, :units])
-                mlp.fc2.bias.copy_(src.jumbo_mlp.fc2.bias[seg])
         d = dims[-1]
         model.norm.weight.copy_(self.norm.weight[:d])
         model.norm.bias.copy_(self.norm.bias[:d])
-        if jumbo:
-            model.head.weight.copy_(self.jumbo_head.weight[:, _segment_index(jumbo, self.max_dims[-1], d)])
-            model.head.bias.copy_(self.jumbo_head.bias)
-        else:
-            model.head.weight.copy_(self.head.weight[:, :d])
-            model.head.bias.copy_(self.head.bias)
+        global_token_kind(opts["global_tokens"]).supernet_extract(self, model, opts, dims, kept)  # tokens, parts, head
         return model.train(self.training)
 
     # ------------------------------------------------------- re-sorting
@@ -285,11 +241,6 @@ class Supernet(nn.Module):
                 _permute(mlp.fc1.weight, order, 0, optimizer)
                 _permute(mlp.fc1.bias, order, 0, optimizer)
                 _permute(mlp.fc2.weight, order, 1, optimizer)
-
-
-def _segment_index(segments: int, width: int, active: int) -> torch.Tensor:
-    """Indices of the first ``active`` channels of each of ``segments`` blocks of ``width`` channels."""
-    return (torch.arange(segments)[:, None] * width + torch.arange(active)[None, :]).reshape(-1)
 
 
 def _copy_block(src: Block, dst: Block, dim: int, heads: int, hidden: int) -> None:
