@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from jumbokit.encoders.checks import is_integer
-from jumbokit.encoders.global_tokens import Jumbo
+from jumbokit.encoders.global_kinds import option_choices
 from jumbokit.timeseries.models.trunk import TRUNKS
 from jumbokit.training.optim import epochs_for_min_steps
 
@@ -101,7 +101,7 @@ def auto_steps(seq_len: int) -> int:
     return LONG_SERIES_STEPS if int(seq_len) > LONG_SERIES else SMALL_DATA_STEPS
 
 
-JUMBO_POOLS = Jumbo.POOLS  # the Jumbo models' features: the J*D vector, it + the mean patch, the mean segment
+JUMBO_POOLS = option_choices("jumbo_pool")  # the Jumbo kind's features: J*D vector, + mean patch, mean segment
 POS_EMBEDS = ("learn", "sincos", "none")  # the encoder's absolute position embeddings of the tokens
 NARROW_TRUNK, WIDE_TRUNK = 32, 64  # trunk_width="auto": filters for series up to / longer than LONG_SERIES steps
 

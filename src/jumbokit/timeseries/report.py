@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jumbokit.encoders.global_kinds import option_texts
 from jumbokit.training.rundir import atomic_save_figure, atomic_write_text, markdown_table
 
 from .normalize import AUTO_SCALE_SPREAD
@@ -21,7 +22,7 @@ from .results import SummaryRow, SweepResult, baseline_columns, baseline_results
 
 __all__ = ["format_summary", "training_text", "write_reports"]
 
-JUMBO_POOL_TEXT = {"jumbo": "the J*D Jumbo vector", "jumbo+mean": "the J*D Jumbo vector and the mean patch token"}
+JUMBO_POOL_TEXT = option_texts("jumbo_pool")  # the Jumbo pools in words, as the kind describes them
 CSV_FIELDS = ["dataset", "model", "runs", "test_top1", "avg_test_top1", "std_test_top1", "val_top1",
               "max_test_top1", "best_lr", "best_dropout", "train_seconds", "step_ms", "params", "patch_len", "stride",
               "num_patches", "global_tokens", "full_test_top1"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...encoders.flops import global_token_count
+from ...encoders.global_kinds import kind_of
 from .length import length_embed_flops
 from .scale import level_scale_flops
 from .tokenizer import conv_stem_flops, series_patch_count
@@ -37,9 +37,7 @@ def series_flops(config: dict[str, Any], num_patches: int, sequences: int) -> in
     if config.get("level_scale"):
         embed += level_scale_flops(dim)
     if config.get("length_embed"):
-        embed += length_embed_flops(global_token_count(
-            config.get("global_tokens", "cls"), config.get("num_registers", 0), config.get("class_token", True),
-            config.get("jumbo_multiplier", 0)), dim)
+        embed += length_embed_flops(kind_of(config).num_tokens(config), dim)
     total = sequences * embed
     if config.get("trunk") and config.get("trunk_mix"):  # one trunk pass per sample over all its channels
         total += _trunk_flops(config, num_patches, dim, sequences)

@@ -34,6 +34,7 @@ from typing import Any
 
 from ...encoders import flops, model_config, register_model
 from ...encoders.checks import whole_number
+from ...encoders.global_kinds import kind_of
 from ...encoders.encoder import encoder_options, unknown_options
 from .tokenizer import series_patch_count
 
@@ -209,8 +210,9 @@ register_model(
     **{k: v for k, v in PATCHTST_BASE.items() if k != "depth"},
 )
 
-# the models whose feature ``jumbo_pool`` sets (a Jumbo token, or a hybrid of a Jumbo transformer)
+# the models whose feature ``jumbo_pool`` sets (a Jumbo token, or a hybrid of a Jumbo transformer): those whose
+# global-token kind owns that option
 JUMBO_MODELS = tuple(m for m in SERIES_MODELS
-                     if model_config(HYBRID_MODELS.get(m, m), seq_len=8)["global_tokens"] == "jumbo")
+                     if "jumbo_pool" in kind_of(model_config(HYBRID_MODELS.get(m, m), seq_len=8)).options)
 # the models ``jumbo_multiplier`` sets: the Jumbo token's J, and the J the registers model is FLOP-matched to
 JUMBO_MULTIPLIER_MODELS = (*JUMBO_MODELS, "patchtst_registers")
