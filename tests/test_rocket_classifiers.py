@@ -94,3 +94,26 @@ def test_rocket_classifier_refuses_bad_input():
         RocketClassifier("hydra").fit(np.zeros((4, 1, 1, 20)), np.array([0, 1, 0, 1]))
     with pytest.raises(ValueError, match="expected 4 labels"):
         RocketClassifier("hydra").fit(np.zeros((4, 1, 20)), np.array([0, 1, 0]))
+
+
+def test_memory_benchmark_pairs_the_paths_and_checks_its_flags(monkeypatch):
+    """benchmarks/rocket_memory.py: the aeon path runs for --aeon's classifiers only; agreement pairs each aeon row
+    with its bounded row (killed or failed rows are left out)."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import rocket_memory
+
+    args = rocket_memory.parse_args(["--models", "minirocket,hydra", "--aeon", "hydra", "--datasets", "A"])
+    assert args.models == ["minirocket", "hydra"] and args.aeon == ["hydra"] and args.datasets == ["A"]
+    assert rocket_memory.parse_args(["--aeon", "none"]).aeon == []
+    for bad in (["--models", "rocketx"], ["--models", "hydra", "--aeon", "minirocket"], ["--max-train", "1"]):
+        with pytest.raises(SystemExit):
+            rocket_memory.parse_args(bad)
+    row = {"dataset": "A", "model": "hydra", "status": "ok"}
+    rows = [{**row, "path": "aeon", "accuracy": 0.5, "predictions": ["a", "b", "a", "a"]},
+            {**row, "path": "bounded", "accuracy": 0.75, "predictions": ["a", "b", "b", "a"]},
+            {**row, "model": "multirocket", "path": "aeon", "status": "killed: resident memory passed 14 GiB"},
+            {**row, "model": "multirocket", "path": "bounded", "accuracy": 0.5, "predictions": ["a"] * 4}]
+    assert rocket_memory.agreement(rows) == [{"dataset": "A", "model": "hydra", "aeon_accuracy": 0.5,
+                                              "bounded_accuracy": 0.75, "prediction_agreement": 0.75}]
