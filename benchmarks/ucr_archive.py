@@ -11,10 +11,12 @@ One seed: one run per grid point of the recipe (small-data's grid is one point: 
 on the paper's split (the official test set halved into validation and test). The default recipe is
 ``small-data`` because of its cost on a 2-core CPU: 1,000 optimizer steps a run (3,000 for series longer than
 400 steps): measured with this script, one thread a run, 47-1,075 CPU s a set with the three baselines and 3.7
-CPU hours for 55 sets (benchmarks/results/ucr_archive_small-data_s0.md). MultiRocket's memory grows with the
-training set: 19 GB on ElectricDevices (8,926 series) was more than a 24 GB machine running other jobs could give. ``small-data-trunk`` (the full-resolution ResNet trunk,
-the best recipe on the local sets) costs 10-40 min a run on long series here: 4-15 h for the 23 long sets
-alone, per model (``--recipe small-data-trunk`` on a GPU instead).
+CPU hours for 55 sets (benchmarks/results/ucr_archive_small-data_s0.md). aeon's MultiRocket took 19 GB on
+ElectricDevices (8,926 series) there, more than a 24 GB machine running other jobs could give; the baselines now
+run in bounded memory (5.2 GB for it, every prediction equal to aeon's elsewhere: benchmarks/rocket_memory.py).
+``small-data-trunk`` (the full-resolution ResNet trunk, the best recipe on the local sets) costs 10-40 min a run
+on long series here: 4-15 h for the 23 long sets alone, per model (``--recipe small-data-trunk`` on a GPU
+instead).
 
 The sweep directory resumes (tstrain's own resume: finished runs and baseline fits are read, not redone), so an
 interrupted benchmark continues with the same command. Then, over the sets every model finished: mean test

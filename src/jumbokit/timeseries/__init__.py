@@ -9,7 +9,8 @@ One module per job:
 - ``protocol``: ``SweepConfig``, the named recipes (``RECIPES``) and their automatic rules.
 - ``run``: one training run (build the model for a dataset, train, predict, score), shared by the sweep,
   pretraining and the estimator.
-- ``baselines``: aeon's MiniRocket / MultiRocket / Hydra on the same splits.
+- ``baselines``: aeon's MiniRocket / MultiRocket / Hydra on the same splits; ``rocket_classifiers``: those
+  classifiers in bounded memory (aeon's transformers in chunks, the ridge fit without float64 copies).
 - ``results``: validation-based selection, ensembles, one row per (dataset, model), ranks.
 - ``report``: the summary table, results.csv / results.json / report.md / accuracy.png.
 - ``sweep``: ``run_sweep`` (``plan_sweep`` + ``execute_sweep``), the orchestration of a resumable sweep;
