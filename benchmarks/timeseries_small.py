@@ -39,6 +39,7 @@ from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.models import PATCHTST_MODELS
 from jumbokit.timeseries.baselines import BASELINES
 from jumbokit.timeseries.protocol import steps_text
+from jumbokit.training.rundir import atomic_write_text
 
 PRETRAIN_SETS = ("ArrowHead", "GunPoint", "ItalyPowerDemand", "PickupGestureWiimoteZ")
 
@@ -265,9 +266,10 @@ def header_lines(args: argparse.Namespace, report: dict, results: dict, lock_see
 
 def write_report(out: Path, results_stem: str, report: dict, text: str) -> None:
     """benchmark.json/.md into ``out``, and a copy to ``results_stem``.json/.md unless it is ''."""
-    stems = [out / "benchmark"] + ([Path(results_stem)] if results_stem else [])
-    for stem in stems:
-        write_result(stem.with_suffix(".json"), report, text, quiet=True)
+    first = write_result((out / "benchmark").with_suffix(".json"), report, text, quiet=True)
+    if results_stem:  # the same stamped files, not a second stamp taken a moment later
+        for suffix in (".json", ".md"):
+            atomic_write_text(Path(results_stem).with_suffix(suffix), first.with_suffix(suffix).read_text())
 
 
 def main(argv=None) -> int:
