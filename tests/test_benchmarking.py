@@ -3,6 +3,7 @@ aeon's own implementation of the same tests)."""
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,10 +43,13 @@ def test_write_result_writes_the_stamped_json_and_its_markdown_copy(tmp_path):
     assert stamp["seeds"] == [0, 1, 2] and stamp["wall_s"] >= 0 and stamp["started"] <= stamp["finished"]
     assert stamp["cpu_s"]["total"] == pytest.approx(stamp["cpu_s"]["self"] + stamp["cpu_s"]["children"], abs=0.02)
     assert stamp["cpu_s"]["self"] > 0 and stamp["peak_rss_mib"]["self"] > 10
-    assert stamp["argv"] == list(sys.orig_argv) and stamp["command"].startswith("python ")
+    assert stamp["argv"] == records.portable_argv(sys.orig_argv, records._checkout_root())
+    assert stamp["command"].startswith("python ") and str(Path.cwd()) not in path.read_text()  # no local paths
+    assert records.portable_argv(["/usr/bin/python3", str(Path.cwd() / "b.py"), "/elsewhere/x"]) == [
+        "python3", "b.py", "/elsewhere/x"]
     assert set(stamp["machine"]) == {"cpu", "cores", "threads", "python", "torch", "device", "date"}
     commit, dirty = records.git_state()
-    assert stamp["git_commit"] == commit and stamp["git_dirty"] == dirty
+    assert stamp["commit"] == commit and stamp["dirty"] == dirty
     if commit is not None:  # run from a checkout
         assert len(commit) == 40 and isinstance(dirty, bool)
     markdown = path.with_suffix(".md").read_text()

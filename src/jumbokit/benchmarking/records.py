@@ -28,7 +28,7 @@ __all__ = ["RESULTS_DIR", "STAMP_KEYS", "dataset_slug", "is_legacy", "process_st
 RESULTS_DIR = Path("benchmarks") / "results"
 
 #: What a stamp holds; a record whose ``stamp`` lacks one of these is legacy.
-STAMP_KEYS = ("command", "argv", "cwd", "git_commit", "git_dirty", "machine", "started", "finished", "wall_s",
+STAMP_KEYS = ("command", "argv", "folder", "commit", "dirty", "machine", "started", "finished", "wall_s",
               "cpu_s", "peak_rss_mib", "seeds")
 
 _IMPORTED_AT = time.time()
@@ -83,6 +83,29 @@ def git_state(cwd: str | os.PathLike | None = None) -> tuple[str | None, bool | 
             status = _git(["status", "--porcelain", "--untracked-files=no"], folder)
             return commit.strip(), (None if status is None else bool(status.strip()))
     return None, None
+
+
+def _checkout_root() -> Path | None:
+    top = _git(["rev-parse", "--show-toplevel"], Path.cwd())
+    return Path(top.strip()) if top else None
+
+
+def portable_argv(argv: Sequence[str], root: Path | None = None) -> list[str]:
+    """``argv`` without this machine's absolute paths: the interpreter (or script launcher) by its name, any other
+    path inside the checkout ``root`` (or the current folder) relative to the current folder."""
+    base = Path.cwd()
+    inside = [p for p in (root, base) if p is not None]
+    out = []
+    for i, arg in enumerate(argv):
+        path = Path(arg)
+        if i == 0 and path.is_absolute():
+            out.append(path.name)
+            continue
+        if path.is_absolute() and any(path.is_relative_to(p) for p in inside):
+            out.append(os.path.relpath(path, base))
+            continue
+        out.append(arg)
+    return out
 
 
 def _readable_command(argv: Sequence[str]) -> str:
@@ -146,7 +169,9 @@ def run_stamp(record: dict[str, Any] | None = None, seeds: Sequence[int] | None 
     Returns
     -------
     dict
-        ``command`` (readable), ``argv`` (exact), ``cwd``, ``git_commit``, ``git_dirty``, ``machine``, ``started``
+        ``command`` (readable), ``argv`` (exact, paths of this machine made relative: :func:`portable_argv`),
+        ``folder`` (where it ran, relative to the checkout; None outside one), ``commit``, ``dirty``, ``machine``,
+        ``started``
         and ``finished`` (UTC, ISO 8601), ``wall_s``, ``cpu_s`` (``self``, ``children``, ``total``: user + system
         seconds, children counted once they have been waited for), ``peak_rss_mib`` (``self`` and ``children``:
         the largest resident size of this process and of any one waited-for child), ``seeds`` (None when unknown).
@@ -163,8 +188,10 @@ def run_stamp(record: dict[str, Any] | None = None, seeds: Sequence[int] | None 
     def iso(t: float) -> str:
         return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
 
-    return {"command": _readable_command(argv), "argv": argv, "cwd": str(Path.cwd()),
-            "git_commit": commit, "git_dirty": dirty,
+    root = _checkout_root()
+    argv = portable_argv(argv, root)
+    folder = os.path.relpath(Path.cwd(), root) if root is not None and Path.cwd().is_relative_to(root) else None
+    return {"command": _readable_command(argv), "argv": argv, "folder": folder, "commit": commit, "dirty": dirty,
             "machine": machine if machine is not None else machine_record(),
             "started": iso(start), "finished": iso(now), "wall_s": round(now - start, 2),
             "cpu_s": {"self": round(cpu_self, 2), "children": round(cpu_children, 2),
@@ -181,8 +208,8 @@ def is_legacy(record: dict[str, Any]) -> bool:
 
 def stamp_line(stamp: dict[str, Any]) -> str:
     """One markdown line saying what a stamp holds."""
-    commit = (stamp.get("git_commit") or "no git commit")[:12]
-    dirty = {True: " (tree dirty)", False: "", None: ""}[stamp.get("git_dirty")]
+    commit = (stamp.get("commit") or "no git commit")[:12]
+    dirty = {True: " (tree dirty)", False: "", None: ""}[stamp.get("dirty")]
     seeds = stamp.get("seeds")
     machine = stamp.get("machine") or {}
     return (f"Recorded: `{stamp.get('command')}` at commit {commit}{dirty}, {stamp.get('started')} to "
