@@ -167,12 +167,13 @@ class Holdout:
         """``{"train": [...], "val": [...], "test": [...]}``: sorted indices into ``targets``."""
         import torch
 
-        targets = [int(t) for t in targets]
+        targets = np.asarray(targets, dtype=np.int64)
+        by_class = np.argsort(targets, kind="stable")  # one pass: each class's indices, in increasing order
+        starts = np.searchsorted(targets[by_class], np.unique(targets))
         parts: dict[str, list[int]] = {"train": [], "val": [], "test": []}
         g = torch.Generator().manual_seed(self.seed)
-        for c in sorted(set(targets)):
-            members = [i for i, t in enumerate(targets) if t == c]
-            order = [members[k] for k in torch.randperm(len(members), generator=g).tolist()]
+        for members in np.split(by_class, starts[1:]):
+            order = members[torch.randperm(len(members), generator=g).numpy()].tolist()
             spare = len(order) - 1  # one image of every class stays for training
             counts = {}
             for split, fraction in (("val", self.val), ("test", self.test)):

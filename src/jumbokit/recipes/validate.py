@@ -59,34 +59,45 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_dataset(checkpoint: str, dataset: str | None) -> str:
-    """``dataset``, else the dataset the run at ``checkpoint`` was trained on."""
-    from jumbokit.pretrained import local_path
-    from jumbokit.training.rundir import read_data_record
-
+def run_dataset(checkpoint: str, dataset: str | None, record: dict[str, Any]) -> str:
+    """``dataset``, else the dataset the run at ``checkpoint`` was trained on (``record``: its data record)."""
     if dataset:
         return dataset
-    recorded = read_data_record(local_path(checkpoint)).get("dataset")
-    if not recorded:
+    if not record.get("dataset"):
         raise ValueError(f"{checkpoint} has no run record naming its dataset; pass --dataset")
-    return str(recorded)
+    return str(record["dataset"])
 
 
-def run_holdout(checkpoint: str, dataset: str, args: argparse.Namespace):
-    """The ``Holdout`` that carved the run's val / test images from its training folder (``--val-split`` /
-    ``--test-split`` given here win), when ``dataset`` is the run's; else None."""
-    from jumbokit.data.cli import HOLDOUT_SEED
-    from jumbokit.data.sources import Holdout
+def run_data_record(checkpoint: str) -> dict[str, Any]:
+    """The ``data`` record of the run at ``checkpoint`` (``{}`` for a model without one, e.g. from the Hub)."""
     from jumbokit.pretrained import local_path
     from jumbokit.training.rundir import read_data_record
 
-    recorded: dict[str, Any] = {}
     try:
-        record = read_data_record(local_path(checkpoint))
+        return read_data_record(local_path(checkpoint))
     except (OSError, ValueError):
-        record = {}
-    if record.get("dataset") == dataset:
-        recorded = record.get("holdout") or {}
+        return {}
+
+
+def same_dataset(recorded: str | None, dataset: str) -> bool:
+    """Whether dataset string ``recorded`` names ``dataset`` (a folder however its path is written)."""
+    from jumbokit.data import parse_dataset_spec
+
+    if not recorded:
+        return False
+    a, b = parse_dataset_spec(str(recorded)), parse_dataset_spec(dataset)
+    if a.kind != b.kind or a.kind != "folder":
+        return a == b
+    return Path(a.path).expanduser().resolve() == Path(b.path).expanduser().resolve()
+
+
+def run_holdout(record: dict[str, Any], dataset: str, args: argparse.Namespace):
+    """The ``Holdout`` that carved the run's val / test images from its training folder (``--val-split`` /
+    ``--test-split`` given here win), when ``dataset`` is the run's (``record``: its data record); else None."""
+    from jumbokit.data.cli import HOLDOUT_SEED
+    from jumbokit.data.sources import Holdout
+
+    recorded = (record.get("holdout") or {}) if same_dataset(record.get("dataset"), dataset) else {}
     val = args.val_split if args.val_split is not None else recorded.get("val", 0.0)
     test = args.test_split if args.test_split is not None else recorded.get("test", 0.0)
     if not val and not test:
@@ -101,25 +112,6 @@ def is_plain_class_folder(dataset: str) -> bool:
 
     spec = parse_dataset_spec(dataset)
     return spec.kind == "folder" and not any(has_split_dir(spec.path, s) for s in SPLITS)
-
-
-def trained_on(checkpoint: str, dataset: str) -> bool:
-    """Whether the run at ``checkpoint`` recorded ``dataset`` (the same folder, however it is written) as its
-    training data."""
-    from jumbokit.data import parse_dataset_spec
-    from jumbokit.pretrained import local_path
-    from jumbokit.training.rundir import read_data_record
-
-    try:
-        recorded = read_data_record(local_path(checkpoint)).get("dataset")
-    except (OSError, ValueError):
-        return False
-    if not recorded:
-        return False
-    a, b = parse_dataset_spec(str(recorded)), parse_dataset_spec(dataset)
-    if a.kind != b.kind or a.kind != "folder":
-        return a == b
-    return Path(a.path).expanduser().resolve() == Path(b.path).expanduser().resolve()
 
 
 def default_out(checkpoint: str, dataset: str, split: str) -> Path:
@@ -190,12 +182,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.ensemble:
         raise ValueError(f"--ensemble takes a tstrain sweep's kept series model; {args.checkpoint} is not one")
     model, cfg = load_classifier(args.checkpoint, device=acc.device)
-    dataset = run_dataset(args.checkpoint, args.dataset)
+    record = run_data_record(args.checkpoint)
+    dataset = run_dataset(args.checkpoint, args.dataset, record)
     progress = not args.no_progress and acc.is_main_process
     num_classes = int(model.num_classes)
-    holdout = run_holdout(args.checkpoint, dataset, args)
+    holdout = run_holdout(record, dataset, args)
     split = args.split
-    if holdout is None and is_plain_class_folder(dataset) and not trained_on(args.checkpoint, dataset):
+    if holdout is None and is_plain_class_folder(dataset) and not same_dataset(record.get("dataset"), dataset):
         split = "train"  # a plain class folder the model never saw: every image of it is scored
     ds = eval_dataset(dataset, split, cfg, num_classes, skip_corrupt=args.skip_corrupt, progress=progress,
                       holdout=holdout)

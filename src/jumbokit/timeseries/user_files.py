@@ -75,24 +75,25 @@ def _read_arrays(paths: list[Path], fmt: str) -> tuple[np.ndarray, np.ndarray]:
     try:
         if fmt == "npz":
             with np.load(paths[0], allow_pickle=False) as arrays:
-                keys = {k.lower(): k for k in arrays.files}
-                if "x" not in keys or "y" not in keys:
-                    raise ValueError(f"{paths[0]}: expected arrays named X and y (np.savez(path, X=X, y=y)), "
-                                     f"got {sorted(arrays.files)}")
-                x, y = arrays[keys["x"]], arrays[keys["y"]]
+                names = sorted(arrays.files)
+                found = {k.lower(): arrays[k] for k in names}
         else:
-            x, y = np.load(paths[0], allow_pickle=False), np.load(paths[1], allow_pickle=False)
+            names = ["X", "y"]
+            found = {"x": np.load(paths[0], allow_pickle=False), "y": np.load(paths[1], allow_pickle=False)}
     except (OSError, ValueError) as err:
-        if str(err).startswith(str(paths[0])):
-            raise
         raise ValueError(f"{where}: cannot read it as NumPy arrays ({' '.join(str(err).split())[:160]})") from None
+    if "x" not in found or "y" not in found:
+        raise ValueError(f"{where}: expected arrays named X and y (np.savez(path, X=X, y=y)), got "
+                         f"{names}")
+    x, y = found["x"], found["y"]
     if x.dtype.kind not in "fiub":
         raise ValueError(f"{where}: X must hold numbers, got dtype {x.dtype}")
     if x.ndim == 2:
         x = x[:, None, :]
     if x.ndim != 3:
         raise ValueError(f"{where}: X must be (n, length) or (n, channels, length), got shape {x.shape}")
-    y = np.asarray(y).reshape(-1) if np.asarray(y).ndim == 2 and 1 in np.asarray(y).shape else np.asarray(y)
+    if y.ndim == 2 and 1 in y.shape:  # a column or row vector of labels
+        y = y.reshape(-1)
     if y.ndim != 1 or len(y) != len(x):
         raise ValueError(f"{where}: y must hold one label per series ({len(x)}), got shape {y.shape}")
     return x.astype(np.float64), y
