@@ -155,3 +155,32 @@ def test_probe_of_the_last_layer_equals_the_default(tmp_path, monkeypatch):
     assert (default[1]["layer"], last[1]["layer"], first[1]["layer"]) == (None, 2, 0)
     with pytest.raises(ValueError, match="out of range"):
         LinearProbe(tiny_encoder(), num_classes=3, layer=2)
+
+
+def test_probe_of_a_plain_class_folder_needs_a_held_out_split(tmp_path):
+    """A plain class folder is no held-out set: without --val-split the probe is refused; with it the default test
+    split it lacks is skipped, and an explicitly named one is still required."""
+    import numpy as np
+    from PIL import Image
+
+    import jumbokit
+    from jumbokit.data import DataError, SplitNotFoundError
+    from jumbokit.recipes import linear_probe
+
+    for c, name in enumerate(("a", "b")):
+        (tmp_path / "imgs" / name).mkdir(parents=True)
+        for i in range(10):
+            Image.fromarray(np.full((8, 8), 40 + 120 * c, np.uint8), "L").save(tmp_path / "imgs" / name / f"{i}.png")
+    torch.manual_seed(0)
+    jumbokit.save(Encoder(tokenizer="image", img_size=8, patch_size=2, in_chans=1, dim=32, depth=1, num_heads=2),
+                  tmp_path / "encoder")
+    base = ["--checkpoint", str(tmp_path / "encoder"), "--dataset", f"folder:{tmp_path / 'imgs'}", "--epochs", "2",
+            "--batch-size", "8", "--no-progress", "--cpu"]
+    with pytest.raises(DataError, match="no validation or test split to score.*--val-split 0.1"):
+        linear_probe.main([*base, "--out", str(tmp_path / "p0")])
+    assert not (tmp_path / "p0").exists()
+    linear_probe.main([*base, "--val-split", "0.2", "--out", str(tmp_path / "p1")])
+    splits = [line.split(",")[0] for line in (tmp_path / "p1" / "results.csv").read_text().splitlines()[1:]]
+    assert splits == ["val", "train (fit)"]
+    with pytest.raises(SplitNotFoundError, match="no 'test' split"):
+        linear_probe.main([*base, "--val-split", "0.2", "--eval-splits", "val,test", "--out", str(tmp_path / "p2")])

@@ -122,12 +122,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     from jumbokit import ssl
+    from jumbokit.data import SplitNotFoundError
     from jumbokit.data.cli import check_classification_data, check_same_classes, data_settings_from_args
     from jumbokit.logs import configure_logging
     from jumbokit.training import (RunDir, TrainConfig, check_count_flags, launch_state, make_accelerator,
                                    prepare_out_dir, setup_threads)
     from jumbokit.training.accelerator import resolve_precision, use_cpu
-    from jumbokit.training.cli import parse_flags
+    from jumbokit.training.cli import one_line, parse_flags
     from jumbokit.training.loop import tracker_config
     from jumbokit.training.resume import write_start_records
     from jumbokit.training.rundir import read_data_record
@@ -148,7 +149,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     state = launch_state(args.cpu)
     common = dataset_options(encoder.config, info, args, dataset)
     settings = data_settings_from_args(argparse.Namespace(**{**vars(args), "dataset": dataset}))
-    eval_sets = {split: settings.build(split, "eval", **common) for split in splits}
+    eval_sets = {}
+    for split in splits:  # the default splits a dataset lacks are skipped (logged); named ones are required
+        try:
+            eval_sets[split] = settings.build(split, "eval", **common)
+        except SplitNotFoundError as err:
+            if "eval_splits" in given:
+                raise
+            logger.info(f"no {split} split ({one_line(err)}); skipping it")
     train = settings.build(args.train_split, "eval" if args.cache_features else "supervised", seed=args.seed,
                            max_samples=args.max_train_samples, **common)
     check_classification_data(train, eval_sets, dataset)
