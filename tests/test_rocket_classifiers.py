@@ -51,9 +51,20 @@ def test_ridge_refuses_bad_input():
 
 
 def _aeon(name: str):
-    from aeon.classification.convolution_based import HydraClassifier, MiniRocketClassifier, MultiRocketClassifier
+    from aeon.classification.convolution_based import (HydraClassifier, MiniRocketClassifier,
+                                                       MultiRocketClassifier, MultiRocketHydraClassifier)
 
-    return {"minirocket": MiniRocketClassifier, "multirocket": MultiRocketClassifier, "hydra": HydraClassifier}[name]
+    return {"minirocket": MiniRocketClassifier, "multirocket": MultiRocketClassifier, "hydra": HydraClassifier,
+            "multirocket_hydra": MultiRocketHydraClassifier}[name]
+
+
+def _ridge_of(name: str, reference):
+    """The fitted RidgeClassifierCV inside aeon's classifier."""
+    if name == "hydra":
+        return reference.clf_.steps[-1][1]
+    if name == "multirocket_hydra":
+        return reference.classifier
+    return reference.pipeline_.steps[-1][1]
 
 
 def _check_equals_aeon(name: str, dataset: str, chunk_bytes: int) -> None:
@@ -69,8 +80,7 @@ def _check_equals_aeon(name: str, dataset: str, chunk_bytes: int) -> None:
         expected = reference.predict(x_test)
         ours = RocketClassifier(name, random_state=0, chunk_bytes=chunk_bytes).fit(x_train, y_train)
         pred = ours.predict(x_test)
-    ridge = (reference.pipeline_ if name != "hydra" else reference.clf_).steps[-1][1]
-    assert ours.ridge_.alpha_ == ridge.alpha_
+    assert ours.ridge_.alpha_ == _ridge_of(name, reference).alpha_
     assert (pred == y_test).mean() == (expected == y_test).mean()
     assert (pred == expected).mean() >= 0.99
     assert ours._rows_per_chunk(x_train.shape[-1]) < len(x_test)  # the chunks were smaller than the sets
@@ -85,6 +95,29 @@ def test_rocket_classifier_equals_aeons_classifier(name):
 def test_multirocket_classifier_equals_aeons_classifier():
     _check_equals_aeon("multirocket", "ItalyPowerDemand", chunk_bytes=64 * 50_000)
     _check_equals_aeon("multirocket", "GunPoint", chunk_bytes=16 * 50_000)
+
+
+@pytest.mark.slow  # MultiRocket's numba compilation, as above
+def test_multirocket_hydra_classifier_equals_aeons_classifier():
+    """Hydra's and MultiRocket's features in one ridge classifier, as aeon's MultiRocketHydraClassifier (which
+    centres MultiRocket's part; the ridge fit centres it anyway)."""
+    _check_equals_aeon("multirocket_hydra", "ItalyPowerDemand", chunk_bytes=64 * 60_000)
+
+
+def test_decision_function_scores_predict_by_argmax_and_sign():
+    """Scores (n,) for two classes (positive: classes_[1]), (n, K) for more; predict picks by them; chunked
+    scoring equals one chunk."""
+    rng = np.random.default_rng(0)
+    for classes in (2, 3):
+        y = np.arange(24) % classes
+        x = rng.normal(size=(24, 1, 40)) + y[:, None, None] * np.sin(np.arange(40) / 3)
+        clf = RocketClassifier("minirocket", random_state=0).fit(x, y)
+        scores = clf.decision_function(x)
+        assert scores.shape == ((24,) if classes == 2 else (24, classes))
+        picked = (scores > 0).astype(int) if classes == 2 else scores.argmax(1)
+        np.testing.assert_array_equal(clf.predict(x), clf.classes_[picked])
+        clf.chunk_bytes = 1  # one series a chunk
+        np.testing.assert_allclose(clf.decision_function(x), scores, rtol=1e-5, atol=1e-5)
 
 
 def test_rocket_classifier_refuses_bad_input():
