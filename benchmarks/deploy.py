@@ -34,15 +34,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-import jumbokit
 from jumbokit.encoders.flops import count_params, encoder_flops
-from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, time_interleaved, write_result
+from jumbokit.benchmarking.deploy_models import BASELINE, JUMBO, REGISTERS, SIX, build_models, ort_session
 from jumbokit.export import export_onnx
 from jumbokit.training.rundir import markdown_table
 
-COLLAPSE_BRANCHES = (2, 3, 4)
-BASELINE, SIX, REGISTERS, JUMBO = "ViT-Tiny 12 layers", "collapsed 6 layers (n=2)", "ViT-Tiny R=16", "ViT-Tiny J=6"
-
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "exporter's)")
     p.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     p.add_argument("--work-dir", type=Path, default=None, help="where the .onnx files go (default: a temp dir)")
-    p.add_argument("--json", type=Path, default=result_path("deploy"), help="(default: %(default)s)")
+    p.add_argument("--json", type=Path, default=result_path(RESULTS, "deploy"), help="(default: %(default)s)")
     args = p.parse_args(argv)
     for name in ("threads", "img_size", "repeats", "latency_iters", "throughput_batch", "throughput_iters"):
         if getattr(args, name) < 1:
@@ -72,49 +70,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.img_size % 16:
         p.error(f"--img-size must be a multiple of the patch size 16, got {args.img_size}")
     return args
-
-
-def perturb(model: nn.Module, gen: torch.Generator) -> nn.Module:
-    """Norm scales ~ 1 + N(0, 0.1), biases / LayerScales ~ N(0, 0.05), tokens and positions + N(0, 0.02)."""
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=gen)
-            if param.ndim == 1 and name.endswith("weight"):
-                param.copy_(1.0 + 0.1 * noise)
-            elif name.endswith(("bias", "gamma")):
-                param.add_(0.05 * noise)
-            elif "token" in name or "pos_embed" in name:
-                param.add_(0.02 * noise)
-    return model.eval()
-
-
-def build_models(args) -> dict[str, nn.Module]:
-    """The six models: ViT-Tiny 12 layers, its collapsed 6/4/3-layer forms, registers R=16 and Jumbo J=6."""
-    gen = torch.Generator().manual_seed(args.seed)
-    torch.manual_seed(args.seed)
-    common = dict(img_size=args.img_size, num_classes=1000)
-    models = {BASELINE: perturb(jumbokit.create_model("vit_tiny_cls", **common), gen)}
-    for n in COLLAPSE_BRANCHES:
-        branched = perturb(jumbokit.create_model("vit_tiny_cls", branches=n, init_values=0.1, **common), gen)
-        branched.set_join(1.0)
-        models[f"collapsed {12 // n} layers (n={n})"] = jumbokit.reparameterize(branched).eval()
-    models[REGISTERS] = perturb(jumbokit.create_model("vit_tiny_reg16", **common), gen)
-    models[JUMBO] = perturb(jumbokit.create_model("vit_tiny_jumbo", jumbo_multiplier=6, **common), gen)
-    return models
-
-
-def ort_session(path: Path, threads: int, profile: bool = False):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.enable_profiling = profile
-    if profile:
-        options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "jumbokit_ort_profile")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def runners(models: dict[str, nn.Module], args, work: Path) -> tuple[dict[tuple[str, str], Callable], dict]:
@@ -223,7 +178,7 @@ def report(rows: list[dict], ratios: dict[str, Any], env: dict[str, Any]) -> str
 def main(argv=None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    models = build_models(args)
+    models = build_models(args.img_size, args.seed)
     with tempfile.TemporaryDirectory(prefix="jumbokit_deploy_") as tmp:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)

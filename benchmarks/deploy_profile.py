@@ -26,13 +26,15 @@ from typing import Any
 import numpy as np
 import torch
 
-import deploy  # the sibling script (this folder is on the path of a script run from it): its models and sessions
-from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, time_interleaved, write_result
+from jumbokit.benchmarking.deploy_models import BASELINE, SIX, build_models, ort_session
 from jumbokit.encoders.flops import encoder_flops
 from jumbokit.export import export_onnx
 from jumbokit.training.rundir import markdown_table
 
-MODELS = (deploy.BASELINE, deploy.SIX)
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
+
+MODELS = (BASELINE, SIX)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -43,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=10, help="unprofiled calls first (default: %(default)s)")
     p.add_argument("--transformer-optimizer", action="store_true",
                    help="also profile the graphs after onnxruntime.transformers.optimizer (model type vit)")
-    p.add_argument("--json", type=Path, default=result_path("deploy_profile"),
+    p.add_argument("--json", type=Path, default=result_path(RESULTS, "deploy_profile"),
                    help="(default: %(default)s)")
     args = p.parse_args(argv)
     for name in ("threads", "calls"):
@@ -58,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def profile_ops(path: Path, batch: np.ndarray, args) -> dict[str, float]:
     """Microseconds per call spent in each operator type, from ONNX Runtime's own session profiler."""
-    session = deploy.ort_session(path, args.threads, profile=True)
+    session = ort_session(path, args.threads, profile=True)
     feed = {session.get_inputs()[0].name: batch}
     for _ in range(args.warmup + args.calls):
         session.run(None, feed)
@@ -76,7 +78,7 @@ def profile_ops(path: Path, batch: np.ndarray, args) -> dict[str, float]:
 
 def wall_us(path: Path, batch: np.ndarray, args) -> float:
     """Median wall microseconds of one batch-1 call, profiler off (the time a user sees)."""
-    session = deploy.ort_session(path, args.threads)
+    session = ort_session(path, args.threads)
     feed = {session.get_inputs()[0].name: batch}
     timing = time_interleaved({"call": lambda: session.run(None, feed)}, args.calls, warmup=args.warmup)["call"]
     return 1e6 * timing.median
@@ -102,7 +104,7 @@ def optimise(path: Path, out: Path) -> dict[str, int]:
 
 def compare(profiles: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """One row per operator type: microseconds per call in each model and collapsed / 12 layers."""
-    base, six = profiles[deploy.BASELINE], profiles[deploy.SIX]
+    base, six = profiles[BASELINE], profiles[SIX]
     ops = sorted(set(base) | set(six), key=lambda op: -base.get(op, 0.0))
     rows = [{"op": op, "12 layers (us)": round(base.get(op, 0.0)), "collapsed 6 (us)": round(six.get(op, 0.0)),
              "ratio": round(six.get(op, 0.0) / base[op], 3) if base.get(op) else None} for op in ops]
@@ -114,13 +116,13 @@ def compare(profiles: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
 def main(argv=None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    built = deploy.build_models(deploy.parse_args(["--img-size", str(args.img_size)]))
+    built = build_models(args.img_size)
     batch = torch.randn(1, 3, args.img_size, args.img_size, generator=torch.Generator().manual_seed(1)).numpy()
     result: dict[str, Any] = {"benchmark": "deploy_profile", "command": " ".join(sys.argv), "threads": args.threads,
                               "machine": machine_record(threads=args.threads, device="cpu"),
                               "img_size": args.img_size, "calls": args.calls}
     result["gflops"] = {name: round(encoder_flops(built[name]) / 1e9, 4) for name in MODELS}
-    result["flops_ratio"] = round(result["gflops"][deploy.SIX] / result["gflops"][deploy.BASELINE], 4)
+    result["flops_ratio"] = round(result["gflops"][SIX] / result["gflops"][BASELINE], 4)
     with tempfile.TemporaryDirectory(prefix="jumbokit_profile_") as tmp:
         paths = {name: export_onnx(built[name], Path(tmp) / f"m{i}.onnx", torch.randn(2, 3, args.img_size,
                                    args.img_size), dynamic_size=False).path for i, name in enumerate(MODELS)}

@@ -44,11 +44,13 @@ import time
 from pathlib import Path
 
 import jumbokit
-from jumbokit.benchmarking import machine_record, result_path, stats, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, stats, write_result
 from jumbokit.benchmarking.anchors import pixel_logistic_regression
 from jumbokit.encoders.flops import count_params, encoder_flops, matching_registers
 from jumbokit.encoders.zoo import model_config, register_model, small_image_patch_size
 from jumbokit.training.rundir import atomic_write_json, list_checkpoints, markdown_table
+
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 IMG_SIZE = 32
 SIZES = ("pico", "nano")
@@ -283,7 +285,7 @@ def main(argv=None) -> dict:
               "best_plain": None if best is None else {"model": best["model"], "patch": best["patch"],
                                                        "test_top1": best_mean}}
     print(text)
-    write_result(args.json or result_path("fashion_mnist_supervised", setting_name(args)), record, text)
+    write_result(args.json or result_path(RESULTS, "fashion_mnist_supervised", setting_name(args)), record, text)
     return record
 
 

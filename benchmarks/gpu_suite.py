@@ -81,12 +81,14 @@ from typing import Any, Callable, Iterator
 import torch
 
 import jumbokit
-from jumbokit.benchmarking import RESULTS_DIR, machine_record, result_path, time_interleaved, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, time_interleaved, write_result
 from jumbokit.benchmarking.hostsync import HostReads
 from jumbokit.benchmarking.steps import jumbo_vs_registers, mae_step, train_step
 from jumbokit.benchmarking.timing import calls_per_round
 from jumbokit.timeseries.models.tokenizer import declared_missing
 from jumbokit.training.rundir import markdown_table
+
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 SECTIONS = ("inference", "mae", "train", "patchtst", "sync", "compile")
 EAGER_MODES = ("fp32_tf32", "bf16")
@@ -123,7 +125,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--time-budget", type=float, default=480.0,
                    help="seconds from the process start; cells (and compiles) that would not end by then are "
                         "skipped (default: %(default)s)")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR,
+    p.add_argument("--out", type=Path, default=RESULTS,
                    help="folder of the result files gpu_suite_<device name>.json/.md, written after every cell "
                         "(default: %(default)s; on a remote GPU machine, the folder whose files are copied back)")
     p.add_argument("--compile-backend", default="inductor",
@@ -739,7 +741,7 @@ def main(argv=None, started: float | None = None) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     budget = Budget(args.time_budget, already=0.0 if started is None else max(0.0, time.time() - started))
-    path = result_path("gpu_suite", device_slug(args.device), results_dir=args.out)
+    path = result_path(args.out, "gpu_suite", device_slug(args.device))
     path.parent.mkdir(parents=True, exist_ok=True)
     suite = Suite(args, path, budget)
     result = suite.result

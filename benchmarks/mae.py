@@ -52,9 +52,11 @@ from typing import Any, NoReturn
 
 import torch
 
-from jumbokit.benchmarking import RESULTS_DIR, dataset_slug, machine_record, time_interleaved, write_result
+from jumbokit.benchmarking import dataset_slug, machine_record, results_folder, time_interleaved, write_result
 from jumbokit.benchmarking.steps import mae_step as make_step
 from jumbokit.training.rundir import markdown_table as table
+
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -438,7 +440,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("part", choices=("speed", "probe", "ddp", "all"))
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where JSON/markdown go")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where JSON/markdown go")
     parser.add_argument("--models", type=lambda s: [m for m in s.split(",") if m], default=None,
                         help="comma-separated zoo names (default: speed: vit_base_* on GPU, vit_pico_* on CPU; "
                              "probe: vit_pico_jumbo,vit_pico_cls)")

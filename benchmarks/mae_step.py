@@ -21,9 +21,10 @@ from typing import Any
 
 import torch
 
-from jumbokit.benchmarking import RESULTS_DIR, machine_record, time_interleaved, write_result
+from jumbokit.benchmarking import machine_record, results_folder, time_interleaved, write_result
 from jumbokit.training.rundir import markdown_table
 
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 def gemm_gflops(size: int, repeats: int = 20) -> float:
     """fp32 GFLOP/s of a (size x size) @ (size x size) matmul, best of ``repeats``."""
@@ -120,7 +121,7 @@ def main() -> None:
     parser.add_argument("--gemm", type=int, default=1024, help="side of the reference matmul (default: %(default)s)")
     parser.add_argument("--label", default="", help="row label, e.g. before / after")
     parser.add_argument("--append", action="store_true", help="add to the rows already in the results files")
-    parser.add_argument("--out", default=str(RESULTS_DIR), help="results folder (default: %(default)s)")
+    parser.add_argument("--out", default=str(RESULTS), help="results folder (default: %(default)s)")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -28,10 +28,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import jumbokit
-from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, time_interleaved, write_result
 from jumbokit.encoders.flops import count_params
 from jumbokit.encoders.zoo import small_image_patch_size
 from jumbokit.training.rundir import markdown_table
+
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {"pico": ("vit_pico_cls", "vit_res_pico"), "nano": ("vit_nano_cls", "vit_res_nano")}
@@ -46,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--redo", action="store_true", help="retrain runs that already have results")
     p.add_argument("--batch-size", type=int, default=256, help="throughput batch (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=7, help="interleaved timed rounds (default: %(default)s)")
-    p.add_argument("--json", type=Path, default=result_path("multistage"), help="(default: %(default)s)")
+    p.add_argument("--json", type=Path, default=result_path(RESULTS, "multistage"), help="(default: %(default)s)")
     return p.parse_args(argv)
 
 

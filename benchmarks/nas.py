@@ -181,7 +181,7 @@ def main(argv=None) -> dict:
     from scipy.stats import kendalltau
 
     from jumbokit import nas
-    from jumbokit.benchmarking import dataset_slug, machine_record, result_path, write_result
+    from jumbokit.benchmarking import dataset_slug, machine_record, result_path, results_folder, write_result
     from jumbokit.data import build_dataset, make_loader
     from jumbokit.training import evaluate_classifier
 
@@ -197,7 +197,7 @@ def main(argv=None) -> dict:
     best = json.loads((search / "best_arch.json").read_text())
     budget = best["budget"]
     work = args.work or (run.parent / "bench" if run.name == "supernet" else run / "bench")
-    out_json = args.json or result_path("nas", "" if dataset == "digits" else dataset_slug(dataset))
+    out_json = args.json or result_path(results_folder(__file__), "nas", "" if dataset == "digits" else dataset_slug(dataset))
     retrain = Retrainer(data_flags(flags, dataset, img, chans) + shlex.split(args.supervised_args), args.epochs,
                         args.redo)
     print(f"supernet {run} ({space.name} space, {img} px, {chans} channel(s), {classes} classes) on {dataset}"

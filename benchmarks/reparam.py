@@ -37,7 +37,9 @@ import jumbokit
 from jumbokit.encoders import Encoder
 from jumbokit.encoders.branches import build_branched_encoder
 from jumbokit.encoders.flops import count_params
-from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, time_interleaved, write_result
+
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 TINY = dict(dim=192, depth=12, num_heads=3, mlp_ratio=4.0)
 IMAGE = dict(tokenizer="image", img_size=224, patch_size=16, in_chans=3)
@@ -62,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--throughput-repeats", type=int, default=3, help="timed batch-64 rounds (default: 3)")
     p.add_argument("--img-size", type=int, default=224)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", type=Path, default=result_path("reparam"), help="(default: %(default)s)")
+    p.add_argument("--json", type=Path, default=result_path(RESULTS, "reparam"), help="(default: %(default)s)")
     acc = p.add_argument_group("accuracy sections (digits, ucr)")
     acc.add_argument("--device", default="cpu", help="cpu or cuda for the trainings (default: cpu)")
     acc.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (default: 0)")
@@ -239,25 +241,14 @@ def speed(args) -> list[dict]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _load_recipe(name: str):
-    import importlib.util
-
-    path = Path(__file__).resolve().parent.parent / "recipes" / f"{name}.py"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; the digits comparison runs recipes/{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_recipe_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
 def accuracy_digits(args) -> dict:
     """A 12-layer ViT (32 px) on digits: 12 layers vs joined-then-collapsed 6 vs plain 6."""
-    recipe = _load_recipe("supervised")
+    from jumbokit.recipes import supervised as recipe
+
     batch = 64
     from jumbokit.data import build_dataset
 

@@ -25,11 +25,12 @@ from pathlib import Path
 
 import torch
 
-from jumbokit.benchmarking import machine_record, result_path, steps, time_interleaved, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, steps, time_interleaved, write_result
 from jumbokit.encoders import from_timm
 from jumbokit.encoders.flops import count_params, encoder_flops
 from jumbokit.training.rundir import markdown_table
 
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,7 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "plain fp32)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--skip-memory", action="store_true", help="skip the per-model peak-memory subprocesses")
-    p.add_argument("--json", type=Path, default=result_path("throughput"), help="(default: %(default)s)")
+    p.add_argument("--json", type=Path, default=result_path(RESULTS, "throughput"), help="(default: %(default)s)")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 

@@ -20,16 +20,17 @@ import numpy as np
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.neighbors import KNeighborsClassifier
 
-from jumbokit.benchmarking import result_path, write_result
+from jumbokit.benchmarking import result_path, results_folder, write_result
 from jumbokit.timeseries.data import DatasetNotFoundError, lengths_of, load_raw, local_datasets
 from jumbokit.training.rundir import markdown_table
 
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", default=None,
                    help="comma-separated (default: every local set whose series differ in length)")
-    p.add_argument("--json", type=Path, default=result_path("timeseries_length_probe"),
+    p.add_argument("--json", type=Path, default=result_path(RESULTS, "timeseries_length_probe"),
                    help="(default: %(default)s)")
     return p.parse_args(argv)
 

@@ -4,7 +4,8 @@ The code lives in ``jumbokit.benchmarking.rank_tables``; ``--help`` describes it
 
 import sys
 
+from jumbokit.benchmarking import results_folder
 from jumbokit.benchmarking.rank_tables import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(results_dir=results_folder(__file__)))

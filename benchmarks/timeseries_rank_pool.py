@@ -4,7 +4,8 @@ The code lives in ``jumbokit.benchmarking.rank_pool``; ``--help`` describes it i
 
 import sys
 
+from jumbokit.benchmarking import results_folder
 from jumbokit.benchmarking.rank_pool import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(results_dir=results_folder(__file__)))

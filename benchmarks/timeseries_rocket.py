@@ -21,15 +21,16 @@ from tqdm import tqdm
 
 from jumbokit.timeseries.baselines import BASELINES, rocket_baseline
 from jumbokit.timeseries.data import load_dataset, local_datasets
-from jumbokit.benchmarking import machine_record, result_path, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, write_result
 from jumbokit.training.rundir import markdown_table
 
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", default=None, help="comma-separated (default: every local UCR/UEA set)")
     p.add_argument("--threads", type=int, default=2, help="threads per classifier (default: %(default)s)")
-    p.add_argument("--json", default=str(result_path("timeseries_rocket")), help="(default: %(default)s)")
+    p.add_argument("--json", default=str(result_path(RESULTS, "timeseries_rocket")), help="(default: %(default)s)")
     args = p.parse_args(argv)
     if args.threads < 1:
         p.error(f"--threads expects an integer >= 1, got {args.threads}")

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import torch
 
-from jumbokit.benchmarking import machine_record, result_path, run_tstrain, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, run_tstrain, write_result
 from jumbokit.timeseries import store
 from jumbokit.timeseries.data import ClassificationData, load_dataset, local_datasets
 from jumbokit.timeseries.models import HYBRID_MODELS, REFERENCE_MODELS
@@ -62,6 +62,8 @@ from jumbokit.timeseries.protocol import RECIPES, SweepConfig
 from jumbokit.timeseries.results import SummaryRow, ensemble_scores, summarize
 from jumbokit.timeseries.run import RunResult
 from jumbokit.training.rundir import markdown_table
+
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 # Published test accuracy (%), full official test sets. ResNet: hfawaz/dl-4-tsc results/results-ucr-128.csv
 # (UCRArchive_2018, mean of 5 iterations) and results/results-mts.csv (mean of 10); InceptionTime (ensemble
@@ -103,7 +105,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="under --recipe small-data-trunk: JSON files of this benchmark holding the recipe's own "
                         "runs, the comparison column (default: the files of the recipe's rank table, "
                         "benchmarks/results/timeseries_trunk_recipe_ranks.json)")
-    p.add_argument("--json", default=str(result_path("timeseries_trunk")), help="(default: %(default)s)")
+    p.add_argument("--json", default=str(result_path(RESULTS, "timeseries_trunk")), help="(default: %(default)s)")
     p.add_argument("--gpu", type=int, default=0, metavar="K",
                    help="train on the default device (a GPU where there is one), K runs at a time (default: CPU)")
     p.add_argument("--collect-only", action="store_true",
@@ -147,7 +149,7 @@ def recipe_rows(args: argparse.Namespace, ref: dict) -> dict[tuple[str, str], di
     docstring); under small-data that is ``ref``, the small-data benchmark's rows."""
     if args.recipe == "small-data":
         return ref
-    from jumbokit.benchmarking.rank_tables import load_rows  # one rule for "the same runs"
+    from jumbokit.benchmarking.trunk_records import load_rows  # one rule for "the same runs"
 
     _, rows = load_rows([Path(f) for f in args.recipe_runs], f"tstrain --recipe {args.recipe}")
     return {key: {"best": r["arm_best"], "avg": r["arm_avg"], "seconds": r.get("arm_seconds"), "source": r["source"]}

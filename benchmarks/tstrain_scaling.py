@@ -30,9 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from jumbokit.benchmarking import machine_record, result_path, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, write_result
 from jumbokit.timeseries import store
 from jumbokit.training.rundir import markdown_table
+
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 # 2 datasets x 2 models x (3 learning rates | 3 seeds) = 12 runs
 COMMON = ["--dataset", "ItalyPowerDemand,GunPoint", "--model", "patchtst,patchtst_jumbo", "--cpu", "--no-progress"]
@@ -102,7 +104,7 @@ def main() -> None:
     steps = args.steps if args.steps is not None else (100 if args.sweep == "short" else None)
     argv = [*SWEEPS[args.sweep], *(["--steps", str(steps)] if steps is not None else [])]
     suffix = "" if args.sweep == "short" else "_" + args.sweep.replace("-", "_")
-    args.json = args.json or result_path("tstrain_scaling", suffix.lstrip("_"))
+    args.json = args.json or result_path(RESULTS, "tstrain_scaling", suffix.lstrip("_"))
     load_before = os.getloadavg()
     timed = {n: launch(n, [*argv, "--out", str(out / f"p{n}")]) for n in (1, args.nproc)}
     seconds = {n: wall for n, (wall, _) in timed.items()}

@@ -34,8 +34,10 @@ from jumbokit.adaptation.corruptions import COMMON_CORRUPTIONS, resolve_corrupti
 from jumbokit.adaptation.data import CorruptionSpec, build_corrupted_sets, load_clean_sets
 from jumbokit.adaptation.source import load_source
 from jumbokit.adaptation.wild import input_normalizer
-from jumbokit.benchmarking import RESULTS_DIR, dataset_slug, machine_record, write_result
+from jumbokit.benchmarking import dataset_slug, machine_record, results_folder, write_result
 from jumbokit.training.rundir import markdown_table
+
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 BATCH = 64
 
@@ -118,7 +120,7 @@ def main(argv=None) -> int:
                 "statistics, and per-batch (64) statistics; the share of samples below SAR/EATA's entropy margin "
                 "(0.4 ln classes) and their accuracy (the mean over the corruptions that have such samples).\n\n" + markdown_table(means) + "\n## Per corruption\n\n"
                 + markdown_table(rows))
-    out = args.json or RESULTS_DIR / f"tta_input_stats_{dataset_slug(dataset)}.json"
+    out = args.json or RESULTS / f"tta_input_stats_{dataset_slug(dataset)}.json"
     write_result(out, {"benchmark": "tta_input_stats", "command": command, "machine": machine_record(),
                        "severity": args.severity, "rows": rows, "means": means}, markdown)
     print(markdown)

@@ -51,11 +51,13 @@ from pathlib import Path
 
 import numpy as np
 
-from jumbokit.benchmarking import machine_record, result_path, run_tstrain, stats, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, run_tstrain, stats, write_result
 from jumbokit.timeseries.protocol import RECIPES
 from jumbokit.timeseries.results import rank_values
 from jumbokit.timeseries.ucr_tsv import has_tsv_split_files
 from jumbokit.training.rundir import atomic_save_figure, atomic_write_json, markdown_table
+
+RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
 REFERENCE = "minirocket"
 PUBLISHED_FILE = Path(__file__).resolve().parent / "reference" / "ucr_published.csv"
@@ -248,7 +250,7 @@ def main(argv=None) -> dict:
     result = compare(rows, models)
     published = published_record(load_published(), rows, result["sets"])
     text = report_text(args, command, rows, costs, models, result, published)
-    json_path = args.json or result_path("ucr_archive", variant)
+    json_path = args.json or result_path(RESULTS, "ucr_archive", variant)
     record = {"benchmark": "ucr_archive", "command": command, "recipe": args.recipe, "seed": args.seed,
               "tstrain_args": tstrain_argv(args, out), "machine": machine_record(), **result,
               "per_set": {s: {"models": rows[s], **costs[s]} for s in rows},

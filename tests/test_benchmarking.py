@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jumbokit.benchmarking import machine_record, result_path, time_interleaved, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, time_interleaved, write_result
 from jumbokit.benchmarking import records, stats
 from jumbokit.benchmarking.records import STAMP_KEYS, is_legacy
 from jumbokit.timeseries.results import rank_values
@@ -54,8 +54,9 @@ def test_write_result_writes_the_stamped_json_and_its_markdown_copy(tmp_path):
         assert len(commit) == 40 and isinstance(dirty, bool)
     markdown = path.with_suffix(".md").read_text()
     assert markdown.startswith("# table\n\nRecorded: `") and "seeds 0, 1, 2" in markdown
-    assert result_path("deploy", "h100").as_posix() == "benchmarks/results/deploy_h100.json"
-    assert result_path("deploy", results_dir=tmp_path) == tmp_path / "deploy.json"
+    assert result_path("benchmarks/results", "deploy", "h100").as_posix() == "benchmarks/results/deploy_h100.json"
+    assert result_path(tmp_path, "deploy") == tmp_path / "deploy.json"
+    assert results_folder("benchmarks/deploy.py").as_posix() == "benchmarks/results"  # beside the script, relative
     with pytest.raises(ValueError, match="ending in .json"):
         write_result(tmp_path / "x.md", {}, "")
 

@@ -28,23 +28,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
 from ..training.rundir import atomic_save_figure, markdown_table
 from . import stats
-from .rank_tables import (differences, mean_rank_lines, mean_ranks, require_files, settings_of, settings_on,
-                          write_record)
+from .rank_tables import json_default, mean_rank_lines, mean_ranks, require_files, write_record
+from .trunk_records import differences, settings_of, settings_on
 
 READINGS = {"rank_best": "best run", "rank_avg": "mean of runs"}
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None, results_dir: str | os.PathLike | None = None) -> argparse.Namespace:
+    """The command line; ``results_dir`` (the calling script's results folder) gives ``--json`` its default,
+    without one ``--json`` is required."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", type=Path, help="JSON files of benchmarks/timeseries_rank.py")
-    p.add_argument("--json", type=Path, default=Path("benchmarks/results/timeseries_trunk_ranks_pooled.json"),
-                   help="(default: %(default)s)")
+    json_default(p, results_dir, "timeseries_trunk_ranks_pooled")
     p.add_argument("--sets", default=None,
                    help="comma-separated set names: pool only these (default: every set of every table)")
     args = p.parse_args(argv)
@@ -190,8 +192,10 @@ def write_cd_diagrams(json_path: Path, draws: list[dict], models: list[str]) -> 
     return written
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def main(argv=None, results_dir: str | os.PathLike | None = None) -> int:
+    """Pool the rank tables and write the record; ``results_dir``: the folder ``--json`` defaults to (required
+    without)."""
+    args = parse_args(argv, results_dir)
     tables = load_tables(args.inputs)
     models = tables[0]["models"]
     draws = only_sets(set_draws(tables), args.sets)

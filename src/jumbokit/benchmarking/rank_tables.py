@@ -25,26 +25,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
+import os
 import statistics
-from dataclasses import asdict, replace
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from ..timeseries.normalize import resolve_normalization
 from ..timeseries.results import rank_values
 from ..training.rundir import markdown_table
-from .records import write_result
+from .records import result_path, write_result
+from .trunk_records import load_rows
 
 MODELS = "patchtst,patchtst_registers,patchtst_jumbo"
-RUN_FLAGS = {"--seeds": 1, "--model": 1, "--threads": 1, "--runs-per-device": 1, "--cpu": 0}  # flag -> values
-NOT_SETTINGS = ("recipe", "seed", "seeds")  # SweepConfig fields that do not change a run's model or data
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None, results_dir: str | os.PathLike | None = None) -> argparse.Namespace:
+    """The command line; ``results_dir`` (the calling script's results folder) gives ``--json`` its default,
+    without one ``--json`` is required."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", type=Path, help="JSON files of benchmarks/timeseries_trunk.py, first wins")
     p.add_argument("--models", default=MODELS, help="comma-separated, the models to rank (default: %(default)s)")
@@ -52,13 +47,21 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the tstrain command whose runs are ranked, e.g. \"tstrain --recipe small-data-trunk\" "
                         "(default: the first input's command)")
     p.add_argument("--min-runs", type=int, default=3, help="runs a row needs to be ranked (default: %(default)s)")
-    p.add_argument("--json", type=Path, default=Path("benchmarks/results/timeseries_trunk_ranks.json"),
-                   help="(default: %(default)s)")
+    json_default(p, results_dir, "timeseries_trunk_ranks")
     args = p.parse_args(argv)
     require_files(p, args.inputs, "benchmarks/timeseries_trunk.py")
     if args.min_runs < 1:
         p.error(f"--min-runs expects a run count >= 1, got {args.min_runs}")
     return args
+
+
+def json_default(parser: argparse.ArgumentParser, results_dir: str | os.PathLike | None, benchmark: str) -> None:
+    """Add ``--json``: by default ``<results_dir>/<benchmark>.json``, required where no results folder is given."""
+    if results_dir is None:
+        parser.add_argument("--json", type=Path, required=True, help="where the JSON goes (a .md copy beside it)")
+    else:
+        parser.add_argument("--json", type=Path, default=result_path(results_dir, benchmark),
+                            help="(default: %(default)s)")
 
 
 def require_files(parser: argparse.ArgumentParser, paths: list[Path], writer: str) -> None:
@@ -67,115 +70,6 @@ def require_files(parser: argparse.ArgumentParser, paths: list[Path], writer: st
     missing = [str(f) for f in paths if not f.is_file()]
     if missing:
         parser.error(f"expected JSON files of {writer}, not found: {', '.join(missing)}")
-
-
-def front_end(command: str) -> str:
-    """The tstrain command without the flags that do not change a run's model or data (seeds, models,
-    threads, device): the front end's text, for titles."""
-    words, kept, skip = command.split(), [], 0
-    for word in words:
-        if skip:
-            skip -= 1
-        elif word in RUN_FLAGS:
-            skip = RUN_FLAGS[word]
-        else:
-            kept.append(word)
-    return " ".join(kept)
-
-
-def settings_of(command: str, source: str) -> dict[str, Any]:
-    """The run settings a recorded ``tstrain`` command resolves to (tstrain's own parser and recipe rules), less
-    what does not change a run's model or data (recipe name, seeds); "auto" values stay undecided."""
-    from ..timeseries.flags import sweep_settings
-
-    words = shlex.split(command)
-    try:
-        settings = sweep_settings(words[1:] if words[:1] == ["tstrain"] else words)
-    except (SystemExit, ValueError) as err:
-        why = "tstrain's message is above" if isinstance(err, SystemExit) else str(err)
-        raise SystemExit(f"{source}: expected a command tstrain accepts ({why}), got: {command}")
-    return {"config": settings.config, "lrs": settings.lrs, "dropouts": settings.dropouts}
-
-
-@lru_cache(maxsize=None)
-def training_series(dataset: str, protocol: str, split_seed: int) -> np.ndarray:
-    """The training split of a local UCR/UEA set as loaded, before normalisation (n, C, L): what the "auto"
-    settings read (its scale spread is the same after standardising with training statistics)."""
-    from ..timeseries.data import DatasetNotFoundError, load_dataset
-
-    try:
-        return load_dataset(dataset, protocol=protocol, split_seed=split_seed, normalize="none").train.x
-    except DatasetNotFoundError as err:
-        raise SystemExit(f"a row of {dataset!r} has settings decided by the set ('auto'), and the set cannot be read "
-                         f"here: {err}")
-
-
-def settings_on(settings: dict[str, Any], dataset: str | None) -> dict[str, Any]:
-    """``settings`` decided for one set as its runs decide them: ``--normalize auto`` and ``--level-scale auto``
-    (with the augmentations it drops) by the training series' scale spread, ``--trunk-width auto`` by the set's
-    length. Reads the set only where something is "auto"; with no set (None), "auto" values stay as they are."""
-    cfg = settings["config"]
-    model = cfg.model
-    auto = cfg.normalize == "auto" or model.level_scale == "auto" or (model.trunk and model.trunk_width == "auto")
-    if dataset is not None and auto:
-        train_x = training_series(dataset, cfg.protocol, cfg.split_seed)
-        on_set = cfg.for_dataset(train_x)
-        cfg = replace(on_set, normalize=resolve_normalization(train_x, cfg.normalize),
-                      model=replace(on_set.model, trunk_width=cfg.trunk_width_for(train_x.shape[-1])))
-    # the series-model options beside the sweep's (no name is shared), so a difference names the option itself
-    decided = {k: v for k, v in asdict(cfg).items() if k not in NOT_SETTINGS and k != "model"}
-    return {**decided, **asdict(cfg.model), "lrs": settings["lrs"], "dropouts": settings["dropouts"]}
-
-
-def differences(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """The settings where ``a`` and ``b`` differ, as "name: a vs b" (or "the same")."""
-    diff = [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    return "; ".join(diff) or "the same"
-
-
-def load_records(paths: list[Path]) -> list[tuple[Path, dict]]:
-    """(path, record) of each input, SystemExit for one that is not a JSON of benchmarks/timeseries_trunk.py."""
-    records = []
-    for path in paths:
-        try:
-            record = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise SystemExit(f"{path}: expected a JSON of benchmarks/timeseries_trunk.py, got unreadable text ({err})")
-        if not isinstance(record, dict) or "rows" not in record or "command" not in record:
-            raise SystemExit(f"{path}: expected a JSON of benchmarks/timeseries_trunk.py (with 'rows' and 'command')")
-        records.append((path, record))
-    return records
-
-
-def load_rows(paths: list[Path], command: str | None = None) -> tuple[str, dict[tuple[str, str], dict]]:
-    """(the ranked front end, (set, model) -> row with its "device", "source" and "trunk_width"): each row from the
-    first file whose settings, decided on that set, are those of ``command`` there (default: the first file's
-    command). SystemExit for a file none of whose rows (or, with no rows, whose settings) match."""
-    records = load_records(paths)
-    ranked = settings_of(command, "--front-end") if command else settings_of(records[0][1]["command"], str(paths[0]))
-    command = command or records[0][1]["command"]
-    ranked_on: dict[str, dict[str, Any]] = {}  # set -> the ranked settings decided there
-    rows: dict[tuple[str, str], dict] = {}
-    for path, record in records:
-        mine = settings_of(record["command"], str(path))
-        matched = 0
-        for row in record["rows"]:
-            dataset = row["dataset"]
-            if dataset not in ranked_on:
-                ranked_on[dataset] = settings_on(ranked, dataset)
-            decided = settings_on(mine, dataset)
-            if decided != ranked_on[dataset]:
-                continue
-            matched += 1
-            width = str(decided["trunk_width"]) if decided["trunk"] else None
-            rows.setdefault((dataset, row["model"]), {**row, "device": record["device"], "source": path.name,
-                                                      "trunk_width": width})
-        if not matched:
-            on = record["rows"][0]["dataset"] if record["rows"] else None
-            why = differences(settings_on(ranked, on), settings_on(mine, on))
-            raise SystemExit(f"the inputs come from different front ends, expected one: {path} differs from "
-                             f"`{front_end(command)}`{f' on {on}' if on else ''} ({why})")
-    return front_end(command), rows
 
 
 def rank_sets(rows: dict[tuple[str, str], dict], models: list[str], min_runs: int) -> tuple[list[dict], list[str]]:
@@ -231,8 +125,9 @@ def write_record(path: Path, record: dict, summary: tuple[str, ...], heading: st
     write_result(path, record, f"{heading}\n\n{text}\n", quiet=True)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def main(argv=None, results_dir: str | os.PathLike | None = None) -> int:
+    """Rank the inputs and write the table; ``results_dir``: the folder ``--json`` defaults to (required without)."""
+    args = parse_args(argv, results_dir)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     front, rows = load_rows(args.inputs, args.front_end)
     ranked, left_out = rank_sets(rows, models, args.min_runs)

@@ -22,10 +22,8 @@ from typing import Any, Sequence
 
 from ..training.rundir import atomic_write_json, atomic_write_text
 
-__all__ = ["RESULTS_DIR", "STAMP_KEYS", "dataset_slug", "is_legacy", "process_start_time", "result_path",
+__all__ = ["STAMP_KEYS", "dataset_slug", "is_legacy", "process_start_time", "result_path",
            "run_stamp", "stamp_line", "write_result"]
-
-RESULTS_DIR = Path("benchmarks") / "results"
 
 #: What a stamp holds; a record whose ``stamp`` lacks one of these is legacy.
 STAMP_KEYS = ("command", "argv", "folder", "commit", "dirty", "machine", "started", "finished", "wall_s",
@@ -34,13 +32,23 @@ STAMP_KEYS = ("command", "argv", "folder", "commit", "dirty", "machine", "starte
 _IMPORTED_AT = time.time()
 
 
-def result_path(benchmark: str, variant: str = "", results_dir: str | os.PathLike | None = None) -> Path:
+def result_path(results_dir: str | os.PathLike, benchmark: str, variant: str = "") -> Path:
     """``<results_dir>/<benchmark>_<variant>.json`` (``<benchmark>.json`` without a variant).
 
-    ``results_dir`` defaults to :data:`RESULTS_DIR`, ``benchmarks/results`` relative to the current folder (the
-    checkout the benchmark runs from)."""
-    folder = RESULTS_DIR if results_dir is None else Path(results_dir)
-    return folder / (f"{benchmark}_{variant}.json" if variant else f"{benchmark}.json")
+    The caller names the folder: a benchmark script passes its own (``benchmarks/results`` in a checkout,
+    :func:`results_folder`); the library knows no results folder of its own."""
+    return Path(results_dir) / (f"{benchmark}_{variant}.json" if variant else f"{benchmark}.json")
+
+
+def results_folder(script: str | os.PathLike) -> Path:
+    """The ``results`` folder beside ``script`` (a benchmark passes its ``__file__``), relative to the current
+    folder where it can be (``benchmarks/results`` when run from the checkout), so records and messages carry no
+    absolute path of this machine."""
+    folder = Path(script).resolve().parent / "results"
+    try:
+        return Path(os.path.relpath(folder))
+    except ValueError:  # another drive (Windows)
+        return folder
 
 
 def dataset_slug(dataset: str) -> str:
