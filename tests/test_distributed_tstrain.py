@@ -16,7 +16,7 @@ import torch
 from jumbokit.timeseries import jobs as ts_jobs
 from jumbokit.timeseries import store as ts_store
 from jumbokit.timeseries.data import load_dataset
-from jumbokit.timeseries.local import LocalAccelerator
+from jumbokit.training.local import LocalAccelerator
 from jumbokit.timeseries.protocol import SweepConfig
 from jumbokit.timeseries.run import train_run_with_proba
 from jumbokit.timeseries.sweep import plan_sweep

@@ -18,7 +18,7 @@ One module per job:
 - ``jobs``: a sweep's runs, pretrainings and baselines as jobs, those still to do, and their relative cost;
   ``queue``: the order they are handed out in and the shared counter through which each process of a launch takes
   the next one (whole jobs, never a run sharded); ``worker``: doing the jobs a process takes, one by one or in a
-  pool; ``local``: ``LocalAccelerator``, the single-process accelerator each run trains with.
+  pool (each run trains with :class:`jumbokit.training.local.LocalAccelerator`, one process alone).
 - ``augment``: series augmentation (jitter, scaling, magnitude/time warping, window slicing, mixup).
 - ``pretrain``: ``pretrain_series``, masked-patch self-supervised pretraining of a series encoder; ``pool``: the
   cross-dataset pretraining pool (other sets' training splits).

@@ -1,11 +1,12 @@
 """A single-process stand-in for ``accelerate.Accelerator``: trains one run whole on one device, even inside a
-multi-process launch.
+multi-process launch (runtime code, beside the loop it serves).
 
-A sweep spreads whole runs over the processes of a launch (see :mod:`jumbokit.timeseries.jobs`); each run must
-then train exactly as it would alone, so it may not join the launch's process group (no DDP wrapper, no sharded
-loader, no collective reductions). :class:`LocalAccelerator` answers the part of the ``Accelerator`` interface
-that :func:`jumbokit.training.fit` uses, as a one-process ``Accelerator`` would: the same device placement, the
-same seeded data order (Accelerate's own ``prepare_data_loader`` with one process), the same autocast.
+A sweep spreads whole runs over the processes of a launch (see :mod:`jumbokit.training.jobs` and
+:mod:`jumbokit.timeseries.jobs`); each run must then train exactly as it would alone, so it may not join the
+launch's process group (no DDP wrapper, no sharded loader, no collective reductions). :class:`LocalAccelerator`
+answers the part of the ``Accelerator`` interface that :func:`jumbokit.training.fit` uses, as a one-process
+``Accelerator`` would: the same device placement, the same seeded data order (Accelerate's own
+``prepare_data_loader`` with one process), the same autocast.
 """
 
 from __future__ import annotations
