@@ -156,9 +156,5 @@ class EATA(AdaptationMethod):
                 penalty = self.fisher_penalty()
                 if penalty is not None:
                     loss = loss + penalty
-                loss.backward()
-                self.optimizer.step()
-                self.stats["updates"] += 1
-                self.stats["selected"] += selected_entropy.numel()
-        self.optimizer.zero_grad(set_to_none=True)
+                self.update(loss, selected_entropy.numel())
         return logits.detach()

@@ -256,6 +256,15 @@ class AdaptationMethod(nn.Module):
     def reset_method_state(self) -> None:
         """Clear method-specific running state (moving averages); called by :meth:`reset`."""
 
+    def update(self, loss: torch.Tensor, selected: int) -> None:
+        """The one update step of the entropy methods (Tent, EATA): back-propagate ``loss``, take an optimizer
+        step, clear the gradients, and count the step and its ``selected`` samples in :attr:`stats`."""
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.stats["updates"] += 1
+        self.stats["selected"] += selected
+
 
 def _default_optimizer(
     model: nn.Module,
@@ -318,12 +327,7 @@ class Tent(AdaptationMethod):
     def forward_and_adapt(self, x: torch.Tensor) -> torch.Tensor:
         with torch.enable_grad():
             logits = self.model(x)
-            loss = softmax_entropy(logits).mean()
-            loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.stats["updates"] += 1
-        self.stats["selected"] += x.shape[0]
+            self.update(softmax_entropy(logits).mean(), x.shape[0])
         return logits.detach()
 
 
