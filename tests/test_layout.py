@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "export": {"jumbokit", "encoders", "logs", "nas"},  # nas: exporting an extracted subnet
     "hub": {"encoders", "data", "training", "logs"},  # the Hugging Face Hub: push a run, fetch a snapshot
     "pretrained": {"encoders", "data", "hub"},  # jumbokit.load: a saved model with its data config
-    "inference": {"encoders", "data", "training", "pretrained"},  # a trained classifier in use (predict, validate)
+    "inference": {"encoders", "data", "training", "pretrained", "timeseries"},  # trained classifiers in use, per modality
     "timm_models": {"encoders", "data"},  # the zoo's image models in timm's registry
     "jumbokit": {"encoders", "timeseries", "pretrained", "hub", "timm_models"},
     "recipes": {"jumbokit"} | LIBRARY,

@@ -154,7 +154,7 @@ def test_validate_predict_and_the_run_report_agree_to_the_last_image(digits_run,
 
 
 def test_predict_takes_files_and_globs_in_order(digits_run, tmp_path):
-    from jumbokit.inference import find_images
+    from jumbokit.inference.images import find_images
 
     root, _ = digits_run
     first = sorted((root / "png" / "3").glob("*.png"))[0]
@@ -210,7 +210,7 @@ def test_validate_refuses_a_dataset_with_other_classes(digits_run, tmp_path):
 
 
 def test_series_and_headless_checkpoints_are_refused():
-    from jumbokit.inference import check_image_classifier
+    from jumbokit.inference.images import check_image_classifier
 
     with pytest.raises(ValueError, match="time-series model"):
         check_image_classifier({"tokenizer": "series", "num_classes": 2}, "run")

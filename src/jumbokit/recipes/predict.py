@@ -90,8 +90,8 @@ def predict_series(args: argparse.Namespace, device: str) -> tuple[list[dict[str
     class names)."""
     from jumbokit.inference import find_files
     from jumbokit.pretrained import local_path
-    from jumbokit.timeseries.inference import (SERIES_SUFFIXES, load_series_models, read_series_file, series_proba,
-                                               topk_rows)
+    from jumbokit.inference.series import (SERIES_SUFFIXES, load_series_models, read_series_file, series_proba,
+                                           topk_rows)
 
     models, cfg = load_series_models(local_path(args.checkpoint), ensemble=args.ensemble, device=device)
     files = [read_series_file(path, cfg) for path in find_files(args.inputs, SERIES_SUFFIXES, "series")]
@@ -108,8 +108,8 @@ def predict_series(args: argparse.Namespace, device: str) -> tuple[list[dict[str
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
-    from jumbokit.inference import (ImageFiles, class_names, find_images, is_series_checkpoint, load_classifier,
-                                    predict_topk)
+    from jumbokit.inference import class_names, is_series_checkpoint
+    from jumbokit.inference.images import ImageFiles, find_images, load_classifier, predict_topk
     from jumbokit.logs import configure_logging
     from jumbokit.training.rundir import atomic_write_text, csv_text
 

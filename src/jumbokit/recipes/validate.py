@@ -134,7 +134,7 @@ def validate_series(args: argparse.Namespace, device: str) -> dict[str, Any]:
 
     from jumbokit.inference import class_names, confusion_matrix, confusion_rows, plot_confusion
     from jumbokit.pretrained import local_path
-    from jumbokit.timeseries.inference import load_series_models, series_proba, split_of_dataset, split_scores
+    from jumbokit.inference.series import load_series_models, series_proba, split_of_dataset, split_scores
     from jumbokit.training import RunDir
     from jumbokit.training.report import RESULT_COLUMNS
 
@@ -165,8 +165,8 @@ def validate_series(args: argparse.Namespace, device: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit.data import make_loader
-    from jumbokit.inference import (class_names, confusion_matrix, confusion_rows, eval_dataset,
-                                    is_series_checkpoint, load_classifier, plot_confusion)
+    from jumbokit.inference import class_names, confusion_matrix, confusion_rows, is_series_checkpoint, plot_confusion
+    from jumbokit.inference.images import eval_dataset, load_classifier
     from jumbokit.logs import configure_logging
     from jumbokit.training import RunDir, TrainConfig, evaluate_classifier
     from jumbokit.training.accelerator import make_accelerator

@@ -1,53 +1,29 @@
-"""A trained image classifier in use: loaded with its data config, images read for it, top-k predictions, and the
-pieces of ``jumbokit validate`` (a dataset split checked against the model's classes, the confusion matrix).
+"""A trained image classifier in use: loaded with its data config, images read for it, top-k predictions, and a
+dataset split checked against the model's classes (``jumbokit validate``).
 
 ```python
-from jumbokit.inference import ImageFiles, find_images, load_classifier, predict_topk
+from jumbokit.inference.images import ImageFiles, find_images, load_classifier, predict_topk
 model, cfg = load_classifier("runs/supervised_vit_pico_jumbo_digits")   # or "hf-hub:ORG/NAME"
 files = ImageFiles(find_images(["photos/", "more/*.png"]), cfg)
 rows = predict_topk(model, files, cfg, topk=3)         # [{"file", "top1_label", "top1_prob", ...}, ...]
 ```
 
-Only image models are served here; series models are served by ``jumbokit.timeseries.inference``.
+Series models are served by :mod:`jumbokit.inference.series`; what both share (files, class names, the confusion
+matrix) is :mod:`jumbokit.inference`.
 """
 from __future__ import annotations
 
-import glob
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-__all__ = ["load_classifier", "checkpoint_tokenizer", "is_series_checkpoint", "check_image_classifier", "find_images", "find_files",
-           "ImageFiles", "predict_topk", "class_names", "label_counts", "eval_dataset", "confusion_matrix",
-           "confusion_rows", "plot_confusion"]
+from . import checkpoint_tokenizer, class_names, find_files
 
-_GLOB_CHARS = set("*?[")
-
-
-def checkpoint_tokenizer(config: dict[str, Any]) -> str:
-    """The tokenizer of a saved model config ("image" or "series"): its own, or that of the encoder it wraps."""
-    wrapped = next((v for v in config.values() if isinstance(v, dict) and "tokenizer" in v), {})
-    return config.get("tokenizer", wrapped.get("tokenizer", "image"))
-
-
-def is_series_checkpoint(source: str | os.PathLike) -> bool:
-    """Whether ``source`` names a series model (its saved config has a series tokenizer) or a tstrain sweep
-    folder (``sweep.json``); False for anything else (an image model, a missing path: the image path reports
-    those). An ``hf-hub:`` name is fetched (or found in the cache) first."""
-    from jumbokit.encoders.zoo import load_config
-    from jumbokit.pretrained import local_path
-
-    path = local_path(source)
-    if (path / "sweep.json").is_file():
-        return True
-    try:
-        return checkpoint_tokenizer(load_config(path)) == "series"
-    except (OSError, ValueError):
-        return False
+__all__ = ["check_image_classifier", "load_classifier", "find_images", "ImageFiles", "predict_topk", "eval_dataset"]
 
 
 def check_image_classifier(config: dict[str, Any], source: str | os.PathLike) -> None:
@@ -56,7 +32,7 @@ def check_image_classifier(config: dict[str, Any], source: str | os.PathLike) ->
     tokenizer = checkpoint_tokenizer(config)
     if tokenizer != "image":
         raise ValueError(f"{source} holds a time-series model (tokenizer {tokenizer!r}), not an image classifier; "
-                         "load it with jumbokit.timeseries.inference.load_series_models")
+                         "load it with jumbokit.inference.series.load_series_models")
     if config.get("encoder") == "supernet":
         raise ValueError(f"{source} holds a NAS supernet; extract an architecture first (jumbokit nas-search)")
     if config.get("encoder") not in (None, "multistage"):
@@ -82,14 +58,6 @@ def load_classifier(source: str | os.PathLike, device: str | torch.device = "cpu
     return model.to(device).eval(), cfg
 
 
-def class_names(cfg: dict[str, Any], num_classes: int) -> list[str]:
-    """The data config's ``label_names``, or the class indices as text when it has none."""
-    names = cfg.get("label_names")
-    if names and len(names) == num_classes:
-        return [str(n) for n in names]
-    return [str(i) for i in range(num_classes)]
-
-
 def find_images(inputs: Sequence[str | os.PathLike]) -> list[Path]:
     """The image files named by ``inputs``: files, folders (searched recursively for image extensions) and
     glob patterns (``"photos/**/*.jpg"``), in the given order, each folder and pattern sorted, without repeats.
@@ -97,33 +65,6 @@ def find_images(inputs: Sequence[str | os.PathLike]) -> list[Path]:
     from jumbokit.data import IMG_EXTENSIONS
 
     return find_files(inputs, IMG_EXTENSIONS, "image")
-
-
-def find_files(inputs: Sequence[str | os.PathLike], extensions: Sequence[str], what: str) -> list[Path]:
-    """The files with one of ``extensions`` named by ``inputs`` (files, folders searched recursively, glob
-    patterns), as :func:`find_images` finds images; ``what`` names them in errors ("image", "series")."""
-    def is_wanted(p: Path) -> bool:
-        return p.is_file() and p.suffix.lower() in extensions and not p.name.startswith(".")
-
-    found: dict[Path, None] = {}
-    for item in inputs:
-        text = str(item)
-        path = Path(text).expanduser()
-        if path.is_file():
-            found[path] = None
-            continue
-        if path.is_dir():
-            matches = sorted(p for p in path.rglob("*") if is_wanted(p))
-        elif _GLOB_CHARS & set(text):
-            matches = sorted(p for p in map(Path, glob.glob(os.path.expanduser(text), recursive=True)) if is_wanted(p))
-        else:
-            raise FileNotFoundError(f"input {text} does not exist (expected {what} files, folders or glob patterns)")
-        if not matches:
-            raise ValueError(f"no {what} files ({', '.join(extensions)}) in {text}")
-        found.update(dict.fromkeys(matches))
-    if not found:
-        raise ValueError(f"no input {what} files given (expected {what} files, folders or glob patterns)")
-    return list(found)
 
 
 class ImageFiles(Dataset):
@@ -194,13 +135,6 @@ def predict_topk(model: nn.Module, files: ImageFiles, cfg: dict[str, Any], *, to
     return rows
 
 
-def label_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """How often each top-1 label was predicted, most frequent first."""
-    from collections import Counter
-
-    return dict(Counter(r["top1_label"] for r in rows).most_common())
-
-
 def eval_dataset(spec: str, split: str, cfg: dict[str, Any], num_classes: int, *, skip_corrupt: bool = False,
                  progress: bool = False, holdout=None):
     """Split ``split`` of dataset ``spec`` with the evaluation transform of data config ``cfg`` (``holdout``: the
@@ -222,36 +156,3 @@ def eval_dataset(spec: str, split: str, cfg: dict[str, Any], num_classes: int, *
 
 def _short(names: Sequence[str], n: int = 10) -> str:
     return "[" + ", ".join(map(str, names[:n])) + (f", ... ({len(names)} in all)" if len(names) > n else "") + "]"
-
-
-def confusion_matrix(targets: torch.Tensor, predictions: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """(num_classes, num_classes) counts: row = true class, column = predicted class (scikit-learn's layout)."""
-    from sklearn.metrics import confusion_matrix as sk_confusion
-
-    return torch.as_tensor(sk_confusion(targets.numpy(), predictions.numpy(), labels=list(range(num_classes))))
-
-
-def confusion_rows(matrix: torch.Tensor, names: Sequence[str]) -> list[dict[str, Any]]:
-    """CSV rows of a confusion matrix: a ``true \\ predicted`` column of class names, then one count column per
-    predicted class."""
-    return [{"true \\ predicted": names[i], **{names[j]: int(v) for j, v in enumerate(row)}}
-            for i, row in enumerate(matrix.tolist())]
-
-
-def plot_confusion(matrix: torch.Tensor, names: Sequence[str], path: str | os.PathLike, title: str) -> Path:
-    """PNG of a confusion matrix (counts written in the cells up to 30 classes), written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from sklearn.metrics import ConfusionMatrixDisplay
-
-    from jumbokit.training.rundir import atomic_save_figure
-
-    side = min(20.0, 3.0 + 0.45 * len(names))
-    fig, ax = plt.subplots(figsize=(side, side))
-    ConfusionMatrixDisplay(matrix.numpy(), display_labels=list(names)).plot(
-        ax=ax, include_values=len(names) <= 30, colorbar=False, xticks_rotation="vertical")
-    ax.set_title(title)
-    fig.tight_layout()
-    return atomic_save_figure(path, fig)

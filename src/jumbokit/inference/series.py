@@ -3,7 +3,7 @@ files read for it, class probabilities and top-k rows (``jumbokit predict``), a 
 (``jumbokit validate``).
 
 ```python
-from jumbokit.timeseries.inference import load_series_models, read_series_file, series_proba
+from jumbokit.inference.series import load_series_models, read_series_file, series_proba
 models, cfg = load_series_models("sweep/models/GunPoint/patchtst_jumbo")     # or the sweep folder; ensemble=True
 series = read_series_file("GunPoint_TEST.ts", cfg)
 proba = series_proba(models, series.x)      # (n, K), the mean over the members of an ensemble
@@ -134,7 +134,7 @@ def _read_raw(path: Path, channels: int) -> tuple[Any, np.ndarray | None]:
     """(series as pad_series takes them, labels or None) of one file, by its suffix."""
     suffix = path.suffix.lower()
     if suffix == ".tsv":
-        from .ucr_tsv import read_ucr_tsv
+        from ..timeseries.ucr_tsv import read_ucr_tsv
 
         return read_ucr_tsv(path)
     if suffix == ".csv":
@@ -162,7 +162,7 @@ def _read_raw(path: Path, channels: int) -> tuple[Any, np.ndarray | None]:
 def read_series_file(path: str | os.PathLike, cfg: dict[str, Any]) -> SeriesFile:
     """One input file read and prepared with the model's data config (:func:`prepare_series`); ``ValueError``
     naming the file for an unreadable file or series the model cannot take."""
-    from .data_config import prepare_series
+    from ..timeseries.data_config import prepare_series
 
     path = Path(path)
     try:
@@ -181,8 +181,8 @@ def series_proba(models: Sequence[nn.Module], x: np.ndarray, batch_size: int = 2
     ensemble's members (as the sweep scores its ensemble, :func:`~jumbokit.timeseries.results.ensemble_proba`)."""
     from tqdm.auto import tqdm
 
-    from .results import ensemble_proba
-    from .run import predict_proba
+    from ..timeseries.results import ensemble_proba
+    from ..timeseries.run import predict_proba
 
     batches = math.ceil(len(x) / batch_size)
     probas = []
@@ -219,8 +219,8 @@ def split_of_dataset(name: str, split: str, cfg: dict[str, Any],
     protocol the model was scored with (its data config; "official" when it names none), "val" / "test" (the
     paper's protocol: the stratified halves of the official test split that tstrain validated and tested on;
     "official": the whole test split for both). Labels the model does not know raise ``ValueError``."""
-    from .data import load_raw, stratified_half_split
-    from .data_config import prepare_series
+    from ..timeseries.data import load_raw, stratified_half_split
+    from ..timeseries.data_config import prepare_series
 
     if split not in ("train", "val", "test"):
         raise ValueError(f"expected split train, val or test, got {split!r}")
@@ -242,7 +242,7 @@ def split_of_dataset(name: str, split: str, cfg: dict[str, Any],
 def split_scores(proba: np.ndarray, codes: np.ndarray) -> dict[str, Any]:
     """top1 (and top5 with five or more classes) in percent, the mean cross-entropy and n, as
     ``jumbokit validate`` reports them."""
-    from .run import scores
+    from ..timeseries.run import scores
 
     accuracy, loss = scores(proba, codes)
     out: dict[str, Any] = {"top1": 100.0 * accuracy}
