@@ -50,7 +50,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from jumbokit.recipes import mae_pretrain
 
     from jumbokit.data import make_loader
-    from jumbokit.data.cli import data_settings_from_args
+    from jumbokit.cli.data import data_settings_from_args
     from jumbokit.ssl import build_image_mae
     from jumbokit.training import TrainConfig, build_optimizer
 

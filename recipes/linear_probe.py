@@ -2,8 +2,9 @@
 
 The recipe itself lives in ``jumbokit.recipes.linear_probe``; ``jumbokit linear-probe --help`` lists its flags.
 """
-from jumbokit.recipes.linear_probe import main
-from jumbokit.training.cli import run_cli
+import sys
+
+from jumbokit.cli import run_front_door
 
 if __name__ == "__main__":
-    run_cli(main)
+    sys.exit(run_front_door("linear-probe"))

@@ -2,8 +2,9 @@
 
 The recipe itself lives in ``jumbokit.recipes.nas_search``; ``jumbokit nas-search --help`` lists its flags.
 """
-from jumbokit.recipes.nas_search import main
-from jumbokit.training.cli import run_cli
+import sys
+
+from jumbokit.cli import run_front_door
 
 if __name__ == "__main__":
-    run_cli(main)
+    sys.exit(run_front_door("nas-search"))

@@ -4,7 +4,7 @@ The front door itself lives in ``jumbokit.recipes.tstrain``; ``tstrain --help`` 
 """
 import sys
 
-from jumbokit.recipes.tstrain import main
+from jumbokit.cli import run_front_door
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_front_door("tstrain"))

@@ -24,7 +24,7 @@ from jumbokit.data import (
     read_data_info,
 )
 from jumbokit.data.sources import FolderSource
-from jumbokit.training.cli import one_line
+from jumbokit.cli.errors import one_line
 
 torch.set_num_threads(1)
 

@@ -188,7 +188,7 @@ TINY = ["--epochs", "1", "--batch-size", "32", "--max-train-samples", "64", "--n
 def _main(command: str):
     import importlib
 
-    from jumbokit.recipes import COMMANDS
+    from jumbokit.cli import COMMANDS
 
     return importlib.import_module(f"jumbokit.recipes.{COMMANDS[command]}").main
 

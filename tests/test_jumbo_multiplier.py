@@ -9,7 +9,7 @@ import pytest
 
 import jumbokit
 from jumbokit.encoders.flops import matching_registers, prop1_layer_macs
-from jumbokit.recipes import tstrain as cli
+from jumbokit.cli import tstrain_main
 from jumbokit.timeseries import protocol as ts_protocol
 from jumbokit.timeseries.run import global_token_options
 
@@ -54,14 +54,14 @@ def test_tstrain_jumbo_multiplier_runs_and_is_refused_without_a_model_it_sets(tm
     out = tmp_path / "j2"
     base = ["--dataset", "ItalyPowerDemand", "--epochs", "1", "--lr", "1e-3", "--dropout", "0.1", "--no-progress",
             "--cpu"]
-    assert cli.main([*base, "--model", "patchtst", "--jumbo-multiplier", "2", "--out", str(out)]) == 2
+    assert tstrain_main([*base, "--model", "patchtst", "--jumbo-multiplier", "2", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "--jumbo-multiplier sets J of the Jumbo models" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
     with pytest.raises(SystemExit):
-        cli.main([*base, "--jumbo-multiplier", "0", "--out", str(out)])
+        tstrain_main([*base, "--jumbo-multiplier", "0", "--out", str(out)])
     assert "--jumbo-multiplier: expected a positive integer, got 0" in capsys.readouterr().err
-    assert cli.main([*base, "--model", "patchtst_jumbo", "--jumbo-multiplier", "2", "--out", str(out)]) == 0
+    assert tstrain_main([*base, "--model", "patchtst_jumbo", "--jumbo-multiplier", "2", "--out", str(out)]) == 0
     assert json.loads((out / "sweep.json").read_text())["jumbo_multiplier"] == 2
     assert "Jumbo J=2 (registers matched to it)" in (out / "report.md").read_text()
 

@@ -272,7 +272,7 @@ def test_recipe_help_and_bad_input(tmp_path, capsys):
     args = mae_recipe.resolve_recipe_defaults(mae_recipe.build_parser().parse_args([]))  # every flag has a default
     assert (args.dataset, args.blr, tuple(args.betas), args.weight_decay, args.mask_ratio, args.norm_pix_loss) == (
         "digits", 1.5e-3, (0.9, 0.95), 0.05, 0.75, True)
-    from jumbokit.data.cli import data_settings_from_args  # --scale / --hflip left out: the dataset's MAE defaults
+    from jumbokit.cli.data import data_settings_from_args  # --scale / --hflip left out: the dataset's MAE defaults
 
     augmentation = data_settings_from_args(args).build("train", "mae", progress=False).info()["augmentation"]
     assert (augmentation["hflip"], tuple(augmentation["scale"])) == (0.0, (0.5, 1.0))
@@ -324,7 +324,7 @@ def test_resume_honours_the_runs_flags(mae_run, tmp_path):
 
 
 def test_given_flags_are_those_typed():
-    from jumbokit.training.cli import given_flags
+    from jumbokit.cli.config import given_flags
 
     parser = load_recipe("mae_pretrain").build_parser()
     assert given_flags(parser, []) == {}

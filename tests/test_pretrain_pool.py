@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from jumbokit.recipes import tstrain as cli
+from jumbokit.cli import tstrain_main
 from jumbokit.timeseries import pool
 
 
@@ -50,7 +50,7 @@ def test_tstrain_pretrains_on_other_sets_then_fine_tunes(tmp_path, capsys):
     args = ["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "1", "--lr", "1e-3", "--dropout", "0.1",
             "--pretrain-on", "ItalyPowerDemand,GunPoint", "--pretrain-epochs", "1", "--out", str(out),
             "--no-progress", "--cpu"]
-    assert cli.main(args) == 0
+    assert tstrain_main(args) == 0
     assert json.loads((out / "sweep.json").read_text())["pretrain_on"] == "ItalyPowerDemand,GunPoint"
     run = json.loads(next((out / "runs").rglob("lr*.json")).read_text())
     assert run["extra"]["pretrained"] is True
@@ -59,6 +59,6 @@ def test_tstrain_pretrains_on_other_sets_then_fine_tunes(tmp_path, capsys):
     for extra, message in ((["--pretrain-epochs", "0"], "--pretrain-on needs --pretrain-epochs"),
                            (["--pretrain-epochs", "1", "--pretrain-on", "GunPiont"], "GunPiont not available")):
         bad = tmp_path / "bad"
-        assert cli.main(["--dataset", "GunPoint", "--pretrain-on", "ItalyPowerDemand", *extra, "--out", str(bad),
+        assert tstrain_main(["--dataset", "GunPoint", "--pretrain-on", "ItalyPowerDemand", *extra, "--out", str(bad),
                          "--no-progress", "--cpu"]) == 2
         assert message in capsys.readouterr().err and not bad.exists()

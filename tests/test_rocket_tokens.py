@@ -14,7 +14,7 @@ import torch
 import jumbokit
 from jumbokit import create_model
 from jumbokit.export import check_exportable
-from jumbokit.recipes import tstrain as cli
+from jumbokit.cli import tstrain_main
 from jumbokit.timeseries.models.rocket import MiniRocketFeatures, RocketHybrid, build_rocket_hybrid
 from jumbokit.timeseries.run import augmented_forward, build_series_model
 
@@ -99,7 +99,7 @@ def test_tstrain_runs_the_hybrid_and_refuses_pretraining(tmp_path, capsys):
     out = tmp_path / "hybrid"
     common = ["--dataset", "ItalyPowerDemand", "--epochs", "2", "--lr", "1e-3", "--dropout", "0.1", "--no-progress",
               "--cpu"]
-    assert cli.main([*common, "--model", "patchtst_jumbo_rocket", "--out", str(out)]) == 0
+    assert tstrain_main([*common, "--model", "patchtst_jumbo_rocket", "--out", str(out)]) == 0
     rows = json.loads((out / "results.json").read_text())["summary"]
     assert [r["model"] for r in rows] == ["patchtst_jumbo_rocket"]
     plain = create_model("patchtst_jumbo", num_classes=2, in_chans=1, seq_len=24, patches=8, conv_stem=0)
@@ -107,7 +107,7 @@ def test_tstrain_runs_the_hybrid_and_refuses_pretraining(tmp_path, capsys):
     assert rows[0]["params"] == sum(p.numel() for p in plain.parameters()) + (features + 1) * 128  # + rocket_proj
     capsys.readouterr()
     bad = tmp_path / "bad"
-    assert cli.main([*common, "--model", "patchtst_jumbo_rocket", "--pretrain-epochs", "1", "--out", str(bad)]) == 2
+    assert tstrain_main([*common, "--model", "patchtst_jumbo_rocket", "--pretrain-epochs", "1", "--out", str(bad)]) == 2
     assert "cannot be pretrained" in capsys.readouterr().err and not bad.exists()
 
 

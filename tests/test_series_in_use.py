@@ -42,10 +42,10 @@ def test_series_config_travels_with_the_weights(tmp_path):
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     """A tiny tstrain sweep on GunPoint (paper protocol): two runs of patchtst, the top-2 ensemble scored."""
-    from jumbokit.recipes import tstrain
+    from jumbokit.cli import tstrain_main
 
     out = tmp_path_factory.mktemp("series") / "sweep"
-    assert tstrain.main(["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "2", "--lr", "1e-3,3e-3",
+    assert tstrain_main(["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "2", "--lr", "1e-3,3e-3",
                          "--dropout", "0.1", "--ensemble", "2", "--out", str(out), "--no-progress", "--cpu"]) == 0
     return out
 
@@ -74,14 +74,14 @@ def test_tstrain_keeps_the_chosen_run_and_the_ensemble(sweep):
 def test_a_sweep_without_run_weights_resumes_and_says_so(sweep, tmp_path, caplog):
     import shutil
 
-    from jumbokit.recipes import tstrain
+    from jumbokit.cli import tstrain_main
 
     old = tmp_path / "old"
     shutil.copytree(sweep, old)
     shutil.rmtree(old / "models")
     for weights in (old / "runs").rglob("*.model.safetensors"):
         weights.unlink()
-    assert tstrain.main(["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "2", "--lr", "1e-3,3e-3",
+    assert tstrain_main(["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "2", "--lr", "1e-3,3e-3",
                          "--dropout", "0.1", "--ensemble", "2", "--out", str(old), "--no-progress", "--cpu"]) == 0
     assert not (old / "models").exists() and not list((old / "runs").rglob("*.model.safetensors"))
     assert "no model kept" in caplog.text and "have no saved weights" in caplog.text
@@ -93,7 +93,7 @@ def test_a_sweep_without_run_weights_resumes_and_says_so(sweep, tmp_path, caplog
         weights.unlink()
     kept = {p: p.read_bytes() for p in (freed / "models").rglob("*") if p.is_file()}
     caplog.clear()
-    assert tstrain.main(["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "2", "--lr", "1e-3,3e-3",
+    assert tstrain_main(["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "2", "--lr", "1e-3,3e-3",
                          "--dropout", "0.1", "--ensemble", "2", "--out", str(freed), "--no-progress", "--cpu"]) == 0
     assert {p: p.read_bytes() for p in (freed / "models").rglob("*") if p.is_file()} == kept
     assert "no model kept" not in caplog.text
@@ -197,10 +197,11 @@ def test_official_protocol_predict_on_the_test_file_gives_the_reported_accuracy(
     """The official protocol tests on the whole official test split: predict on the test file as it is."""
     import json
 
-    from jumbokit.recipes import predict, tstrain
+    from jumbokit.cli import tstrain_main
+    from jumbokit.recipes import predict
 
     out = tmp_path / "sweep"
-    assert tstrain.main(["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "2", "--lr", "1e-3",
+    assert tstrain_main(["--dataset", "GunPoint", "--model", "patchtst", "--epochs", "2", "--lr", "1e-3",
                          "--dropout", "0.1", "--protocol", "official", "--out", str(out), "--no-progress",
                          "--cpu"]) == 0
     reported = json.loads((out / "results.json").read_text())["summary"][0]["test_top1"]

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import jumbokit
 from jumbokit.encoders import Encoder
 from jumbokit.timeseries.models.length import LengthEmbed, series_span
-from jumbokit.recipes import tstrain as cli
+from jumbokit.cli import tstrain_main
 from jumbokit.timeseries import protocol as ts_protocol
 from jumbokit.timeseries.models import PATCHTST_MODELS
 from jumbokit.timeseries.models.config import SeriesModelConfig
@@ -102,10 +102,10 @@ def test_tstrain_length_embed_is_recorded_and_said(tmp_path, capsys):
     out = tmp_path / "length"
     base = ["--dataset", "JapaneseVowels", "--model", "patchtst_jumbo", "--epochs", "1", "--lr", "1e-3",
             "--dropout", "0.1", "--no-progress", "--cpu", "--length-embed"]
-    assert cli.main([*base, "--unequal-length", "resample", "--out", str(tmp_path / "bad")]) == 2
+    assert tstrain_main([*base, "--unequal-length", "resample", "--out", str(tmp_path / "bad")]) == 2
     assert "length_embed must be False with unequal_length='resample'" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
-    assert cli.main([*base, "--out", str(out)]) == 0
+    assert tstrain_main([*base, "--out", str(out)]) == 0
     assert json.loads((out / "sweep.json").read_text())["model"]["length_embed"] is True
     assert "each series' length added to the global tokens" in (out / "report.md").read_text()
     assert ts_protocol.SweepConfig().identity()["model"]["length_embed"] is False

@@ -127,8 +127,8 @@ def test_level_scale_tokens_of_a_rescaled_series_differ_by_one_vector_per_channe
 
 @pytest.mark.parametrize("bad, message", [
     (dict(trunk="lstm"), "unknown trunk 'lstm'"), (dict(trunk="inception", trunk_width=0), "trunk_width"),
-    (dict(trunk_diff=True), "trunk_diff applies to a convolutional trunk"),
-    (dict(trunk_mix=True), "trunk_mix applies to a convolutional trunk"),
+    (dict(trunk_diff=True), "trunk_diff feeds the first difference to a convolutional trunk"),
+    (dict(trunk_mix=True), "trunk_mix sets how the channels are read by a convolutional trunk"),
 ])
 def test_bad_trunk_settings_name_the_setting(bad, message):
     with pytest.raises(ValueError, match=message):

@@ -199,7 +199,7 @@ def gray_digits(tmp_path_factory):
 
 
 def small_train(recipe, root, *flags):
-    from jumbokit.data import data_settings_from_args
+    from jumbokit.cli.data import data_settings_from_args
 
     args = recipe.build_parser().parse_args(["--dataset", f"folder:{root}", *flags])
     return data_settings_from_args(args).build("train", "supervised")

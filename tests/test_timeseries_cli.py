@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from jumbokit.recipes import tstrain as cli
+from jumbokit.cli import tstrain_main
+from jumbokit.cli.series import build_parser
 from jumbokit.timeseries.results import rank_values, rank_models, summarize
 
 OUTPUTS = ("results.csv", "results.json", "report.md", "accuracy.png", "sweep.json")
@@ -23,7 +24,7 @@ def tiny(out, *extra: str) -> list[str]:
 
 def test_tstrain_end_to_end_and_resume(tmp_path, capsys):
     out = tmp_path / "sweep"
-    assert cli.main(tiny(out, "--data-dir", str(tmp_path / "cache"))) == 0
+    assert tstrain_main(tiny(out, "--data-dir", str(tmp_path / "cache"))) == 0
     printed = capsys.readouterr().out
     assert "ItalyPowerDemand" in printed and "mean rank" in printed
     for name in OUTPUTS:
@@ -41,13 +42,13 @@ def test_tstrain_end_to_end_and_resume(tmp_path, capsys):
 
     # resuming skips finished runs (their files are untouched)
     stamps = {p: p.stat().st_mtime_ns for p in runs}
-    assert cli.main(tiny(out, "--data-dir", str(tmp_path / "cache"))) == 0
+    assert tstrain_main(tiny(out, "--data-dir", str(tmp_path / "cache"))) == 0
     assert {p: p.stat().st_mtime_ns for p in runs} == stamps
     capsys.readouterr()  # the resumed sweep's log lines (stderr)
 
     # the same directory with a different sweep definition is refused, nothing changes
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
-    code = cli.main(["--dataset", "ItalyPowerDemand", "--epochs", "3", "--out", str(out), "--no-progress"])
+    code = tstrain_main(["--dataset", "ItalyPowerDemand", "--epochs", "3", "--out", str(out), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "different sweep" in err and "epochs" in err and len(err.strip().splitlines()) == 1
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
@@ -65,17 +66,17 @@ def test_tstrain_bad_input(tmp_path, capsys, monkeypatch):
         (["--dataset", "GunPiont"], "did you mean GunPoint"),
     ]
     for args, message in cases:
-        code = cli.main(args + common)
+        code = tstrain_main(args + common)
         err = capsys.readouterr().err
         assert code == 2, args
-        assert message in err and err.startswith("tstrain: error:") and len(err.strip().splitlines()) == 1, err
+        assert message in err and err.startswith("error:") and len(err.strip().splitlines()) == 1, err
         assert not out.exists(), args  # nothing written
 
     def offline(name, **kwargs):
         raise ValueError("Could not download files: <urlopen error Name or service not known>")
 
     monkeypatch.setattr(aeon.datasets, "load_classification", offline)
-    assert cli.main(["--dataset", "Adiac"] + common) == 2  # a real dataset, not available offline
+    assert tstrain_main(["--dataset", "Adiac"] + common) == 2  # a real dataset, not available offline
     err = capsys.readouterr().err
     assert "'Adiac' is not available locally" in err and "ArrowHead" in err and len(err.strip().splitlines()) == 1
     assert not out.exists() and not (tmp_path / "cache" / "Adiac").exists()
@@ -85,15 +86,15 @@ def test_tstrain_bad_input(tmp_path, capsys, monkeypatch):
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("keep me")
-    assert cli.main(tiny(other)) == 2
+    assert tstrain_main(tiny(other)) == 2
     assert "not empty" in capsys.readouterr().err
     assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
 
     with pytest.raises(SystemExit) as exc:
-        cli.main(["--patches", "0"])
+        tstrain_main(["--patches", "0"])
     assert exc.value.code == 2
     with pytest.raises(SystemExit) as exc:
-        cli.main(["--dataset", "GunPoint", "--ema", "1.5"] + common)
+        tstrain_main(["--dataset", "GunPoint", "--ema", "1.5"] + common)
     assert exc.value.code == 2 and "--ema: expected a decay in [0, 1)" in capsys.readouterr().err
     assert not out.exists()
 
@@ -102,7 +103,7 @@ def test_tstrain_ema_scores_the_weight_average(tmp_path):
     """--ema reaches the runs (other scores than the last weights), sweep.json and the report; off (0) by
     default."""
     def run(out, *extra):
-        assert cli.main(tiny(out, "--model", "patchtst", *extra)) == 0
+        assert tstrain_main(tiny(out, "--model", "patchtst", *extra)) == 0
         record = json.loads(next((out / "runs").rglob("*.json")).read_text())
         return json.loads((out / "sweep.json").read_text()), record
 
@@ -122,7 +123,7 @@ def test_tstrain_nan_only_channel_and_one_class(tmp_path, capsys, write_ts):
         write_ts(tmp_path, "OneClassSet", split, rng.normal(size=(6, 20)), ["a"] * 6)
     for name, message in (("HoleSet", "no observed value in channel 0"), ("OneClassSet", "at least 2 classes")):
         out = tmp_path / f"out_{name}"
-        code = cli.main(["--dataset", name, "--data-dir", str(tmp_path), "--out", str(out), "--no-progress"])
+        code = tstrain_main(["--dataset", name, "--data-dir", str(tmp_path), "--out", str(out), "--no-progress"])
         err = capsys.readouterr().err
         assert code == 2 and message in err, err
         assert not out.exists()
@@ -130,10 +131,10 @@ def test_tstrain_nan_only_channel_and_one_class(tmp_path, capsys, write_ts):
 
 def test_tstrain_help_and_list(capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.main(["--help"])
+        tstrain_main(["--help"])
     assert exc.value.code == 0
     assert "--archive" in capsys.readouterr().out
-    assert cli.main(["--list"]) == 0
+    assert tstrain_main(["--list"]) == 0
     listing = capsys.readouterr().out
     assert "UEA" in listing and "BasicMotions" in listing and "GunPoint" in listing
 
@@ -141,7 +142,7 @@ def test_tstrain_help_and_list(capsys):
 def test_tstrain_help_states_each_default_once():
     """Every valued flag has a help line giving its default once (or its value under each recipe); the paper's
     split is called "paper"; --no-progress hides bars, not the summary."""
-    parser = cli.build_parser()
+    parser = build_parser()
     for action in parser._actions:
         if not action.option_strings or action.nargs == 0:  # positional, --help and on/off switches
             continue
@@ -218,7 +219,7 @@ class _no_warning:
 @pytest.mark.slow
 def test_tstrain_with_minirocket(tmp_path):
     out = tmp_path / "mr"
-    assert cli.main(tiny(out, "--baseline", "minirocket", "--model", "patchtst_jumbo")) == 0
+    assert tstrain_main(tiny(out, "--baseline", "minirocket", "--model", "patchtst_jumbo")) == 0
     report = json.loads((out / "results.json").read_text())
     assert "minirocket" in {r["model"] for r in report["summary"]}
 
@@ -283,7 +284,7 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
     out = tmp_path / "trunk"
     front = ["--model", "patchtst_jumbo", "--trunk", "inception", "--trunk-width", "2", "--trunk-depth", "1",
              "--diff", "--token-stats", "--trunk-mix", "--level-scale", "--trunk-head"]
-    assert cli.main(tiny(out, *front)) == 0
+    assert tstrain_main(tiny(out, *front)) == 0
     sweep = json.loads((out / "sweep.json").read_text())
     model = sweep["model"]  # the series-model options
     assert model["trunk"] == "inception" and model["trunk_width"] == 2 and model["trunk_diff"] is True
@@ -293,19 +294,19 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
     assert "inception trunk (1 x width 2, with the first difference, all channels together)" in report
     assert "with a second head on its mean token" in report
     capsys.readouterr()
-    assert cli.main(tiny(tmp_path / "bad", "--diff")) == 2
+    assert tstrain_main(tiny(tmp_path / "bad", "--diff")) == 2
     err = capsys.readouterr().err
     assert "--diff feeds the first difference" in err and not (tmp_path / "bad").exists()
-    assert cli.main(tiny(tmp_path / "bad", "--trunk-mix")) == 2
+    assert tstrain_main(tiny(tmp_path / "bad", "--trunk-mix")) == 2
     assert "--trunk-mix sets how the channels are read by a convolutional trunk" in capsys.readouterr().err
-    assert cli.main(tiny(tmp_path / "bad", "--trunk-head")) == 2
+    assert tstrain_main(tiny(tmp_path / "bad", "--trunk-head")) == 2
     assert "--trunk-head adds a second head on a convolutional trunk" in capsys.readouterr().err
-    assert cli.main(tiny(tmp_path / "bad", "--trunk-width", "auto")) == 2
+    assert tstrain_main(tiny(tmp_path / "bad", "--trunk-width", "auto")) == 2
     assert "--trunk-width sets the filters of a convolutional trunk; add --trunk" in capsys.readouterr().err
-    assert cli.main(tiny(tmp_path / "bad", "--level-scale", "--normalize", "instance")) == 2
+    assert tstrain_main(tiny(tmp_path / "bad", "--level-scale", "--normalize", "instance")) == 2
     assert "--level-scale reads each series' level and scale" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
-        cli.main(tiny(tmp_path / "bad", "--trunk", "resnet", "--trunk-width", "wide"))
+        tstrain_main(tiny(tmp_path / "bad", "--trunk", "resnet", "--trunk-width", "wide"))
     assert exc.value.code == 2
     assert "expected a positive integer or 'auto', got 'wide'" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
@@ -314,10 +315,10 @@ def test_tstrain_trunk_front_end(tmp_path, capsys):
 def test_tstrain_mixup_alpha_adds_mixup(tmp_path, capsys):
     """--mixup ALPHA is the supervised recipe's flag: it adds mixup to the augmentation set with that alpha."""
     out = tmp_path / "mix"
-    assert cli.main(tiny(out, "--model", "patchtst", "--augment", "jitter", "--mixup", "0.4")) == 0
+    assert tstrain_main(tiny(out, "--model", "patchtst", "--augment", "jitter", "--mixup", "0.4")) == 0
     sweep = json.loads((out / "sweep.json").read_text())
     assert sweep["augment"] == "jitter,mixup" and sweep["mixup_alpha"] == 0.4
     capsys.readouterr()
     with pytest.raises(SystemExit):
-        cli.main(tiny(tmp_path / "bad", "--mixup", "-1"))
+        tstrain_main(tiny(tmp_path / "bad", "--mixup", "-1"))
     assert "expected a mixup alpha >= 0" in capsys.readouterr().err

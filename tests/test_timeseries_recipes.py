@@ -12,8 +12,8 @@ import torch
 
 import jumbokit
 from jumbokit.ssl import MaskedAutoencoder, masked_series_loss, observed_masking
-from jumbokit.recipes import tstrain as cli
-from jumbokit.timeseries import flags
+from jumbokit.cli import tstrain_main
+from jumbokit.cli import series as flags
 from jumbokit.timeseries import baselines as ts_baselines
 from jumbokit.timeseries import protocol as ts_protocol
 from jumbokit.timeseries import report as ts_report
@@ -236,7 +236,7 @@ def test_pretraining_never_reads_validation_or_test_series(tmp_path, monkeypatch
     monkeypatch.setattr(ts_pretrain, "pretrain_series", lambda model, x, **kw: seen.append(np.array(x)) or original(
         model, x, **kw))
     out = tmp_path / "pre"
-    assert cli.main(tiny(out, "--steps", "2", "--pretrain-epochs", "1", "--batch-size", "32")) == 0
+    assert tstrain_main(tiny(out, "--steps", "2", "--pretrain-epochs", "1", "--batch-size", "32")) == 0
     data = load_dataset("ItalyPowerDemand")
     assert len(seen) == 1  # once per dataset, model and seed; shared by the grid
     np.testing.assert_array_equal(seen[0], data.train.x)
@@ -258,7 +258,7 @@ def test_paper_protocol_is_stored_and_run_as_before(tmp_path):
     assert (paper["lrs"], paper["dropouts"], paper["batch_size"], paper["steps"]) == (
         ts_protocol.SWEEP_LRS, ts_protocol.SWEEP_DROPOUTS, 256, None)
     out = tmp_path / "paper"
-    assert cli.main(tiny(out, "--epochs", "2")) == 0
+    assert tstrain_main(tiny(out, "--epochs", "2")) == 0
     sweep = json.loads((out / "sweep.json").read_text())
     before = {"patches": 8, "epochs": 2, "batch_size": 256, "weight_decay": 0.02, "warmup_fraction": 0.1,
               "min_lr": 1e-8, "seed": 0, "protocol": "seed", "split_seed": 0, "mixed_precision": "no",
@@ -269,11 +269,11 @@ def test_paper_protocol_is_stored_and_run_as_before(tmp_path):
     run = json.loads((out / "runs" / "ItalyPowerDemand" / "patchtst" / "lr0.001_do0.1.json").read_text())
     assert set(run) == RUN_KEYS and run["extra"] == {} and (run["epochs"], run["steps"]) == (2, 2)
     (out / "sweep.json").write_text(json.dumps(before))  # a sweep directory written before: it resumes
-    assert cli.main(tiny(out, "--epochs", "2")) == 0
+    assert tstrain_main(tiny(out, "--epochs", "2")) == 0
     (out / "sweep.json").write_text(json.dumps(dict(sweep, schema=ts_protocol.SWEEP_SCHEMA + 1)))
-    assert cli.main(tiny(out, "--epochs", "2")) == 2  # a newer schema is refused, by name
+    assert tstrain_main(tiny(out, "--epochs", "2")) == 2  # a newer schema is refused, by name
     # the same sweep under the small-data recipe is another sweep
-    code = cli.main(tiny(out, "--epochs", "2", "--recipe", "small-data"))
+    code = tstrain_main(tiny(out, "--epochs", "2", "--recipe", "small-data"))
     assert code == 2
 
 
@@ -281,7 +281,7 @@ def test_small_data_recipe_and_ensembles(tmp_path, capsys):
     from jumbokit.timeseries.data import load_dataset
 
     out = tmp_path / "small"
-    assert cli.main(tiny(out, "--recipe", "small-data", "--steps", "3", "--lr", "1e-3,3e-4", "--seeds", "1",
+    assert tstrain_main(tiny(out, "--recipe", "small-data", "--steps", "3", "--lr", "1e-3,3e-4", "--seeds", "1",
                          "--ensemble", "2")) == 0
     printed = capsys.readouterr().out
     assert "best/avg/ens2" in printed
@@ -311,6 +311,19 @@ def test_small_data_recipe_and_ensembles(tmp_path, capsys):
 
 def test_auto_steps_follow_series_length():
     assert [ts_protocol.auto_steps(n) for n in (24, 361, 400, 401, 1460)] == [1000, 1000, 1000, 3000, 3000]
+
+
+def test_step_scale_multiplies_the_auto_steps_and_old_sweeps_read_as_one():
+    assert [ts_protocol.auto_steps(n, 0.2) for n in (24, 401)] == [200, 600]
+    assert ts_protocol.auto_steps(24, 1e-6) == 1  # never zero steps
+    cfg = ts_protocol.SweepConfig(steps="auto", step_scale=0.2)
+    assert (cfg.steps_for(24), cfg.steps_for(1460)) == (200, 600)
+    assert ts_protocol.steps_text("auto", 0.2).startswith("200 optimizer steps per run (600 for series longer")
+    record = cfg.identity()
+    del record["step_scale"]  # a sweep.json written before the setting existed
+    assert ts_protocol.SweepConfig.from_record(record).step_scale == 1.0
+    with pytest.raises(ValueError, match=r"step_scale must be in \(0, 100\] \(a factor of steps='auto'\), got 0"):
+        ts_protocol.SweepConfig(steps="auto", step_scale=0)
     assert ts_protocol.RECIPES["small-data"]["steps"] == "auto"
     cfg = ts_protocol.SweepConfig(steps="auto")
     assert (cfg.steps_for(150), cfg.steps_for(427)) == (1000, 3000)
@@ -343,7 +356,7 @@ def test_auto_trunk_width_follows_series_length(tmp_path, monkeypatch):
         out = tmp_path / width
         front = ["--model", "patchtst", "--trunk", "resnet", "--trunk-depth", "1", "--trunk-width", width,
                  "--epochs", "1"]  # the width is read from the runs' parameter counts: one epoch shows it
-        assert cli.main(tiny(out, *front)) == 0
+        assert tstrain_main(tiny(out, *front)) == 0
         params[width] = json.loads((out / "runs/ItalyPowerDemand/patchtst/lr0.001_do0.1.json").read_text())["params"]
     assert params["auto"] == params["64"] != params["32"]
     assert json.loads((tmp_path / "auto" / "sweep.json").read_text())["model"]["trunk_width"] == "auto"
@@ -362,12 +375,12 @@ def test_small_data_recipe_sets_steps_from_series_length(tmp_path, monkeypatch):
     monkeypatch.setattr(ts_protocol, "LONG_SERIES", 10)
     monkeypatch.setattr(ts_protocol, "LONG_SERIES_STEPS", 3)
     out = tmp_path / "auto"
-    assert cli.main(tiny(out, "--recipe", "small-data", "--seeds", "1", "--ensemble", "1")) == 0
+    assert tstrain_main(tiny(out, "--recipe", "small-data", "--seeds", "1", "--ensemble", "1")) == 0
     assert json.loads((out / "sweep.json").read_text())["steps"] == "auto"
     run = json.loads((out / "runs" / "ItalyPowerDemand" / "patchtst" / "lr0.001_do0.1.json").read_text())
     assert run["steps"] == 3
     monkeypatch.undo()
-    help_text = " ".join(cli.build_parser().format_help().split())
+    help_text = " ".join(flags.build_parser().format_help().split())
     assert (f"'auto' = {ts_protocol.SMALL_DATA_STEPS}, {ts_protocol.LONG_SERIES_STEPS} for series longer than "
             f"{ts_protocol.LONG_SERIES} steps") in help_text
 
@@ -382,7 +395,7 @@ def test_list_shows_user_datasets(tmp_path, capsys, write_ts):
     for split in ("train", "test"):
         write_ts(tmp_path, "MySensors", split, rng.normal(size=(6, 20)), ["a", "b"] * 3)
     (tmp_path / "NotADataset").mkdir()
-    assert cli.main(["--list", "--data-dir", str(tmp_path)]) == 0
+    assert tstrain_main(["--list", "--data-dir", str(tmp_path)]) == 0
     listing = capsys.readouterr().out
     own = [line for line in listing.splitlines() if line.startswith("your own")][0]
     assert "MySensors" in own and "NotADataset" not in own and "GunPoint" not in own
@@ -392,7 +405,7 @@ def test_list_shows_user_datasets(tmp_path, capsys, write_ts):
 def test_grad_clip_reaches_training_and_is_stored_only_when_set(tmp_path):
     from jumbokit.timeseries.run import train_config
 
-    assert cli.main(tiny(tmp_path / "clipped", "--epochs", "1", "--grad-clip", "0.5")) == 0
+    assert tstrain_main(tiny(tmp_path / "clipped", "--epochs", "1", "--grad-clip", "0.5")) == 0
     assert json.loads((tmp_path / "clipped" / "sweep.json").read_text())["grad_clip"] == 0.5
     assert "gradient norm clipped to 0.5" in (tmp_path / "clipped" / "report.md").read_text()
 
@@ -407,7 +420,7 @@ def test_grad_clip_reaches_training_and_is_stored_only_when_set(tmp_path):
 def test_label_smoothing_reaches_the_loss_and_is_stored_only_when_set(tmp_path):
     from jumbokit.timeseries.run import series_loss
 
-    assert cli.main(tiny(tmp_path / "smooth", "--epochs", "1", "--label-smoothing", "0.1")) == 0
+    assert tstrain_main(tiny(tmp_path / "smooth", "--epochs", "1", "--label-smoothing", "0.1")) == 0
     assert json.loads((tmp_path / "smooth" / "sweep.json").read_text())["label_smoothing"] == 0.1
     assert "label smoothing 0.1" in (tmp_path / "smooth" / "report.md").read_text()
     assert ts_protocol.SweepConfig().identity()["label_smoothing"] == 0.0
@@ -448,7 +461,7 @@ def test_jumbo_pool_sets_the_jumbo_models_feature_and_is_stored_only_when_set(tm
     assert default.head.in_features == dim
     assert ts_protocol.SweepConfig().identity()["jumbo_pool"] == "segments"
 
-    assert cli.main(tiny(tmp_path / "pooled", "--epochs", "1", "--jumbo-pool", "jumbo+mean", "--model",
+    assert tstrain_main(tiny(tmp_path / "pooled", "--epochs", "1", "--jumbo-pool", "jumbo+mean", "--model",
                          "patchtst,patchtst_jumbo")) == 0
     assert json.loads((tmp_path / "pooled" / "sweep.json").read_text())["jumbo_pool"] == "jumbo+mean"
     assert "Jumbo models classify from the J*D Jumbo vector and the mean patch token" in (
@@ -471,7 +484,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
         (["--label-smoothing", "1"], "--label-smoothing: expected a label smoothing in [0, 1) (0 = off), e.g. 0.1, got '1'"),
     ]:
         with pytest.raises(SystemExit) as exc:
-            cli.main(tiny(out, *args))
+            tstrain_main(tiny(out, *args))
         err = capsys.readouterr().err
         assert exc.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     for args, message in [
@@ -480,9 +493,9 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
         (["--pretrain-epochs", "1", "--pretrain-mask-ratio", "1.5"], "pretrain_mask_ratio must be in (0, 1)"),
         (["--conv-stem", "1"], "conv_stem must be 0 (none) or a width >= 2, got 1"),
     ]:
-        assert cli.main(tiny(out, *args)) == 2
+        assert tstrain_main(tiny(out, *args)) == 2
         err = capsys.readouterr().err
-        assert message in err and err.startswith("tstrain: error:") and len(err.strip().splitlines()) == 1, err
+        assert message in err and err.startswith("error:") and len(err.strip().splitlines()) == 1, err
         assert not out.exists()
     with pytest.raises(ValueError, match="ensemble must be a positive integer"):
         ts_sweep.run_sweep(["ItalyPowerDemand"], ["patchtst"], ts_protocol.SweepConfig(), out, ensemble=0)
@@ -540,7 +553,7 @@ def test_small_data_trunk_recipe_is_small_data_with_the_measured_front_end(tmp_p
     assert {k for k in trunk if trunk[k] != small[k]} == {"conv_stem", "trunk", "trunk_width", "trunk_diff",
                                                           "trunk_head", "level_scale"}
     out = tmp_path / "trunk"
-    assert cli.main(tiny(out, "--recipe", "small-data-trunk", "--steps", "2", "--seeds", "1", "--ensemble", "1")) == 0
+    assert tstrain_main(tiny(out, "--recipe", "small-data-trunk", "--steps", "2", "--seeds", "1", "--ensemble", "1")) == 0
     sweep = json.loads((out / "sweep.json").read_text())
     model = sweep["model"]
     assert (sweep["recipe"], model["trunk"], model["trunk_width"], model["trunk_diff"], model["trunk_head"],
@@ -562,7 +575,7 @@ def test_small_data_trunk_recipe_is_small_data_with_the_measured_front_end(tmp_p
 ])
 def test_small_data_trunk_recipe_yields_to_explicit_flags(tmp_path, flags, expected):
     out = tmp_path / "sweep"
-    assert cli.main(tiny(out, "--recipe", "small-data-trunk", "--steps", "1", "--seeds", "1", "--ensemble", "1",
+    assert tstrain_main(tiny(out, "--recipe", "small-data-trunk", "--steps", "1", "--seeds", "1", "--ensemble", "1",
                          *flags)) == 0
     sweep = json.loads((out / "sweep.json").read_text())
     settings = {**sweep, **sweep["model"]}
@@ -571,12 +584,12 @@ def test_small_data_trunk_recipe_yields_to_explicit_flags(tmp_path, flags, expec
 
 def test_small_data_trunk_recipe_refuses_per_series_normalisation(tmp_path, capsys):
     bad = tmp_path / "bad"
-    assert cli.main(tiny(bad, "--recipe", "small-data-trunk", "--normalize", "auto")) == 2
+    assert tstrain_main(tiny(bad, "--recipe", "small-data-trunk", "--normalize", "auto")) == 2
     err = capsys.readouterr().err
     assert "--recipe small-data-trunk (--level-scale auto) reads each series' level and scale" in err
     assert "add --level-scale off" in err and not bad.exists()
     with pytest.raises(SystemExit) as exc:
-        cli.main(tiny(bad, "--level-scale", "sometimes"))
+        tstrain_main(tiny(bad, "--level-scale", "sometimes"))
     assert exc.value.code == 2 and "expected on, off or auto, got 'sometimes'" in capsys.readouterr().err
 
 
@@ -622,7 +635,7 @@ def test_sweep_settings_resolve_a_command_line_as_tstrain_does(tmp_path):
     recorded commands by them), reads no data (an unknown set is fine) and refuses what tstrain refuses."""
     argv = ["--recipe", "small-data-trunk", "--steps", "1", "--seeds", "1", "--ensemble", "1"]
     out = tmp_path / "sweep"
-    assert cli.main(tiny(out, *argv)) == 0
+    assert tstrain_main(tiny(out, *argv)) == 0
     settings = flags.sweep_settings(["--dataset", "NoSuchSet", "--lr", "1e-3", "--dropout", "0.1", *argv])
     assert settings.config.identity() == json.loads((out / "sweep.json").read_text())
     assert (settings.lrs, settings.dropouts, settings.ensemble) == ((1e-3,), (0.1,), 1)
@@ -644,7 +657,7 @@ def test_layer_scale_starts_every_block_at_its_value_and_is_stored_only_when_set
     assert not any("gamma" in n for n, _ in plain.named_parameters())
     assert ts_protocol.SweepConfig().identity()["layer_scale"] == 0.0
 
-    assert cli.main(tiny(tmp_path / "scaled", "--epochs", "1", "--layer-scale", "1e-4")) == 0
+    assert tstrain_main(tiny(tmp_path / "scaled", "--epochs", "1", "--layer-scale", "1e-4")) == 0
     assert json.loads((tmp_path / "scaled" / "sweep.json").read_text())["layer_scale"] == 1e-4
     assert "LayerScale on every block, starting at 0.0001" in (tmp_path / "scaled" / "report.md").read_text()
     with pytest.raises(ValueError, match=r"layer_scale must be >= 0 \(0 = off\), got -1"):
@@ -668,7 +681,7 @@ def test_pos_embed_none_reads_the_tokens_as_a_set_and_is_stored_only_when_set(tm
         torch.testing.assert_close(model.forward_features(x).feature, model.forward_features(swapped).feature)
     assert ts_protocol.SweepConfig().identity()["pos_embed"] == "learn"
 
-    assert cli.main(tiny(tmp_path / "set", "--epochs", "1", "--pos-embed", "none")) == 0
+    assert tstrain_main(tiny(tmp_path / "set", "--epochs", "1", "--pos-embed", "none")) == 0
     assert json.loads((tmp_path / "set" / "sweep.json").read_text())["pos_embed"] == "none"
     assert "no absolute position embedding" in (tmp_path / "set" / "report.md").read_text()
     with pytest.raises(ValueError, match="pos_embed must be one of learn, sincos, none, got 'rope'"):
@@ -694,13 +707,13 @@ def test_drop_path_rises_to_its_rate_at_the_last_block_and_is_stored_only_when_s
     assert not any(isinstance(m, jumbokit.encoders.DropPath) for m in plain.modules())
     assert ts_protocol.SweepConfig().identity()["drop_path"] == 0.0
 
-    assert cli.main(tiny(tmp_path / "dropped", "--epochs", "1", "--drop-path", "0.2")) == 0
+    assert tstrain_main(tiny(tmp_path / "dropped", "--epochs", "1", "--drop-path", "0.2")) == 0
     assert json.loads((tmp_path / "dropped" / "sweep.json").read_text())["drop_path"] == 0.2
     assert "stochastic depth up to 0.2" in (tmp_path / "dropped" / "report.md").read_text()
     with pytest.raises(ValueError, match=r"drop_path must be in \[0, 1\) \(0 = off\), got 1"):
         ts_protocol.SweepConfig(drop_path=1)
     with pytest.raises(SystemExit):
-        cli.main(tiny(tmp_path / "refused", "--drop-path", "1"))
+        tstrain_main(tiny(tmp_path / "refused", "--drop-path", "1"))
     assert "expected a drop rate in [0, 1) (0 = off), e.g. 0.1, got '1'" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
 
@@ -713,11 +726,11 @@ def test_weight_decay_flag_reaches_the_optimizer_and_the_default_keeps_old_sweep
     assert flags.sweep_settings(["--recipe", "small-data-trunk"]).config.weight_decay == 0.02
     cfg = flags.sweep_settings(["--weight-decay", "0.1"]).config
     assert train_config(cfg, lr=1e-3, epochs=1).weight_decay == 0.1
-    assert cli.main(tiny(tmp_path / "decayed", "--epochs", "1", "--weight-decay", "0.1")) == 0
+    assert tstrain_main(tiny(tmp_path / "decayed", "--epochs", "1", "--weight-decay", "0.1")) == 0
     assert json.loads((tmp_path / "decayed" / "sweep.json").read_text())["weight_decay"] == 0.1
     assert "AdamW, weight decay 0.1;" in (tmp_path / "decayed" / "report.md").read_text()
     with pytest.raises(SystemExit):
-        cli.main(tiny(tmp_path / "refused", "--weight-decay", "-1"))
+        tstrain_main(tiny(tmp_path / "refused", "--weight-decay", "-1"))
     assert "expected a weight decay >= 0, e.g. 0.05, got '-1'" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
     with pytest.raises(ValueError, match="weight_decay must be >= 0, got -1"):
@@ -749,13 +762,13 @@ def test_dim_sets_the_token_width_with_its_heads_ffn_and_matching_registers(tmp_
         with pytest.raises(ValueError, match=f"{field} must be None or .*, got 'abc'"):
             ts_protocol.SweepConfig(**{field: "abc"})
 
-    assert cli.main(tiny(tmp_path / "narrow", "--epochs", "1", "--dim", "16")) == 0
+    assert tstrain_main(tiny(tmp_path / "narrow", "--epochs", "1", "--dim", "16")) == 0
     assert json.loads((tmp_path / "narrow" / "sweep.json").read_text())["dim"] == 16
     assert "token width 16" in (tmp_path / "narrow" / "report.md").read_text()
     for bad, message in (("12", "expected a multiple of 8 (heads of 8 features), e.g. 64, got 12"),
                          ("0", "expected a positive integer, got 0")):
         with pytest.raises(SystemExit):
-            cli.main(tiny(tmp_path / "refused", "--dim", bad))
+            tstrain_main(tiny(tmp_path / "refused", "--dim", bad))
         assert message in capsys.readouterr().err
         assert not (tmp_path / "refused").exists()
 
@@ -779,5 +792,5 @@ def test_layers_sets_the_transformer_depth_and_series_cnn_refusals_write_nothing
                            (["--model", "series_cnn", "--trunk", "resnet", "--layers", "1"],
                             "series_cnn has no transformer layers to set")]:
         out = tmp_path / "refused"
-        assert cli.main(tiny(out, "--epochs", "1", *extra)) == 2
+        assert tstrain_main(tiny(out, "--epochs", "1", *extra)) == 2
         assert re.search(message, capsys.readouterr().err) and not out.exists()

@@ -23,7 +23,8 @@ from jumbokit.training import (
     param_groups,
     resolve_resume,
 )
-from jumbokit.training.cli import default_out_dir, one_line, prepare_out_dir
+from jumbokit.cli.errors import one_line
+from jumbokit.cli.training import default_out_dir, prepare_out_dir
 
 
 class TinyNet(nn.Module):

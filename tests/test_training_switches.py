@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import jumbokit
 from jumbokit.training import TrainConfig, build_optimizer, fit, param_groups
-from jumbokit.training.cli import parse_flags
+from jumbokit.cli.config import parse_flags
 from jumbokit.training.compute import enable_grad_checkpointing
 from jumbokit.training.losses import classification_loss
 from jumbokit.training.optim import layer_decay_groups
@@ -195,9 +195,7 @@ def test_config_key_that_is_no_flag_exits_2_with_one_line_and_writes_nothing(tmp
 
     file = tmp_path / "run.yaml"
     file.write_text("epochs: 1\nwarmup: 2\n")
-    with pytest.raises(SystemExit) as exit_:
-        main(["supervised", "--config", str(file), "--out", str(tmp_path / "run")])
-    assert exit_.value.code == 2
+    assert main(["supervised", "--config", str(file), "--out", str(tmp_path / "run")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith(f"error: --config {file}: 'warmup' is not a flag of ")
     assert "did you mean --warmup-epochs?" in lines[-1]
@@ -223,17 +221,17 @@ def test_run_writes_its_full_flags_back_and_args_yaml_rebuilds_them(supervised_p
 
 
 def test_tstrain_takes_a_config_file(tmp_path, capsys):
-    from jumbokit.recipes import tstrain
-    from jumbokit.timeseries.flags import sweep_settings
+    from jumbokit.cli import tstrain_main
+    from jumbokit.cli.series import sweep_settings
 
     file = tmp_path / "sweep.yaml"
     file.write_text("weight-decay: 0.1\nrecipe: small-data-trunk\n")
     assert sweep_settings(["--config", str(file)]).config.weight_decay == 0.1
     assert sweep_settings(["--config", str(file), "--weight-decay", "0.2"]).config.weight_decay == 0.2
     file.write_text("weight_decy: 0.1\n")
-    assert tstrain.main(["--config", str(file), "--dataset", "BasicMotions", "--out", str(tmp_path / "x")]) == 2
+    assert tstrain_main(["--config", str(file), "--dataset", "BasicMotions", "--out", str(tmp_path / "x")]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert line == f"tstrain: error: --config {file}: 'weight_decy' is not a flag of tstrain; did you mean --weight-decay?"
+    assert line == f"error: --config {file}: 'weight_decy' is not a flag of tstrain; did you mean --weight-decay?"
     assert not (tmp_path / "x").exists()
 
 

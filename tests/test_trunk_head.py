@@ -77,7 +77,7 @@ def test_reset_classifier_resizes_the_trunk_head():
 
 
 def test_refused_without_a_trunk_and_on_images():
-    with pytest.raises(ValueError, match="trunk_head needs a convolutional trunk"):
+    with pytest.raises(ValueError, match="trunk_head adds a second head on a convolutional trunk"):
         jumbokit.create_model("patchtst_jumbo", num_classes=3, seq_len=48, patches=6, trunk_head=True)
     with pytest.raises(ValueError, match="trunk_head applies to series tokenizers only"):
         Encoder(tokenizer="image", img_size=32, patch_size=8, num_classes=3, trunk_head=True)
@@ -86,7 +86,7 @@ def test_refused_without_a_trunk_and_on_images():
 def test_the_sweep_gives_the_head_to_the_transformers_not_to_the_trunk_alone():
     """``--recipe small-data-trunk`` turns the head on; ``series_cnn`` already classifies from the trunk's mean
     token, so its model is built without a second one."""
-    from jumbokit.timeseries import flags
+    from jumbokit.cli import series as flags
     from jumbokit.timeseries.run import head_options
 
     cfg = flags.sweep_settings(["--recipe", "small-data-trunk"]).config

@@ -94,13 +94,13 @@ def test_load_dataset_remaps_labels(archive):
 
 def test_data_dir_resolution(archive, capsys):
     """tstrain finds the archive's sets by name in --data-dir, lists your own, and trains on them."""
-    from jumbokit.recipes import tstrain
+    from jumbokit.cli import tstrain_main
 
     assert {"ECG200", "DistalPhalanxTW"} <= set(local_datasets("UCR", archive))
     assert user_datasets(archive) == ["Shapes"]
-    assert tstrain.main(["--list", "--data-dir", str(archive)]) == 0
+    assert tstrain_main(["--list", "--data-dir", str(archive)]) == 0
     assert "Shapes" in capsys.readouterr().out
     out = archive.parent / "sweep"
-    assert tstrain.main(["--dataset", "ECG200", "--data-dir", str(archive), "--model", "patchtst", "--epochs", "1",
+    assert tstrain_main(["--dataset", "ECG200", "--data-dir", str(archive), "--model", "patchtst", "--epochs", "1",
                          "--lr", "1e-3", "--dropout", "0.1", "--out", str(out), "--no-progress", "--cpu"]) == 0
     assert "ECG200" in (out / "results.csv").read_text()

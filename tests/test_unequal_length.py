@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from jumbokit.recipes import tstrain as cli
+from jumbokit.cli import tstrain_main
 from jumbokit.timeseries import protocol as ts_protocol
 from jumbokit.timeseries.data import lengths_of, load_dataset, pad_series, resample_to_length, zero_tails
 
@@ -72,9 +72,9 @@ def test_tstrain_unequal_length_runs_is_recorded_and_says_so(tmp_path, capsys, h
     base = ["--dataset", "JapaneseVowels", "--model", "patchtst", "--epochs", "1", "--lr", "1e-3", "--dropout",
             "0.1", "--no-progress", "--cpu", "--out", str(out)]
     with pytest.raises(SystemExit):
-        cli.main([*base, "--unequal-length", "crop"])
+        tstrain_main([*base, "--unequal-length", "crop"])
     assert "invalid choice: 'crop'" in capsys.readouterr().err and not out.exists()
-    assert cli.main([*base, "--unequal-length", how]) == 0
+    assert tstrain_main([*base, "--unequal-length", how]) == 0
     assert json.loads((out / "sweep.json").read_text())["unequal_length"] == how
     assert said in (out / "report.md").read_text()
 

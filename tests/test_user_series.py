@@ -77,11 +77,12 @@ def test_ragged_csv_rows_are_said_once(tmp_path):
 
 
 def test_kept_model_of_own_folder_validates_with_no_flags(tmp_path):
-    from jumbokit.recipes import tstrain, validate
+    from jumbokit.cli import tstrain_main
+    from jumbokit.recipes import validate
 
     write_set(tmp_path / "mine", "Waves", "npz")
     out = tmp_path / "sweep"
-    assert tstrain.main(["--dataset", "Waves", "--data-dir", str(tmp_path / "mine"), "--model", "patchtst",
+    assert tstrain_main(["--dataset", "Waves", "--data-dir", str(tmp_path / "mine"), "--model", "patchtst",
                          "--epochs", "2", "--lr", "1e-3", "--dropout", "0.1", "--out", str(out), "--no-progress",
                          "--cpu"]) == 0
     kept = json.loads(next(out.glob("models/Waves/*/kept.json")).read_text())

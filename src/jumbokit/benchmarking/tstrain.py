@@ -17,7 +17,7 @@ def run_tstrain(argv: list[str], quiet: bool = True) -> str:
     SystemExit
         When tstrain exits non-zero: the command and its exit status (its own message is above).
     """
-    from jumbokit.recipes.tstrain import main as tstrain_main
+    from jumbokit.cli import tstrain_main
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed) if quiet else contextlib.nullcontext():

@@ -1,5 +1,6 @@
-"""``tstrain``'s command line: its flags (parser, value types, recipe-dependent help) and the sweep settings they
-resolve to (:func:`sweep_settings`); the front door itself is :mod:`jumbokit.recipes.tstrain`."""
+"""``tstrain``'s command line: its flags (parser, value types, recipe-dependent help, one flag per exposed
+``SeriesModelConfig`` field) and the sweep settings they resolve to (:func:`sweep_settings`); the front door itself
+is :mod:`jumbokit.recipes.tstrain`."""
 
 from __future__ import annotations
 
@@ -7,17 +8,18 @@ import argparse
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
-from .models.trunk import TRUNKS
-from ..training.cli import add_config_arg, ema_decay_arg, fraction_arg, parse_flags
-from ..training.threads import add_threads_arg
-from .augment import AUGMENTATIONS
-from .data import UNEQUAL_LENGTHS
-from .models.config import SeriesModelConfig
-from .models import (HEAD_FEATURES, JUMBO_MODELS, JUMBO_MULTIPLIER, JUMBO_MULTIPLIER_MODELS, PATCHTST_MODELS,
-                     SERIES_MODELS)
-from .normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
-from .protocol import (JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS,
+from ..timeseries.augment import AUGMENTATIONS
+from ..timeseries.data import UNEQUAL_LENGTHS
+from ..timeseries.models import (HEAD_FEATURES, JUMBO_MODELS, JUMBO_MULTIPLIER, JUMBO_MULTIPLIER_MODELS,
+                                 PATCHTST_MODELS, SERIES_MODELS)
+from ..timeseries.models.config import TRUNK_OPTIONS, SeriesModelConfig, check_trunk_options
+from ..timeseries.models.trunk import TRUNKS
+from ..timeseries.normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
+from ..timeseries.protocol import (JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS,
                        SweepConfig)
+from ..training.threads import add_threads_arg
+from .config import add_config_arg, parse_flags
+from .training import ema_decay_arg, fraction_arg
 
 __all__ = ["build_parser", "PROTOCOLS", "SweepSettings", "settings_from_args", "sweep_settings"]
 
@@ -266,7 +268,12 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                             "(default: 1, plain training)")
     model.add_argument("--baseline", default=None, metavar="NAMES",
                        help="also run aeon's classifiers on the same splits: one or more of minirocket, multirocket, "
-                            "hydra, comma-separated; unequal-length sets are zero-padded for them (default: none)")
+                            "hydra, multirocket_hydra (MultiRocket's and Hydra's features in one ridge classifier), "
+                            "comma-separated; unequal-length sets are zero-padded for them (default: none)")
+    model.add_argument("--fuse", default=None, metavar="NAMES",
+                       help="late fusion: each model's chosen run (or --ensemble) mixed with these baselines' ridge "
+                            "scores (names as --baseline; run too), the mixture's weight chosen on the validation "
+                            "half; adds a row MODEL+BASELINE per set (default: none)")
 
 
 def _add_training_args(parser: argparse.ArgumentParser) -> None:
@@ -288,6 +295,9 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
                        help=f"optimizer steps per run, whatever the set size (instead of epochs), or 'auto' = "
                             f"{SMALL_DATA_STEPS}, {LONG_SERIES_STEPS} for series longer than {LONG_SERIES} steps "
                             "(paper: epochs decide; small-data: auto)")
+    train.add_argument("--step-scale", type=float, default=None, metavar="F",
+                       help="with --steps auto, that many optimizer steps times F (fast: 0.2, i.e. 200 and 600; "
+                            "other recipes: 1)")
     train.add_argument("--batch-size", type=_int_or_auto, default=None,
                        help="series per step, or 'auto' = min(n_train, 32, max(8, 128 // channels)) (paper: 256; "
                             "small-data: auto)")
@@ -396,8 +406,8 @@ def _normalize_arg(args: argparse.Namespace, recipe: dict, level_scale: bool | s
 def _pool_arg(args: argparse.Namespace) -> str | None:
     """``--pretrain-on`` as a canonical comma list (None when not given); ValueError for names that are not
     available locally or for a pool without ``--pretrain-epochs``."""
-    from .data import local_datasets
-    from .pool import parse_pool
+    from ..timeseries.data import local_datasets
+    from ..timeseries.pool import parse_pool
 
     names = parse_pool(args.pretrain_on)
     if not names:
@@ -418,16 +428,16 @@ def _series_model(args: argparse.Namespace, recipe: dict) -> SeriesModelConfig:
     defaults (ValueError for a trunk flag given without a trunk)."""
     given = {name: getattr(args, name) for name in MODEL_FLAGS}
     options = {name: recipe[name] if value is None and name in recipe else value for name, value in given.items()}
+    check_trunk_options(options["trunk"], [name for name in TRUNK_OPTIONS if given[name] not in (None, False)],
+                        name=_flag, fix="add --trunk inception or --trunk resnet")
     if options["trunk"] in (None, "none"):
-        needs_trunk = {"trunk_diff": "feeds the first difference to", "trunk_mix": "sets how the channels are read by",
-                       "trunk_head": "adds a second head on", "trunk_width": "sets the filters of",
-                       "trunk_depth": "sets the blocks of"}
-        for name, what in needs_trunk.items():
-            if given[name] not in (None, False):
-                flag = MODEL_FLAGS[name].get("flag", "--" + name.replace("_", "-"))
-                raise ValueError(f"{flag} {what} a convolutional trunk; add --trunk inception or --trunk resnet")
-        options.update((name, getattr(SeriesModelConfig, name)) for name in ("trunk", *needs_trunk))
+        options.update((name, getattr(SeriesModelConfig, name)) for name in ("trunk", *TRUNK_OPTIONS))
     return SeriesModelConfig(**options)
+
+
+def _flag(name: str) -> str:
+    """The flag of SeriesModelConfig field ``name`` (``trunk_diff`` -> ``--diff``)."""
+    return MODEL_FLAGS[name].get("flag", "--" + name.replace("_", "-"))
 
 
 def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> SweepConfig:
@@ -444,7 +454,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> Sweep
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
                        protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,
                        mixed_precision=args.mixed_precision, recipe=args.recipe,
-                       steps=steps, augment=augment, mixup_alpha=args.mixup or 0.2,
+                       steps=steps, step_scale=pick("step_scale"), augment=augment, mixup_alpha=args.mixup or 0.2,
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
@@ -466,7 +476,7 @@ class SweepSettings:
 
 def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     """The settings of parsed flags, the recipe filling what was not given (ValueError for flags it cannot use)."""
-    from .augment import parse_augment
+    from ..timeseries.augment import parse_augment
 
     recipe = RECIPES[args.recipe]
     if args.patches is None:

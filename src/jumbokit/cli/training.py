@@ -1,20 +1,19 @@
-"""Shared command-line flags for recipes (data, model, output, optimisation, resume, precision), the resume that
-honours a run's stored flags, and the wrapper that turns bad input into one line on stderr and a non-zero exit."""
+"""The flags every training front door shares (data, model, output, optimisation, resume, precision, threads),
+their value types, and what they turn into: the ``TrainConfig``, the thread choice and the run directory."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import shutil
-import sys
-import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from .config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
-from .rundir import RunDir, list_checkpoints
-from .threads import ThreadChoice, add_threads_arg, configure_threads
+from ..training.config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
+from ..training.accelerator import launch_state
+from ..training.rundir import RunDir, list_checkpoints
+from ..training.threads import ThreadChoice, add_threads_arg, configure_threads
+from .config import add_config_arg
+from .data import add_data_args
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +47,6 @@ def layer_decay_arg(text: str) -> float:
     return value
 
 
-def add_config_arg(parser: argparse.ArgumentParser, written: str = "config.json and args.yaml") -> None:
-    """``--config FILE``: a YAML or JSON file of flags that sets the defaults of a new run (see ``parse_flags``);
-    ``written`` names where the run writes its full settings back (for the help)."""
-    parser.add_argument("--config", "-c", default=None, metavar="FILE",
-                        help="YAML or JSON file of flags (keys as the flags' names: lr, batch_size or batch-size) "
-                             "whose values a new run starts from; flags given on the command line win; the run "
-                             f"writes its full settings back to {written} (default: none)")
-
-
 def add_tracker_args(group) -> None:
     """``--log-with`` (accelerate trackers) and ``--run-name``."""
     group.add_argument("--log-with", default=None, metavar="TRACKERS",
@@ -83,8 +73,6 @@ def add_common_args(
     img_size: int | None = None,
 ) -> argparse.ArgumentParser:
     """Add the flags every image recipe shares; recipe-specific defaults are passed as keywords."""
-    from jumbokit.data.cli import add_data_args
-
     add_config_arg(parser)
     add_data_args(parser, dataset=dataset, img_size=img_size)  # the "data" and "augmentation" groups
 
@@ -211,8 +199,6 @@ def default_out_dir(recipe: str, model: str | None, dataset: str) -> Path:
 def prepare_out_dir(out: str | Path, resume: str | None, overwrite: bool) -> Path:
     """Check that ``out`` can take a new run: an existing run (a checkpoint, a final model or its ``config.json``)
     needs ``--resume`` or ``--overwrite`` (which deletes its files on the main process)."""
-    from .loop import launch_state
-
     out = Path(out).expanduser()
     state = launch_state()
     holds_run = bool(list_checkpoints(out / RunDir.CHECKPOINTS)) or any(
@@ -226,279 +212,9 @@ def prepare_out_dir(out: str | Path, resume: str | None, overwrite: bool) -> Pat
         if state.is_main_process:
             shutil.rmtree(out / RunDir.CHECKPOINTS, ignore_errors=True)
             for name in (RunDir.METRICS, "model.safetensors", "model_config.json", RunDir.REPORT, RunDir.RESULTS,
-                         RunDir.CONFIG, RunDir.ARGS, RESUMES_FILE):
+                         RunDir.CONFIG, RunDir.ARGS, RunDir.RESUMES):
                 (out / name).unlink(missing_ok=True)
     state.wait_for_everyone()
     return out
 
 
-# ------------------------------------------------------------------------------------------------ resume
-RESUMES_FILE = "resumes.jsonl"
-# flags that change how a run is watched or where and how it runs, never what it computes: free on resume (the
-# values a --config file sets are compared one by one)
-NEUTRAL_ON_RESUME = frozenset({"resume", "out", "overwrite", "no_progress", "debug", "threads", "num_workers",
-                               "log_every", "log_with", "run_name", "checkpoint_every", "checkpoint_steps",
-                               "compile", "grad_checkpointing", "config"})
-
-
-class _Unset:
-    """Marks a flag the command line did not give (see ``given_flags``)."""
-
-    def __repr__(self) -> str:
-        return "<unset>"
-
-
-_UNSET = _Unset()
-
-
-class _GivenOnly(argparse.Namespace):
-    """A namespace that claims to hold every attribute, so argparse fills in no default: after parsing, its
-    ``vars`` are exactly the flags on the command line."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # argparse's own bookkeeping (unrecognised arguments)
-            raise AttributeError(name)
-        return _UNSET
-
-
-def given_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """The flags given explicitly in ``argv`` (dest -> parsed value), without any default: ``argv`` is parsed a
-    second time into a namespace on which argparse sets no default."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    return dict(vars(parser.parse_args(argv, namespace=_GivenOnly())))
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The mapping of a ``--config`` file: JSON (``.json``) or YAML (anything else; JSON is YAML too)."""
-    import yaml
-
-    path = Path(path).expanduser()
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise FileNotFoundError(f"--config {path}: cannot read it ({err.strerror or err})") from None
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise ValueError(f"--config {path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'} "
-                         f"({one_line(err)})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"--config {path}: expected a mapping of flag names to values, got a "
-                         f"{type(data).__name__}")
-    return data
-
-
-def _config_value(action: argparse.Action, flag: str, value: Any, path: Path) -> Any:
-    """``value`` of ``flag`` from a config file, converted and checked as argparse would check it typed."""
-    where = f"--config {path}: {flag}"
-    if value is None:
-        return None
-    if action.nargs == 0:  # store_true / BooleanOptionalAction / store_const
-        if not isinstance(value, bool):
-            raise ValueError(f"{where} takes true or false, got {value!r}")
-        return action.const if value and action.const is not None else value
-    many = action.nargs in ("+", "*") or isinstance(action.nargs, int)
-    items = list(value) if many and isinstance(value, (list, tuple)) else [value]
-    if isinstance(action.nargs, int) and len(items) != action.nargs:
-        raise ValueError(f"{where} takes {action.nargs} values, got {value!r}")
-    converted = []
-    for item in items:
-        try:
-            item = (action.type or str)(str(item))  # as typed: argparse hands every type a string
-        except argparse.ArgumentTypeError as err:
-            raise ValueError(f"{where}: {one_line(err)}") from None
-        except (TypeError, ValueError):
-            kind = getattr(action.type, "__name__", "value")
-            raise ValueError(f"{where} takes {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {item!r}") from None
-        if action.choices is not None and item not in action.choices:
-            raise ValueError(f"{where} must be one of {', '.join(map(str, action.choices))}, got {item!r}")
-        converted.append(item)
-    return converted if many else converted[0]
-
-
-def config_file_defaults(parser: argparse.ArgumentParser, path: str | Path) -> dict[str, Any]:
-    """The flags a ``--config`` file sets (dest -> value, converted and checked like typed flags).
-
-    Keys are flag names with or without dashes (``batch_size``, ``batch-size``, ``--batch-size``). A key that is no
-    flag of ``parser`` raises one ``ValueError`` naming it and the closest flag."""
-    import difflib
-
-    path = Path(path).expanduser()
-    actions = {action.dest: action for action in parser._actions  # argparse has no public list of its actions
-               if action.option_strings and action.dest not in ("help", "config")}
-    names = _flag_names(parser)
-    values = {}
-    for key, value in read_config_file(path).items():
-        dest = str(key).lstrip("-").replace("-", "_")
-        if dest not in actions:
-            close = difflib.get_close_matches(dest, list(actions), n=1)
-            hint = f"; did you mean {names[close[0]]}?" if close else f"; see {parser.prog} --help"
-            raise ValueError(f"--config {path}: {key!r} is not a flag of {parser.prog}{hint}")
-        values[dest] = _config_value(actions[dest], names.get(dest, "--" + dest), value, path)
-    return values
-
-
-def parse_flags(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
-                ) -> tuple[argparse.Namespace, dict[str, Any]]:
-    """Parse ``argv`` after the ``--config`` file (when given) has set the parser's defaults, like timm's ``-c``:
-    flags on the command line win over the file, the file over the recipe's defaults. Returns the flags and those
-    the user chose (dest -> value: the file's, then the command line's)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    from_file = config_file_defaults(parser, args.config) if getattr(args, "config", None) else {}
-    if from_file:
-        parser.set_defaults(**from_file)
-        args = parser.parse_args(argv)
-    return args, {**from_file, **given_flags(parser, argv)}
-
-
-def read_stored_args(run: str | Path) -> dict[str, Any] | None:
-    """The flags a run runs with: those stored under ``"args"`` in its ``config.json``, with the changes its
-    resumes accepted (``"changed"`` in ``resumes.jsonl``) applied in order; None when there is no such record."""
-    config = Path(run) / RunDir.CONFIG
-    try:
-        stored = json.loads(config.read_text()).get("args")
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return None
-    if not isinstance(stored, dict):
-        return None
-    for record in RunDir(run, create=False).read_resumes():
-        for dest, change in (record.get("changed") or {}).items():
-            stored[dest] = change.get("given", stored.get(dest))
-    return stored
-
-
-def _flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """dest -> the flag as typed (``lr`` -> ``--lr``)."""
-    names = {}
-    for action in parser._actions:  # argparse has no public list of its actions
-        longs = [o for o in action.option_strings if o.startswith("--")] or action.option_strings
-        if longs:
-            names.setdefault(action.dest, longs[0])
-    return names
-
-
-def _plain(value: Any) -> Any:
-    """A value as stored in config.json (tuples as lists, paths as strings)."""
-    from .rundir import to_json
-
-    return json.loads(to_json(value, indent=None))
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, list):
-        return " ".join(_show(v) for v in value)
-    return "unset" if value is None else str(value)
-
-
-def resume_differences(
-    parser: argparse.ArgumentParser, stored: dict[str, Any], given: dict[str, Any]
-) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """Compare the flags given on resume with a run's stored flags. Returns (refused, accepted): one line per
-    refused difference (``--lr: run has 0.001, given 0.005``) and the accepted changes ``{dest: {"run": old,
-    "given": new}}`` (more ``--epochs``). Flags that only change how a run is watched are ignored."""
-    defaults = vars(parser.parse_args([]))
-    names = _flag_names(parser)
-    refused: list[str] = []
-    accepted: dict[str, dict[str, Any]] = {}
-    for dest, value in given.items():
-        if dest in NEUTRAL_ON_RESUME:
-            continue
-        old, new = _plain(stored.get(dest, defaults.get(dest))), _plain(value)
-        if old == new:
-            continue
-        flag = names.get(dest, "--" + dest.replace("_", "-"))
-        if dest == "epochs" and isinstance(old, int) and new > old:
-            accepted[dest] = {"run": old, "given": new}
-            continue
-        note = " (on resume --epochs may only grow)" if dest == "epochs" else ""
-        refused.append(f"{flag}: run has {_show(old)}, given {_show(new)}{note}")
-    return refused, accepted
-
-
-@dataclass
-class RunArgs:
-    """What ``parse_run_args`` returns: the flags to run with, the run directory, the flags typed on the command
-    line, and (when continuing a stored run) the entries for its ``resumes.jsonl`` line (``fit(resume_record=)``)."""
-
-    args: argparse.Namespace
-    out: Path
-    given: dict[str, Any]
-    resume_record: dict[str, Any] | None = None
-
-
-def _record_folder(args: argparse.Namespace, out: Path) -> Path:
-    """The run whose stored flags a resume continues: ``out``, or the run holding the checkpoint given to
-    ``--resume PATH`` when ``out`` has no record yet."""
-    if (out / RunDir.CONFIG).exists() or args.resume in (None, "latest"):
-        return out
-    path = Path(args.resume).expanduser()
-    for folder in (path, path.parent, path.parent.parent):
-        if (folder / RunDir.CONFIG).exists():
-            return folder
-    return out
-
-
-def parse_run_args(
-    parser: argparse.ArgumentParser,
-    argv: Sequence[str] | None,
-    default_out: Callable[[argparse.Namespace], Path],
-) -> RunArgs:
-    """Parse a front door's flags; with ``--resume``, continue with the flags the run stored in its
-    ``config.json`` (``"args"``): a user repeats none of them, and a given flag that differs from the stored one
-    raises one ``ValueError`` listing every difference (except more ``--epochs``, accepted and recorded).
-
-    ``default_out(args)`` names the run directory when ``--out`` is not given.
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args, given = parse_flags(parser, argv)
-    out = Path(args.out).expanduser() if getattr(args, "out", None) else default_out(args)
-    if getattr(args, "resume", None) is None:
-        return RunArgs(args, out, given)
-    folder = _record_folder(args, out)
-    stored = read_stored_args(folder)
-    if stored is None:
-        if (folder / RunDir.CONFIG).exists():
-            logger.info(f"{folder}/config.json holds no stored flags; resuming with the flags given")
-        return RunArgs(args, out, given)
-    refused, accepted = resume_differences(parser, stored, given)
-    if refused:
-        raise ValueError(f"cannot resume {folder} with other flags than it was started with ("
-                         + "; ".join(refused) + "); leave them out to continue the run as it was, or start a "
-                         "new run with another --out")
-    merged = vars(parser.parse_args([]))
-    merged.update({k: v for k, v in stored.items() if k in merged})
-    merged.update({k: v for k, v in given.items() if k in NEUTRAL_ON_RESUME or k in accepted})
-    merged["out"] = str(out)
-    for dest, change in accepted.items():
-        logger.info(f"resuming with {_flag_names(parser).get(dest, dest)} {change['given']} "
-                    f"(the run had {change['run']})")
-    record = {"argv": argv, "changed": accepted}
-    return RunArgs(argparse.Namespace(**merged), out, given, record)
-
-
-def run_cli(main: Callable[[], Any]) -> None:
-    """Run ``main()``; bad input (ValueError, FileNotFoundError, ...) prints one line and exits 2,
-    Ctrl-C exits 130 with a hint to resume."""
-    try:
-        main()
-    except KeyboardInterrupt:
-        print("interrupted; continue with --resume (same --out)", file=sys.stderr)
-        sys.exit(130)
-    except (ValueError, FileNotFoundError, NotADirectoryError, FloatingPointError) as err:
-        if "--debug" in sys.argv:
-            traceback.print_exc()
-        print(f"error: {one_line(err)}", file=sys.stderr)
-        sys.exit(2)
-
-
-def one_line(err: BaseException) -> str:
-    """The readable part of an error (errors re-raised from DataLoader workers carry a whole traceback)."""
-    text = str(err).strip()
-    if "Original Traceback" in text:
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        last = lines[-1]
-        text = last.split(": ", 1)[1] if ": " in last else last
-    return " ".join(text.split())

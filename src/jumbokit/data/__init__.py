@@ -8,11 +8,10 @@ loader = make_loader(train, batch_size=64)          # EpochSampler: order depend
 train.num_classes, train.classes, train.mean, train.std, train.info()
 ```
 
-Front doors add the shared flags with ``add_data_args(parser)`` and build with
-``data_settings_from_args(args).build(split, task)``.
+A run's data settings (``DataSettings``: dataset, size, held-out splits, augmentation) build each split with
+``settings.build(split, task)``; the front doors' data flags that parse to them live in ``jumbokit.cli.data``.
 """
 from .choices import DataChoices, FileProbe, image_statistics, probe_files, resolve_choices
-from .cli import AUGMENTATION_HELP, DataSettings, add_data_args, data_settings_from_args
 from .dataset import ImageDataset, build_dataset, read_data_info
 from .defaults import (
     DEFAULTS,
@@ -35,6 +34,7 @@ from .fashion_mnist import (
     find_fashion_mnist,
     read_idx,
 )
+from .settings import DataSettings, check_classification_data, check_same_classes
 from .loader import EpochSampler, make_loader, steps_per_epoch
 from .sources import DIGITS_SPLIT_SIZES, IMG_EXTENSIONS, SPLITS, digits_split_indices
 from .spec import DatasetSpec, parse_dataset_spec
@@ -46,7 +46,7 @@ __all__ = [
     "make_loader", "normalization", "parse_dataset_spec", "read_data_info", "steps_per_epoch", "CorruptImageError",
     "DataError", "SplitNotFoundError", "DIGITS_SPLIT_SIZES", "IMG_EXTENSIONS", "SPLITS", "digits_split_indices",
     "TASKS", "TRAIN_CROPS", "build_transform", "denormalize", "make_mixup", "DataChoices", "FileProbe",
-    "image_statistics", "probe_files", "resolve_choices", "AUGMENTATION_HELP", "DataSettings", "add_data_args",
-    "data_settings_from_args", "FASHION_MNIST_CLASSES", "FASHION_MNIST_MEAN", "FASHION_MNIST_SPLIT_SIZES",
+    "image_statistics", "probe_files", "resolve_choices", "DataSettings", "check_classification_data", "check_same_classes",
+    "FASHION_MNIST_CLASSES", "FASHION_MNIST_MEAN", "FASHION_MNIST_SPLIT_SIZES",
     "FASHION_MNIST_STD", "IdxFormatError", "find_fashion_mnist", "read_idx",
 ]

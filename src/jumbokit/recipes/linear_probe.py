@@ -28,8 +28,9 @@ logger = logging.getLogger("jumbokit.recipes.linear_probe")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jumbokit.data.cli import add_data_args
-    from jumbokit.training.cli import add_config_arg, add_tracker_args
+    from jumbokit.cli.config import add_config_arg
+    from jumbokit.cli.data import add_data_args
+    from jumbokit.cli.training import add_tracker_args
     from jumbokit.training.config import PRECISIONS
     from jumbokit.training.threads import add_threads_arg
 
@@ -122,13 +123,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     from jumbokit import ssl
-    from jumbokit.data import SplitNotFoundError
-    from jumbokit.data.cli import check_classification_data, check_same_classes, data_settings_from_args
+    from jumbokit.cli.config import parse_flags
+    from jumbokit.cli.data import data_settings_from_args
+    from jumbokit.cli.errors import one_line
+    from jumbokit.cli.training import check_count_flags, prepare_out_dir, setup_threads
+    from jumbokit.data import SplitNotFoundError, check_classification_data, check_same_classes
     from jumbokit.logs import configure_logging
-    from jumbokit.training import (RunDir, TrainConfig, check_count_flags, launch_state, make_accelerator,
-                                   prepare_out_dir, setup_threads)
+    from jumbokit.training import RunDir, TrainConfig, launch_state, make_accelerator
     from jumbokit.training.accelerator import resolve_precision, use_cpu
-    from jumbokit.training.cli import one_line, parse_flags
     from jumbokit.training.loop import tracker_config
     from jumbokit.training.resume import write_start_records
     from jumbokit.training.rundir import read_data_record

@@ -29,7 +29,7 @@ logger = logging.getLogger("jumbokit.recipes.mae_pretrain")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jumbokit.training import add_common_args
+    from jumbokit.cli.training import add_common_args
 
     parser = argparse.ArgumentParser(
         description="MAE pretraining of a plain zoo encoder; writes a run directory with the encoder "
@@ -81,7 +81,7 @@ def resolve_recipe_defaults(args: argparse.Namespace) -> argparse.Namespace:
 def check_flags(args: argparse.Namespace) -> None:
     """One-line errors for flags MAE cannot use, before any work or file."""
     from jumbokit.ssl import require_plain_encoder
-    from jumbokit.training import check_count_flags
+    from jumbokit.cli.training import check_count_flags
 
     check_count_flags(args)
     require_plain_encoder(args.model)
@@ -101,13 +101,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit import ssl
     from jumbokit.data import make_loader, parse_dataset_spec
     from jumbokit.data import SplitNotFoundError
-    from jumbokit.data.cli import data_settings_from_args
     from jumbokit.data.defaults import BUILTIN_KINDS
     from jumbokit.data.loader import fit_batch_size
     from jumbokit.logs import configure_logging
-    from jumbokit.training import (RunDir, atomic_write_json, default_out_dir, fit, launch_state, make_accelerator,
-                                   prepare_out_dir, setup_threads, train_config_from_args)
-    from jumbokit.training.cli import one_line, parse_run_args
+    from jumbokit.cli.data import data_settings_from_args
+    from jumbokit.cli.errors import one_line
+    from jumbokit.cli.resume import parse_run_args
+    from jumbokit.cli.training import default_out_dir, prepare_out_dir, setup_threads, train_config_from_args
+    from jumbokit.training import RunDir, atomic_write_json, fit, launch_state, make_accelerator
 
     configure_logging()
     parsed = parse_run_args(build_parser(), argv, lambda a: default_out_dir(RECIPE, a.model, a.dataset))

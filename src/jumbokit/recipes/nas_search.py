@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
     from jumbokit.logs import configure_logging
     from jumbokit.nas.report import best_arch_payload, write_search_report
     from jumbokit.nas.scoring import CandidateScorer, split_across_processes
-    from jumbokit.training import TrainConfig, make_accelerator, setup_threads
+    from jumbokit.cli.training import setup_threads
+    from jumbokit.training import TrainConfig, make_accelerator
     from jumbokit.training.rundir import read_data_record
 
     flops_budget = check_args(args)

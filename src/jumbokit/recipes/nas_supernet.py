@@ -21,7 +21,7 @@ from functools import partial
 import torch
 
 from jumbokit import nas
-from jumbokit.training import add_common_args, default_out_dir
+from jumbokit.cli.training import add_common_args, default_out_dir
 
 logger = logging.getLogger(__name__)
 
@@ -52,16 +52,17 @@ def _subnet_forward(supernet, images: torch.Tensor, arch: dict) -> torch.Tensor:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from jumbokit.training.cli import parse_run_args
+    from jumbokit.cli.resume import parse_run_args
 
     parsed = parse_run_args(build_parser(), argv, lambda a: default_out_dir("nas_supernet", a.space, a.dataset))
     args = parsed.args  # on --resume: the flags the run was started with
-    from jumbokit.data import data_settings_from_args, make_loader
-    from jumbokit.data.cli import check_same_classes
+    from jumbokit.cli.data import data_settings_from_args
+    from jumbokit.data import check_same_classes, make_loader
     from jumbokit.encoders.flops import count_params
     from jumbokit.logs import configure_logging
     from jumbokit.nas.report import supernet_rows, write_supernet_report
-    from jumbokit.training import fit, launch_state, prepare_out_dir, setup_threads, train_config_from_args
+    from jumbokit.cli.training import prepare_out_dir, setup_threads, train_config_from_args
+    from jumbokit.training import fit, launch_state
 
     if args.num_archs < 1 or args.num_archs > args.batch_size:
         raise ValueError(f"--num-archs must be in [1, --batch-size={args.batch_size}], got {args.num_archs}")

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     from jumbokit.adaptation.wild import SETTINGS
-    from jumbokit.data.cli import add_data_args
+    from jumbokit.cli.data import add_data_args
     from jumbokit.training.threads import add_threads_arg
 
     p = argparse.ArgumentParser(description="Test-time adaptation (none/Tent/EATA/SAR) on corrupted test sets; "
@@ -124,7 +124,7 @@ def check_args(args: argparse.Namespace):
     from jumbokit.adaptation.corruptions import parse_severities, resolve_corruptions
     from jumbokit.adaptation.data import CorruptionSpec
     from jumbokit.adaptation.wild import DEFAULT_BATCH_SIZE, check_methods
-    from jumbokit.training.cli import check_count_flags
+    from jumbokit.cli.training import check_count_flags
 
     check_count_flags(args)
     if args.max_train_samples is not None:
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from jumbokit.adaptation import data, jobs, report, source
     from jumbokit.adaptation.wild import MethodSettings
     from jumbokit.logs import configure_logging
-    from jumbokit.training import TrainConfig, make_accelerator, setup_threads
+    from jumbokit.cli.training import setup_threads
+    from jumbokit.training import TrainConfig, make_accelerator
 
     methods, spec, batch_size = check_args(args)
     configure_logging()

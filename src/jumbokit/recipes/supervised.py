@@ -26,7 +26,7 @@ logger = logging.getLogger("jumbokit.recipes.supervised")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jumbokit.training import add_common_args
+    from jumbokit.cli.training import add_common_args
 
     parser = argparse.ArgumentParser(
         description="Train a jumbokit classifier with the shared Accelerate loop (works with accelerate launch).",
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_flags(args: argparse.Namespace) -> None:
     """One-line errors for contradictory or out-of-range flags, before any work or file."""
-    from jumbokit.training import check_count_flags
+    from jumbokit.cli.training import check_count_flags
 
     check_count_flags(args)
     if sum(x is not None for x in (args.checkpoint, args.model, args.arch)) > 1:
@@ -128,15 +128,15 @@ def build_model(args: argparse.Namespace, num_classes: int, img_size: int, in_ch
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from jumbokit.data import make_loader, make_mixup
-    from jumbokit.data.cli import check_classification_data, data_settings_from_args
+    from jumbokit.cli.data import data_settings_from_args
+    from jumbokit.cli.resume import parse_run_args
+    from jumbokit.cli.training import default_out_dir, prepare_out_dir, setup_threads, train_config_from_args
+    from jumbokit.data import check_classification_data, make_loader, make_mixup
     from jumbokit.data.loader import fit_batch_size
     from jumbokit.data.data_config import data_config_from_record
     from jumbokit.encoders.flops import count_params
     from jumbokit.logs import configure_logging
-    from jumbokit.training import RunDir, default_out_dir, fit, launch_state, prepare_out_dir, setup_threads
-    from jumbokit.training import train_config_from_args
-    from jumbokit.training.cli import parse_run_args
+    from jumbokit.training import RunDir, fit, launch_state
     from jumbokit.training.report import (classification_report, collapse_branches, evaluate_splits, plot_curves,
                                           summary_text)
     from jumbokit.training.token_drop import TokenDropLoss

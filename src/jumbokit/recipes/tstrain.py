@@ -7,18 +7,20 @@
 
 Runs on one CPU/GPU, or on many with ``torchrun --nproc_per_node N -m jumbokit tstrain ...`` (or ``accelerate
 launch``): each process then takes the next unfinished run whenever it is free and trains it whole. The flags and
-the sweep settings they resolve to live in :mod:`jumbokit.timeseries.flags`.
+the sweep settings they resolve to live in :mod:`jumbokit.cli.series`.
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
-from jumbokit.timeseries.flags import build_parser, settings_from_args
+from jumbokit.cli.config import parse_flags
+from jumbokit.cli.series import build_parser, settings_from_args
 
 __all__ = ["build_parser", "main"]
+
+RESUME_HINT = "run the same command again to resume (finished runs are kept)"  # printed on Ctrl-C
 
 
 def _default_out(args: argparse.Namespace) -> Path:
@@ -30,17 +32,20 @@ def _default_out(args: argparse.Namespace) -> Path:
     return Path("runs") / f"tstrain_{tag}_p{args.patches}{recipe}"
 
 
-def _list_datasets(data_dir: str | None) -> None:
-    """Print the datasets available locally, per archive, and the user's own in ``data_dir``."""
+def _list_datasets(data_dir: str | None) -> dict[str, list[str]]:
+    """Print the datasets available locally, per archive, and the user's own in ``data_dir``; returns them
+    (``{"UCR": names, "UEA": names, "own": names}``)."""
     from jumbokit.timeseries.data import default_data_dir, local_datasets, user_datasets
 
+    listed = {}
     for archive in ("UCR", "UEA"):
-        names = local_datasets(archive, data_dir)
+        listed[archive] = names = local_datasets(archive, data_dir)
         print(f"{archive} ({len(names)} local): {', '.join(names) or 'none'}")
-    own = user_datasets(data_dir)
+    listed["own"] = own = user_datasets(data_dir)
     where = data_dir or default_data_dir()
     print(f"your own in {where} ({len(own)}): {', '.join(own) or 'none'}"
           + (" (run with --dataset NAME --data-dir DIR)" if own else ""))
+    return listed
 
 
 def _datasets(args: argparse.Namespace) -> tuple[list[str], bool]:
@@ -71,51 +76,29 @@ def _print_summary(result, ensemble: int) -> None:
     print("wrote " + ", ".join(str(p) for p in result.paths.values()))
 
 
-def _run(args: argparse.Namespace) -> int:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run ``tstrain ARGV``; returns its summary: ``{"out", "rows", "ranks", "paths"}`` of the sweep, or
+    ``{"datasets"}`` under ``--list``. Bad input raises ``ValueError`` (``jumbokit.cli.run_cli`` prints it in one
+    line), before anything is written."""
+    from jumbokit.cli.training import setup_threads
+    from jumbokit.logs import configure_logging
     from jumbokit.timeseries.baselines import parse_baselines
     from jumbokit.timeseries.sweep import execute_sweep, plan_sweep
-    from jumbokit.training.cli import setup_threads
 
+    args = parse_flags(build_parser(), argv)[0]  # a --config file's flags as defaults, the command line's winning
+    configure_logging()
     if args.list:
-        _list_datasets(args.data_dir)
-        return 0
+        return {"datasets": _list_datasets(args.data_dir)}
     baselines = parse_baselines(args.baseline)
     settings = settings_from_args(args)
     datasets, skip_short = _datasets(args)
     plan = plan_sweep(datasets, args.model, settings.config, Path(args.out) if args.out else _default_out(args),
                       lrs=settings.lrs, dropouts=settings.dropouts, baseline=baselines, data_dir=args.data_dir,
-                      skip_short=skip_short, ensemble=settings.ensemble)
+                      skip_short=skip_short, ensemble=settings.ensemble, fuse=args.fuse)
     setup_threads(args)  # after every check: bad input gets one line, nothing else
     result = execute_sweep(plan, progress=not args.no_progress, cpu=args.cpu,
                            runs_per_device=args.runs_per_device)
     if result.paths:
         _print_summary(result, settings.ensemble)
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``tstrain``; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
-    from jumbokit.logs import configure_logging
-    from jumbokit.training.cli import parse_flags
-
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    configure_logging()
-    try:
-        if args.config is not None:  # the file's flags as defaults, the command line's winning
-            args = parse_flags(parser, argv)[0]
-        return _run(args)
-    except KeyboardInterrupt:
-        print("tstrain: interrupted; run the same command again to resume (finished runs are kept)",
-              file=sys.stderr)
-        return 130
-    except (ValueError, FileNotFoundError, NotADirectoryError, FloatingPointError, RuntimeError) as err:
-        if args.debug:
-            raise
-        text = " ".join(str(err).split()) or type(err).__name__
-        print(f"tstrain: error: {text}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return {"out": str(plan.out_dir), "rows": result.rows, "ranks": result.ranks,
+            "paths": {name: str(path) for name, path in result.paths.items()}}

@@ -94,7 +94,7 @@ def same_dataset(recorded: str | None, dataset: str) -> bool:
 def run_holdout(record: dict[str, Any], dataset: str, args: argparse.Namespace):
     """The ``Holdout`` that carved the run's val / test images from its training folder (``--val-split`` /
     ``--test-split`` given here win), when ``dataset`` is the run's (``record``: its data record); else None."""
-    from jumbokit.data.cli import HOLDOUT_SEED
+    from jumbokit.data.settings import HOLDOUT_SEED
     from jumbokit.data.sources import Holdout
 
     recorded = (record.get("holdout") or {}) if same_dataset(record.get("dataset"), dataset) else {}

@@ -195,9 +195,6 @@ class SweepConfig:
             ("trunk", m.trunk, m.trunk in (None, *TRUNKS), f"None or one of {', '.join(TRUNKS)}"),
             ("trunk_width", m.trunk_width, m.trunk_width == "auto" or int(m.trunk_width) >= 1, "'auto' or >= 1"),
             ("trunk_depth", m.trunk_depth, int(m.trunk_depth) >= 1, ">= 1"),
-            ("trunk_diff", m.trunk_diff, not m.trunk_diff or m.trunk is not None, "False without a trunk"),
-            ("trunk_mix", m.trunk_mix, not m.trunk_mix or m.trunk is not None, "False without a trunk"),
-            ("trunk_head", m.trunk_head, not m.trunk_head or m.trunk is not None, "False without a trunk"),
             ("level_scale", m.level_scale, m.level_scale in (False, True, "auto"), "False, True or 'auto'"),
             ("level_scale", m.level_scale, not m.level_scale or self.normalize in ("train", "none"),
              f"False with normalize={self.normalize!r} (per-series normalisation would remove the level and scale "

@@ -1,5 +1,5 @@
 """The training runtime shared by every recipe: one Accelerate-driven loop, optimizers and schedules,
-run directories, a classification evaluation loop and the common recipe flags.
+run directories and a classification evaluation loop (the front doors' shared flags live in ``jumbokit.cli``).
 
 ```python
 from jumbokit.training import TrainConfig, fit, classification_loss, evaluate_classifier, RunDir
@@ -8,16 +8,6 @@ result = fit(model, train_loader, classification_loss(), cfg, out_dir="runs/x",
              eval_loaders={"val": val_loader})   # val_top1, val_top5, val_loss, val_n; on every process
 ```
 """
-from .cli import (
-    add_common_args,
-    check_count_flags,
-    default_out_dir,
-    one_line,
-    prepare_out_dir,
-    run_cli,
-    setup_threads,
-    train_config_from_args,
-)
 from .threads import ThreadChoice, add_threads_arg, configure_threads
 from .accelerator import configure_tf32, launch_state, make_accelerator, resolve_precision
 from .distributed import evaluate_loaders, process_seed
@@ -41,9 +31,8 @@ from .rundir import (
 __all__ = [
     "TrainConfig", "fit", "launch_state", "FitResult", "build_optimizer", "lr_lambda", "make_accelerator", "RunDir",
     "classification_loss", "evaluate_classifier", "topk_correct", "build_lars", "param_groups", "set_lr", "warmup_steps_for", "epochs_for_min_steps",
-    "model_fingerprint", "config_differences", "resolve_resume", "save_final_model", "add_common_args", "check_count_flags", "train_config_from_args",
-    "default_out_dir", "prepare_out_dir", "run_cli", "one_line", "atomic_save_figure", "atomic_write_json", "atomic_write_text",
-    "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "setup_threads", "configure_threads",
+    "model_fingerprint", "config_differences", "resolve_resume", "save_final_model", "atomic_save_figure", "atomic_write_json", "atomic_write_text",
+    "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "configure_threads",
     "add_threads_arg", "ThreadChoice", "configure_tf32", "WeightEMA", "Checkpointer", "TrainerState", "StepPlan",
     "MetricWindow", "RunningMean", "Progress", "find_latest_run", "read_data_record", "resolve_precision",
     "evaluate_loaders", "process_seed",

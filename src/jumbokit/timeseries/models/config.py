@@ -10,14 +10,41 @@ per-channel features, the extras around attention and the heads), plus the patch
 
 A saved model's config holds :meth:`SeriesModelConfig.encoder_options` (patch length and stride resolved, the
 patch count itself not kept), flat beside the encoder's shared options.
+
+The rules between options are checked here, once: a trunk option needs a trunk (:func:`check_trunk_options`, which
+``SeriesModelConfig`` applies to itself and ``tstrain`` to the flags it was given).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Callable, Iterable
 
-__all__ = ["SeriesModelConfig", "ENCODER_KEYS", "GEOMETRY_KEYS"]
+__all__ = ["SeriesModelConfig", "ENCODER_KEYS", "GEOMETRY_KEYS", "TRUNK_OPTIONS", "check_trunk_options"]
+
+# the options of the convolutional trunk, each with what it does to the trunk (the words of the error when it is set
+# without one); the first three are switches, off without a trunk
+TRUNK_OPTIONS: dict[str, str] = {
+    "trunk_diff": "feeds the first difference to",
+    "trunk_mix": "sets how the channels are read by",
+    "trunk_head": "adds a second head on",
+    "trunk_width": "sets the filters of",
+    "trunk_depth": "sets the blocks of",
+}
+TRUNK_SWITCHES = ("trunk_diff", "trunk_mix", "trunk_head")
+
+
+def check_trunk_options(trunk: str | None, chosen: Iterable[str], name: Callable[[str], str] = str,
+                        fix: str = "pass trunk='inception' or 'resnet' with it") -> None:
+    """A trunk option needs a trunk: raise ``ValueError`` for the first of :data:`TRUNK_OPTIONS` in ``chosen`` (the
+    options the caller set) when ``trunk`` names none (None or "none"). ``name`` spells an option as the caller's
+    user knows it (a field, a flag) and ``fix`` says how to add a trunk."""
+    if trunk not in (None, "none"):
+        return
+    chosen = set(chosen)
+    for option, what in TRUNK_OPTIONS.items():
+        if option in chosen:
+            raise ValueError(f"{name(option)} {what} a convolutional trunk; {fix}")
 
 
 def _help(text: str, default: Any) -> Any:
@@ -61,6 +88,9 @@ class SeriesModelConfig:
     rel_pos_bias: bool = _help("a learned per-head attention bias by patch offset in every layer (eRPE-like)", False)
     length_embed: bool = _help(
         "each series' length (relative to seq_len) added to the global tokens (NaN-padded unequal lengths)", False)
+
+    def __post_init__(self) -> None:
+        check_trunk_options(self.trunk, [name for name in TRUNK_SWITCHES if getattr(self, name)])
 
     def encoder_options(self) -> dict[str, Any]:
         """The options a series encoder's config stores (:data:`ENCODER_KEYS`)."""

@@ -34,9 +34,7 @@ def build_series_tokenizer(cfg: dict[str, Any]) -> SeriesPatchTokenizer:
     if missing:
         raise ValueError(f"a series encoder needs {missing}; got seq_len={cfg['seq_len']}, "
                          f"patch_len={cfg['patch_len']}, stride={cfg['stride']}")
-    if cfg["trunk_head"] and not cfg["trunk"]:
-        raise ValueError(f"trunk_head needs a convolutional trunk (trunk='resnet' or 'inception'), got "
-                         f"trunk={cfg['trunk']!r}")
+    SeriesModelConfig.from_options(cfg)  # the rules between series options (a trunk option needs a trunk)
     return SeriesPatchTokenizer(
         cfg["seq_len"], cfg["patch_len"], cfg["stride"], cfg["in_chans"], int(cfg["dim"]), pad_end=cfg["pad_end"],
         conv_stem=cfg["conv_stem"], trunk=cfg["trunk"], trunk_width=cfg["trunk_width"],

@@ -50,7 +50,8 @@ class SeriesPatchTokenizer(nn.Module):
         trunk: "inception" | "resnet" | None: a full-resolution convolutional trunk whose features, reduced
             per patch window, are added to each token (:class:`~jumbokit.timeseries.models.trunk.TrunkPatchFeatures`).
         trunk_width, trunk_depth: the trunk's filters per branch (inception) or layer (resnet), and its modules.
-        trunk_diff: feed each channel's first difference to the trunk as a second input.
+        trunk_diff: feed each channel's first difference to the trunk as a second input (with ``trunk_mix``, it
+            needs a trunk: ``SeriesModelConfig`` checks the options' rules, the tokenizer ignores both without one).
         trunk_mix: one trunk over all C channels of a series together, its window features added to every
             channel's tokens (default: a trunk pass per channel).
         token_stats: add each window's observed mean and standard deviation, projected (``TokenStats``).
@@ -104,9 +105,6 @@ class SeriesPatchTokenizer(nn.Module):
         if not whole_number(conv_stem, 0) or conv_stem == 1:
             raise ValueError(f"expected conv_stem to be 0 (none) or an integer width >= 2, got {conv_stem!r}")
         self.conv = ConvPatchFeatures(int(conv_stem), dim, patch_len, stride) if conv_stem else None
-        for name, value in (("trunk_diff", trunk_diff), ("trunk_mix", trunk_mix)):
-            if value and not trunk:
-                raise ValueError(f"{name} applies to a convolutional trunk; pass trunk='inception' or 'resnet' with it")
         self.trunk = (TrunkPatchFeatures(trunk, trunk_width, trunk_depth, dim, patch_len, stride, trunk_diff,
                                          mix_chans=in_chans if trunk_mix else None) if trunk else None)
         self.stats = TokenStats(dim, patch_len, stride) if token_stats else None
