@@ -50,8 +50,8 @@ class SeriesPatchTokenizer(nn.Module):
         trunk: "inception" | "resnet" | None: a full-resolution convolutional trunk whose features, reduced
             per patch window, are added to each token (:class:`~jumbokit.timeseries.models.trunk.TrunkPatchFeatures`).
         trunk_width, trunk_depth: the trunk's filters per branch (inception) or layer (resnet), and its modules.
-        trunk_diff: feed each channel's first difference to the trunk as a second input (with ``trunk_mix``, it
-            needs a trunk: ``SeriesModelConfig`` checks the options' rules, the tokenizer ignores both without one).
+        trunk_diff: feed each channel's first difference to the trunk as a second input. It and ``trunk_mix`` need a
+            trunk; ``SeriesModelConfig`` checks that rule, and without a trunk the tokenizer reads neither.
         trunk_mix: one trunk over all C channels of a series together, its window features added to every
             channel's tokens (default: a trunk pass per channel).
         token_stats: add each window's observed mean and standard deviation, projected (``TokenStats``).
