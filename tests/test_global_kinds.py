@@ -1,8 +1,8 @@
 """Global-token kinds are registered plug-ins.
 
 - Behaviour unchanged: every zoo model (and the global-token options, progressive join, ``to_timm`` and the supernet)
-  gives, bit for bit, the weights, outputs, configs and FLOPs recorded before the kinds became plug-ins
-  (``global_kinds_reference.py``), and models saved in the previous layout load.
+  gives, bit for bit, the weights, configs and FLOPs recorded before the kinds became plug-ins, and the outputs to
+  within float rounding across CPUs (``global_kinds_reference.py``); models saved in the previous layout load.
 - A kind registered from here, outside the package, builds, counts its FLOPs, saves and loads, exports to timm,
   joins and collapses branches, runs as a multi-stage encoder, and is searched by the supernet, with no edit under
   ``src/``.
@@ -42,11 +42,12 @@ def test_fingerprint_matches_the_recorded_one(name, one_torch_thread):
     build, make_input = reference.all_cases()[name]
     torch.manual_seed(reference.SEED)
     got = reference.fingerprint(build(), make_input())
-    assert got == REFERENCE[name]
+    assert reference.same_fingerprint(got, REFERENCE[name]), (got, REFERENCE[name])
 
 
 def test_supernet_fingerprint_matches_the_recorded_one(one_torch_thread):
-    assert json.loads(json.dumps(reference.supernet_fingerprint())) == REFERENCE["supernet"]
+    got = json.loads(json.dumps(reference.supernet_fingerprint()))
+    assert reference.same_fingerprint(got, REFERENCE["supernet"]), (got, REFERENCE["supernet"])
 
 
 def test_every_case_of_the_reference_is_checked():
@@ -58,7 +59,8 @@ def test_every_case_of_the_reference_is_checked():
 def test_models_saved_in_the_previous_layout_load(name, one_torch_thread):
     model = jumbokit.load(reference.SAVED / name).eval()
     _, make_input = reference.saved_cases()[name]
-    assert reference.fingerprint(model, make_input()) == SAVED[name]
+    got = reference.fingerprint(model, make_input())
+    assert reference.same_fingerprint(got, SAVED[name]), (got, SAVED[name])
 
 
 def test_supernet_saved_in_the_previous_layout_loads(one_torch_thread):
@@ -69,7 +71,7 @@ def test_supernet_saved_in_the_previous_layout_loads(one_torch_thread):
     with torch.no_grad():
         out = net(reference._image_input(batch=len(archs)), archs)
     assert reference.tensor_digest(net.state_dict()) == SAVED["supernet"]["params"]
-    assert reference.tensor_digest([out]) == SAVED["supernet"]["output"]
+    assert reference.same_output(reference.output_stats([out]), SAVED["supernet"]["output"])
 
 
 # ------------------------------------------------------------------------------------ a kind from outside the core
