@@ -40,6 +40,7 @@ COMMANDS = {
     "validate": "validate",
     "predict": "predict",
     "tstrain": "tstrain",
+    "series-pretrain": "series_pretrain",
 }
 
 

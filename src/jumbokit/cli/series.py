@@ -297,8 +297,8 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
                             f"{SMALL_DATA_STEPS}, {LONG_SERIES_STEPS} for series longer than {LONG_SERIES} steps "
                             "(paper: epochs decide; small-data: auto)")
     train.add_argument("--step-scale", type=float, default=None, metavar="F",
-                       help="with --steps auto, that many optimizer steps times F (fast: 0.2, i.e. 200 and 600; "
-                            "other recipes: 1)")
+                       help="with --steps auto, that many optimizer steps times F (paper: 1; small-data: 1; fast: 0.2, "
+                            "i.e. 200 and 600)")
     train.add_argument("--batch-size", type=_int_or_auto, default=None,
                        help="series per step, or 'auto' = min(n_train, 32, max(8, 128 // channels)) (paper: 256; "
                             "small-data: auto)")
@@ -336,6 +336,11 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                        help="pretrain on the training splits of these sets instead (comma-separated; each target is "
                             "left out, so its validation and test series are never read), as many steps as "
                             "--pretrain-epochs passes over the target's training split take (default: off)"),
+    train.add_argument("--init", default=None, metavar="PATH",
+                       help="fine-tune from a pretrained series encoder (the folder jumbokit series-pretrain wrote): "
+                            "every set's series are resampled to its length and every run's model starts from its "
+                            "weights, with a head of its own; the model and its front end must be the encoder's "
+                            "(default: off)")
     train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                        help="score the exponential moving average of the weights, updated after every step with this "
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
@@ -457,7 +462,8 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> Sweep
                        mixed_precision=args.mixed_precision, recipe=args.recipe,
                        steps=steps, step_scale=pick("step_scale"), augment=augment, mixup_alpha=args.mixup or 0.2,
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
-                       pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema,
+                       pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), init=args.init, seeds=pick("seeds"),
+                       ema_decay=args.ema,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
                        jumbo_multiplier=args.jumbo_multiplier, layer_scale=args.layer_scale, pos_embed=args.pos_embed,
                        layers=args.layers, drop_path=args.drop_path, weight_decay=args.weight_decay,

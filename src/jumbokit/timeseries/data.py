@@ -383,7 +383,8 @@ def lengths_of(series: np.ndarray | list[np.ndarray]) -> np.ndarray:
 
 
 def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_dir: str | Path | None = None,
-                 download: bool = True, normalize: str = "train", unequal_length: str = "pad") -> ClassificationData:
+                 download: bool = True, normalize: str = "train", unequal_length: str = "pad",
+                 length: int | None = None) -> ClassificationData:
     """Load a UCR/UEA dataset, pad to its longest series, normalise, encode labels.
 
     unequal_length: ``"pad"`` (default) leaves shorter series NaN-padded at the end; ``"resample"`` stretches
@@ -395,6 +396,9 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     ``"instance"`` normalises each series and channel by its own statistics (RevIN-style); ``"auto"`` picks
     one of the two from the training split (:func:`resolve_normalization`); ``"none"``.
 
+    length: every series resampled to this many steps (the input length of a pretrained encoder), whatever its own
+    (``unequal_length`` then reads ``"resample"``); None keeps the set's longest series' length.
+
     protocol: "seed" (the paper's protocol; the name sweep.json records) splits the official test set 50/50
     (stratified, ``split_seed``) into validation and test halves; "official" uses the official test set for both
     (selection on it is optimistic).
@@ -403,6 +407,11 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
         raise ValueError(f"expected protocol 'seed' or 'official', got {protocol!r}")
     check_normalization(normalize)  # before any loading
     check_unequal_length(unequal_length)
+    target = None if length is None else int(length)
+    if target is not None:
+        if target < 2:
+            raise ValueError(f"expected a length of at least 2 steps to resample to, got {length}")
+        unequal_length = "resample"
     x_train_raw, y_train_raw = load_raw(name, "train", data_dir, download)
     x_test_raw, y_test_raw = load_raw(name, "test", data_dir, download)
     train_len, test_len = lengths_of(x_train_raw), lengths_of(x_test_raw)
@@ -410,7 +419,7 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
     x_train = pad_series(x_train_raw, length)
     x_test = pad_series(x_test_raw, length)
     if unequal_length == "resample":
-        x_train, x_test = resample_to_length(x_train, train_len), resample_to_length(x_test, test_len)
+        x_train, x_test = resample_to_length(x_train, train_len, target), resample_to_length(x_test, test_len, target)
     elif unequal_length == "zero":
         x_train, x_test = zero_tails(x_train, train_len), zero_tails(x_test, test_len)
     if x_train.shape[1] != x_test.shape[1]:
@@ -430,7 +439,8 @@ def load_dataset(name: str, protocol: str = "seed", split_seed: int = 0, data_di
             "normalize": normalize, "normalized_as": applied, "unequal_length": unequal_length,
             "split_seed": split_seed}
     if unequal_length != "pad":
-        train_len, test_len = np.full_like(train_len, length), np.full_like(test_len, length)
+        steps = x_train.shape[-1]
+        train_len, test_len = np.full_like(train_len, steps), np.full_like(test_len, steps)
     train = SeriesSplit(x_train, y_train, train_len)
     if protocol == "seed":
         val_idx, test_idx = stratified_half_split(y_test, split_seed)

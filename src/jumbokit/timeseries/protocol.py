@@ -169,6 +169,7 @@ class SweepConfig:
     pretrain_mask_ratio: float = 0.4
     pretrain_lr: float = 1e-3
     pretrain_on: str | None = None  # comma-separated sets whose TRAINING splits pretrain each target (itself left out)
+    init: str | None = None  # a pretrained series encoder (jumbokit series-pretrain) every run starts from
     seeds: int = 1  # runs per grid point, with seeds seed, seed+1, ...
     ema_decay: float = 0.0  # > 0: score the exponential moving average of the weights (TrainConfig.ema_decay)
     grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
@@ -213,6 +214,8 @@ class SweepConfig:
             ("pretrain_epochs", self.pretrain_epochs, self.pretrain_epochs >= 0, ">= 0 (0 = no pretraining)"),
             ("pretrain_mask_ratio", self.pretrain_mask_ratio, 0 < self.pretrain_mask_ratio < 1, "in (0, 1)"),
             ("pretrain_lr", self.pretrain_lr, self.pretrain_lr > 0, "> 0"),
+            ("init", self.init, not self.init or not self.pretrain_epochs,
+             "None with pretrain_epochs (start from the pretrained encoder or pretrain on the set, not both)"),
             ("pretrain_on", self.pretrain_on, not self.pretrain_on or self.pretrain_epochs > 0,
              "None without pretrain_epochs (pretraining is off)"),
             ("mixup_alpha", self.mixup_alpha, self.mixup_alpha > 0, "> 0"),

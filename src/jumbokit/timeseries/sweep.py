@@ -27,10 +27,11 @@ from .jobs import (Job, JobContext, SweepPlan, execute_job, job_cost, job_order,
 from .models import HYBRID_MODELS, REFERENCE_MODELS, SERIES_MODELS, check_reference_model
 from .protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
 from .report import write_reports
+from .encoder_pretrain import encoder_length
 from .fusion import fused_name, late_fusion, ridge_proba
 from .results import (SweepResult, baseline_columns, ensemble_proba, ensemble_scores, rank_models,
                       selection_ranking, summarize)
-from .run import RunResult, check_patches, quiet_training
+from .run import RunResult, check_patches, new_run_model, quiet_training
 
 __all__ = ["SweepPlan", "plan_sweep", "execute_sweep", "run_sweep"]
 
@@ -122,10 +123,12 @@ def _fuse(got: _Gathered, plan: "SweepPlan", data: ClassificationData, baseline:
 
 def _load_all(datasets: Sequence[str], cfg: SweepConfig, data_dir: str | Path | None,
               skip_short: bool) -> dict[str, ClassificationData]:
-    """Every dataset loaded and checked (too short for ``cfg.model.patches``: skipped with a note, or an error)."""
+    """Every dataset loaded and checked (too short for ``cfg.model.patches``: skipped with a note, or an error);
+    with ``cfg.init``, every series resampled to the pretrained encoder's length."""
     loaded: dict[str, ClassificationData] = {}
+    length = encoder_length(cfg.init) if cfg.init else None  # a pretrained encoder's input: every set resampled
     for name in datasets:
-        data = load_dataset(name, protocol=cfg.protocol, split_seed=cfg.split_seed, data_dir=data_dir,
+        data = load_dataset(name, protocol=cfg.protocol, split_seed=cfg.split_seed, data_dir=data_dir, length=length,
                             normalize=cfg.normalize, unequal_length=cfg.unequal_length)
         try:
             check_patches(data, cfg.model.patches)
@@ -157,11 +160,24 @@ def _check_request(models: Sequence[str], baseline: str | Sequence[str] | None, 
 
 
 def _check_hybrids(models: Sequence[str], cfg: SweepConfig) -> None:
-    """ValueError for a hybrid asked to do what only the plain transformers do (pretraining, branches)."""
+    """ValueError for a hybrid asked to do what only the plain transformers do (pretraining, a pretrained encoder,
+    branches)."""
     hybrids = [m for m in models if m in HYBRID_MODELS]
-    if hybrids and (cfg.pretrain_epochs or cfg.branches > 1):
-        raise ValueError(f"{', '.join(hybrids)} cannot be pretrained or trained as branches (asked: "
-                         f"pretrain_epochs={cfg.pretrain_epochs}, branches={cfg.branches}); run it without them")
+    if hybrids and (cfg.pretrain_epochs or cfg.init or cfg.branches > 1):
+        raise ValueError(f"{', '.join(hybrids)} cannot be pretrained, start from an encoder or be trained as branches "
+                         f"(asked: pretrain_epochs={cfg.pretrain_epochs}, init={cfg.init!r}, branches={cfg.branches}); "
+                         "run it without them")
+
+
+def _check_init(models: Sequence[str], cfg: SweepConfig, data: ClassificationData) -> None:
+    """ValueError, before anything is written, when a model of the sweep cannot take the pretrained encoder's
+    weights (another model, width or front end than the encoder's)."""
+    from .encoder_pretrain import encoder_state, load_into
+
+    state = encoder_state(cfg.init)
+    for model in models:
+        load_into(new_run_model(data, model, cfg.for_dataset(data.train.x), 0.0, cfg.seed), state,
+                  source=f"the encoder {cfg.init} ({model})")
 
 
 def _check_references(models: Sequence[str], cfg: SweepConfig) -> None:
@@ -192,6 +208,8 @@ def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig,
     out_dir = Path(out_dir)
     store.check_out_dir(out_dir, cfg.identity())
     loaded = _load_all(datasets, cfg, data_dir, skip_short)
+    if cfg.init:
+        _check_init(models, cfg, next(iter(loaded.values())))
     return SweepPlan(datasets=loaded, models=models, cfg=cfg, out_dir=out_dir, lrs=list(lrs), dropouts=list(dropouts),
                      baselines=baselines, ensemble=int(ensemble), data_dir=data_dir, fuse=fused)
 

@@ -1,0 +1,106 @@
+"""One series encoder pretrained across sets (jumbokit series-pretrain) and tstrain --init, which fine-tunes from it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import jumbokit
+from jumbokit.cli import run_front_door
+from jumbokit.timeseries import data as ts_data
+from jumbokit.timeseries import encoder_pretrain as ep
+from jumbokit.timeseries.models import width_options
+from jumbokit.timeseries.protocol import RECIPES, SweepConfig
+from jumbokit.timeseries.sweep import run_sweep
+
+TINY = dict(length=32, steps=2, batch_size=8, cpu=True, dim=16)
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    """A tiny encoder pretrained on GunPoint's and Trace's training splits, saved."""
+    folder = tmp_path_factory.mktemp("encoder")
+    model, record = ep.pretrain_encoder(["GunPoint", "Trace"], **TINY)
+    ep.save_encoder(model, folder, record)
+    return folder
+
+
+def test_the_corpus_reads_training_splits_only(monkeypatch):
+    read = []
+    original = ts_data.load_raw
+
+    def spy(name, split, *args, **kwargs):
+        read.append((name, split))
+        return original(name, split, *args, **kwargs)
+
+    monkeypatch.setattr(ts_data, "load_raw", spy)
+    x, counts = ep.corpus_series(["GunPoint", "BasicMotions"], length=24)
+    assert set(read) == {("GunPoint", "train"), ("BasicMotions", "train")}
+    assert counts == {"GunPoint": 50, "BasicMotions": 40 * 6}  # every channel one series
+    assert x.shape == (290, 1, 24) and x.dtype == np.float32
+    np.testing.assert_allclose(x.mean(axis=-1), 0, atol=1e-5)  # each standardised on its own
+    with pytest.raises(ValueError, match="expected an encoder length of at least 16 steps"):
+        ep.corpus_series(["GunPoint"], length=8)
+
+
+def test_a_saved_encoder_loads_and_records_its_corpus(encoder):
+    record = json.loads((encoder / ep.CORPUS_FILE).read_text())
+    assert record["sets"] == {"GunPoint": 50, "Trace": 100} and record["splits"] == "train"
+    assert record["steps"] == 2 and record["length"] == 32 and np.isfinite(record["final_loss"])
+    model = jumbokit.load(encoder)
+    assert model.num_classes == 0 and model.pretrained_cfg["seq_len"] == 32
+    assert model.pretrained_cfg["unequal_length"] == "resample" and ep.encoder_length(encoder) == 32
+    # a run's model for any channels and classes takes every weight but its head
+    run = jumbokit.create_model("patchtst_jumbo", num_classes=3, in_chans=2, seq_len=32, **ep.ENCODER_OPTIONS,
+                                **width_options(16))
+    ep.load_into(run, ep.encoder_state(encoder))
+    encoder_state = ep.encoder_state(encoder)
+    assert all(run.state_dict()[k].equal(v) for k, v in encoder_state.items())
+    wide = jumbokit.create_model("patchtst_jumbo", num_classes=3, in_chans=1, seq_len=32, **ep.ENCODER_OPTIONS)
+    with pytest.raises(ValueError, match=r"does not fit this run's model: build it as the encoder was built .*"
+                                         r"different shapes: blocks\.0\.attn\.proj\.bias \(16,\) vs \(128,\)"):
+        ep.load_into(wide, encoder_state)
+    classifier = jumbokit.create_model("patchtst_jumbo", num_classes=2, in_chans=1, seq_len=32, patches=16)
+    jumbokit.save(classifier, encoder.parent / "classifier")
+    with pytest.raises(ValueError, match="expected a pretrained series encoder"):
+        ep.encoder_length(encoder.parent / "classifier")
+
+
+def test_tstrain_init_resamples_every_set_and_starts_from_the_encoder(encoder, tmp_path):
+    cfg = SweepConfig(**{k: v for k, v in RECIPES["fast"].items() if k in ("batch_size", "normalize", "augment")},
+                      model=SweepConfig().model.__class__(patches=16, conv_stem=32), steps=2, dim=16,
+                      init=str(encoder), recipe="fast")
+    result = run_sweep(["ItalyPowerDemand", "BasicMotions"], ["patchtst_jumbo"], cfg, tmp_path, lrs=[1e-3],
+                       dropouts=[0.1], progress=False, cpu=True)
+    assert {r.dataset for r in result.runs} == {"ItalyPowerDemand", "BasicMotions"}
+    assert all(r.extra["init"] == str(encoder) for r in result.runs)
+    kept = jumbokit.load(tmp_path / "models" / "ItalyPowerDemand" / "patchtst_jumbo")
+    assert kept.pretrained_cfg["seq_len"] == 32 and kept.pretrained_cfg["unequal_length"] == "resample"
+    # a model without the encoder's front end is refused before anything is written
+    plain = SweepConfig(steps=2, dim=16, init=str(encoder))
+    with pytest.raises(ValueError, match="does not fit this run's model"):
+        run_sweep(["ItalyPowerDemand"], ["patchtst_jumbo"], plain, tmp_path / "refused", lrs=[1e-3],
+                  dropouts=[0.1], progress=False, cpu=True)
+    assert not (tmp_path / "refused").exists()
+    with pytest.raises(ValueError, match="init must be None with pretrain_epochs"):
+        SweepConfig(init=str(encoder), pretrain_epochs=1)
+
+
+def test_series_pretrain_front_door_refuses_bad_input_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "enc"
+    assert run_front_door("series-pretrain", ["--dataset", "GunPoint", "--exclude", "Trace", "--out", str(out)]) == 2
+    assert "--exclude names sets that are not in the corpus: Trace" in capsys.readouterr().err
+    assert run_front_door("series-pretrain", ["--dataset", "GunPoint", "--length", "4", "--out", str(out)]) == 2
+    assert "--length must be at least 16, got 4" in capsys.readouterr().err
+    assert not out.exists()
+    assert run_front_door("series-pretrain", ["--dataset", "GunPoint,Trace", "--exclude", "Trace", "--length", "32",
+                                              "--steps", "2", "--batch-size", "8", "--dim", "16", "--out", str(out),
+                                              "--cpu", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "50 series of 32 steps from the training splits of 1 set(s)" in printed
+    assert f"tstrain --dataset NAME --init {out} --dim 16" in printed
+    assert json.loads((out / ep.CORPUS_FILE).read_text())["excluded"] == ["Trace"]
+    assert run_front_door("series-pretrain", ["--dataset", "GunPoint", "--out", str(out)]) == 2
+    assert "holds an encoder already" in capsys.readouterr().err
