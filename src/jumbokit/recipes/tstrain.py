@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
     datasets, skip_short = _datasets(args)
     plan = plan_sweep(datasets, args.model, settings.config, Path(args.out) if args.out else _default_out(args),
                       lrs=settings.lrs, dropouts=settings.dropouts, baseline=baselines, data_dir=args.data_dir,
-                      skip_short=skip_short, ensemble=settings.ensemble)
+                      skip_short=skip_short, ensemble=settings.ensemble, fuse=args.fuse)
     setup_threads(args)  # after every check: bad input gets one line, nothing else
     result = execute_sweep(plan, progress=not args.no_progress, cpu=args.cpu,
                            runs_per_device=args.runs_per_device)

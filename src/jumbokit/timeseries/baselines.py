@@ -1,4 +1,5 @@
-"""aeon's convolution-based classifiers (MiniRocket, MultiRocket, Hydra) on the sweep's splits, in bounded memory."""
+"""aeon's convolution-based classifiers (MiniRocket, MultiRocket, Hydra, MultiRocket-Hydra) on the sweep's splits, in
+bounded memory; their ridge scores on the validation and test halves are kept for late fusion (:mod:`.fusion`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .data import ClassificationData, load_raw, pad_series
 
 __all__ = ["BASELINES", "parse_baselines", "use_numba_workqueue", "rocket_baseline"]
 
-BASELINES = ("minirocket", "multirocket", "hydra")  # aeon's convolution-based classifiers
+BASELINES = ("minirocket", "multirocket", "hydra", "multirocket_hydra")  # aeon's convolution-based classifiers
 
 
 def parse_baselines(spec: str | Sequence[str] | None) -> list[str]:
@@ -76,8 +77,9 @@ def _lengths_inside(x: np.ndarray) -> np.ndarray:
 
 
 def _fit_predict(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, seed: int,
-                 n_jobs: int | None) -> tuple[np.ndarray, float]:
-    """Test predictions of one classifier and the seconds of fit + predict (numba compiled beforehand)."""
+                 n_jobs: int | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Test predictions of one classifier, its ridge scores of the test series and the seconds of fit + predict
+    (numba compiled beforehand)."""
     threads = torch.get_num_threads()
     try:
         _warm_up(name, x_train.shape[1], int(n_jobs or threads))
@@ -86,8 +88,9 @@ def _fit_predict(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             clf.fit(x_train, np.asarray(y_train).astype(str))
-            pred = clf.predict(x_test)
-        return pred, time.perf_counter() - start
+            scores = clf.decision_function(x_test)
+        index = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
+        return clf.classes_[index], scores, time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)  # Hydra sets torch's thread count to its n_jobs
 
@@ -105,7 +108,9 @@ def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir
     missing values inside series are skipped. ``n_jobs``: threads (default: torch's thread count, so the
     baselines get the cores the transformers get). ``seconds`` is fit + predict, without numba's one-off
     compilation (a warm-up fit on random data runs first). Returns {"test_top1", "val_top1", "full_test_top1"
-    (percent), "seconds", "padded"} or {"skipped": reason}."""
+    (percent), "seconds", "padded", "scores": {"val", "test"}} or {"skipped": reason}; "scores" are the ridge scores
+    of the validation and test halves ((n,) for two classes, else (n, K) in the sorted classes' order, the order of
+    the sweep's class codes), which the sweep keeps apart from the JSON record."""
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; expected one of {', '.join(BASELINES)}")
     x_train, y_train = load_raw(data.name, "train", data_dir, download=False)
@@ -119,7 +124,7 @@ def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir
     if data.seq_len < 9:
         return {"skipped": f"series of {data.seq_len} steps (the ROCKET kernels need at least 9)"}
     x_train, x_test = np.nan_to_num(x_train, nan=0.0), np.nan_to_num(x_test, nan=0.0)  # Padder's fill: 0
-    pred, seconds = _fit_predict(name, x_train, y_train, x_test, seed, n_jobs)
+    pred, scores, seconds = _fit_predict(name, x_train, y_train, x_test, seed, n_jobs)
     correct = pred == np.asarray(y_test).astype(str)
     out: dict[str, Any] = {"full_test_top1": 100.0 * float(correct.mean()), "seconds": seconds}
     if padded:
@@ -127,6 +132,8 @@ def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir
     if data.test_index is not None:
         out["test_top1"] = 100.0 * float(correct[data.test_index].mean())
         out["val_top1"] = 100.0 * float(correct[data.val_index].mean())
+        out["scores"] = {"val": scores[data.val_index], "test": scores[data.test_index]}
     else:
         out["test_top1"] = out["val_top1"] = out["full_test_top1"]
+        out["scores"] = {"val": scores, "test": scores}
     return out

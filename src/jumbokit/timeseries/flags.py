@@ -266,7 +266,12 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
                             "(default: 1, plain training)")
     model.add_argument("--baseline", default=None, metavar="NAMES",
                        help="also run aeon's classifiers on the same splits: one or more of minirocket, multirocket, "
-                            "hydra, comma-separated; unequal-length sets are zero-padded for them (default: none)")
+                            "hydra, multirocket_hydra (MultiRocket's and Hydra's features in one ridge classifier), "
+                            "comma-separated; unequal-length sets are zero-padded for them (default: none)")
+    model.add_argument("--fuse", default=None, metavar="NAMES",
+                       help="late fusion: each model's chosen run (or --ensemble) mixed with these baselines' ridge "
+                            "scores (names as --baseline; run too), the mixture's weight chosen on the validation "
+                            "half; adds a row MODEL+BASELINE per set (default: none)")
 
 
 def _add_training_args(parser: argparse.ArgumentParser) -> None:
@@ -288,6 +293,9 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
                        help=f"optimizer steps per run, whatever the set size (instead of epochs), or 'auto' = "
                             f"{SMALL_DATA_STEPS}, {LONG_SERIES_STEPS} for series longer than {LONG_SERIES} steps "
                             "(paper: epochs decide; small-data: auto)")
+    train.add_argument("--step-scale", type=float, default=None, metavar="F",
+                       help="with --steps auto, that many optimizer steps times F (fast: 0.2, i.e. 200 and 600; "
+                            "other recipes: 1)")
     train.add_argument("--batch-size", type=_int_or_auto, default=None,
                        help="series per step, or 'auto' = min(n_train, 32, max(8, 128 // channels)) (paper: 256; "
                             "small-data: auto)")
@@ -337,10 +345,10 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                        help="smooth the cross-entropy targets: 1 - EPS on the true class, EPS spread over all "
                             "classes (mixed targets too under mixup) (default: 0, off)")
     train.add_argument("--seeds", type=_positive_int, default=None,
-                       help="runs per (lr, dropout), with random seeds --seed, --seed+1, ... (paper: 1; small-data: 3)")
+                       help="runs per (lr, dropout), with random seeds --seed, --seed+1, ... (paper: 1; small-data: 3; fast: 1)")
     train.add_argument("--ensemble", type=_positive_int, default=None,
                        help="also report the top-1 accuracy of the mean probabilities of the k runs best on "
-                            "validation; 1 = off (paper: 1; small-data: 3)")
+                            "validation; 1 = off (paper: 1; small-data: 3; fast: 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -444,7 +452,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> Sweep
                        branches=args.branches, batch_size=pick("batch_size"), seed=args.seed,
                        protocol=PROTOCOLS[args.protocol], split_seed=args.split_seed,
                        mixed_precision=args.mixed_precision, recipe=args.recipe,
-                       steps=steps, augment=augment, mixup_alpha=args.mixup or 0.2,
+                       steps=steps, step_scale=pick("step_scale"), augment=augment, mixup_alpha=args.mixup or 0.2,
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), seeds=pick("seeds"), ema_decay=args.ema,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,

@@ -14,17 +14,17 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from .local import LocalAccelerator
 from jumbokit.training.rundir import atomic_write_text
 
 from . import store
 from .data import ClassificationData
-from .local import LocalAccelerator
 from .protocol import SweepConfig
 from .run import run_length
 
@@ -86,6 +86,7 @@ class SweepPlan:
     baselines: list[str]
     ensemble: int = 1
     data_dir: str | Path | None = None
+    fuse: list[str] = field(default_factory=list)  # baselines fused with every model (late fusion, :mod:`.fusion`)
 
     @property
     def runs_per_model(self) -> int:
@@ -216,8 +217,8 @@ def execute_job(job: Job, ctx: JobContext) -> None:
         store.write_run(job.path(ctx.out_dir), run, proba, model, series_data_config(data))
         acc.free_memory()
     elif job.kind == "baseline":
-        result = rocket_baseline(job.model, data, seed=ctx.cfg.seed, data_dir=ctx.data_dir)
-        atomic_write_text(job.path(ctx.out_dir), json.dumps(result, indent=1) + "\n")
+        store.write_baseline(job.path(ctx.out_dir), rocket_baseline(job.model, data, seed=ctx.cfg.seed,
+                                                                     data_dir=ctx.data_dir))
     else:
         raise ValueError(f"unknown job kind {job.kind!r}")
 

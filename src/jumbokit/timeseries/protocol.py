@@ -9,7 +9,9 @@ series augmentation, a smaller grid, several seeds and an ensemble of the best r
 ``small-data-trunk`` is small-data with the front end that measured best on the local UCR/UEA sets (3 seeds): the
 ResNet trunk at full resolution with the first difference (``trunk_width="auto"``), a second head on the trunk's
 mean token (``trunk_head``), and level and scale read by the model on sets whose series differ widely in amplitude
-(``level_scale="auto"``, :meth:`SweepConfig.for_dataset`).
+(``level_scale="auto"``, :meth:`SweepConfig.for_dataset`). Recipe ``fast`` is small-data at a fifth of its optimizer
+steps (``step_scale=0.2``: 200, 600 for series longer than 400 steps) and one run per set (one seed, no ensemble):
+chosen on the validation halves of six bundled sets outside the UCR archive benchmark (benchmarks/README.md).
 
 A sweep's series-model options are one :class:`~jumbokit.timeseries.models.config.SeriesModelConfig`
 (``SweepConfig.model``); ``sweep.json`` stores every setting with the record's schema (:data:`SWEEP_SCHEMA`), and
@@ -72,12 +74,15 @@ _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, 
 
 # Named recipes: the SweepConfig and series-model fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
-    "paper": dict(patches=8, max_patch_len=None, conv_stem=0, normalize="train", batch_size=256, steps=None, augment="none",
+    "paper": dict(patches=8, max_patch_len=None, conv_stem=0, normalize="train", batch_size=256, steps=None,
+                  step_scale=1.0, augment="none",
                   seeds=1, pretrain_epochs=0, lrs=SWEEP_LRS, dropouts=SWEEP_DROPOUTS, ensemble=1, **_PATCHES_ONLY),
     "small-data": dict(patches=16, max_patch_len=None, conv_stem=32, normalize="auto", batch_size="auto", steps="auto",
+                       step_scale=1.0,
                        augment="default", seeds=3, pretrain_epochs=0, lrs=(1e-3,), dropouts=(0.1,), ensemble=3,
                        **_PATCHES_ONLY),
 }
+RECIPES["fast"] = dict(RECIPES["small-data"], step_scale=0.2, seeds=1, ensemble=1)
 RECIPES["small-data-trunk"] = dict(RECIPES["small-data"], conv_stem=0, trunk="resnet", trunk_width="auto",
                                    trunk_depth=3, trunk_diff=True, trunk_head=True, level_scale="auto")
 
@@ -96,9 +101,11 @@ def auto_batch_size(n_train: int, channels: int = 1) -> int:
     return max(1, min(int(n_train), max(8, min(32, 128 // max(1, int(channels))))))
 
 
-def auto_steps(seq_len: int) -> int:
-    """The small-data training length: 1000 optimizer steps, 3000 for series longer than 400 steps."""
-    return LONG_SERIES_STEPS if int(seq_len) > LONG_SERIES else SMALL_DATA_STEPS
+def auto_steps(seq_len: int, scale: float = 1.0) -> int:
+    """The small-data training length: 1000 optimizer steps, 3000 for series longer than 400 steps, times ``scale``
+    (rounded, at least 1)."""
+    steps = LONG_SERIES_STEPS if int(seq_len) > LONG_SERIES else SMALL_DATA_STEPS
+    return max(1, round(steps * float(scale)))
 
 
 JUMBO_POOLS = option_choices("jumbo_pool")  # the Jumbo kind's features: J*D vector, + mean patch, mean segment
@@ -119,11 +126,11 @@ def trunk_width_text(width: int | str) -> str:
     return f"width {width}"
 
 
-def steps_text(steps: int | str) -> str:
-    """A fixed training length (a step count or "auto") in words."""
+def steps_text(steps: int | str, scale: float = 1.0) -> str:
+    """A fixed training length (a step count or "auto", whose counts ``scale`` multiplies) in words."""
     if steps == "auto":
-        return (f"{SMALL_DATA_STEPS} optimizer steps per run ({LONG_SERIES_STEPS} for series longer than "
-                f"{LONG_SERIES} steps)")
+        return (f"{auto_steps(1, scale)} optimizer steps per run ({auto_steps(LONG_SERIES + 1, scale)} for series "
+                f"longer than {LONG_SERIES} steps)")
     return f"{steps} optimizer steps per run"
 
 
@@ -155,6 +162,7 @@ class SweepConfig:
     min_steps: int = 0  # raise the epochs of small sets so every run takes at least this many optimizer steps
     recipe: str = "paper"  # the named recipe the settings came from (RECIPES)
     steps: int | str | None = None  # optimizer steps per run (instead of epochs / min_steps); "auto": auto_steps
+    step_scale: float = 1.0  # steps="auto": auto_steps' counts times this (the fast recipe's fifth)
     augment: str = "none"  # series augmentation: "none" or names of jumbokit.timeseries.augment.AUGMENTATIONS
     mixup_alpha: float = 0.2
     pretrain_epochs: int = 0  # masked-patch pretraining on the training split before fine-tuning (0 = off)
@@ -189,15 +197,13 @@ class SweepConfig:
             ("batch_size", self.batch_size, self.batch_size == "auto" or int(self.batch_size) >= 1,
              "a positive integer or 'auto'"),
             ("steps", self.steps, self.steps in (None, "auto") or int(self.steps) >= 1, "None, 'auto' or >= 1"),
+            ("step_scale", self.step_scale, 0 < self.step_scale <= 100, "in (0, 100] (a factor of steps='auto')"),
             ("patches", m.patches, is_integer(m.patches) and m.patches >= 1, "an integer >= 1"),
             ("max_patch_len", m.max_patch_len, m.max_patch_len is None or int(m.max_patch_len) >= 2, "None or >= 2"),
             ("conv_stem", m.conv_stem, m.conv_stem == 0 or int(m.conv_stem) >= 2, "0 (none) or a width >= 2"),
             ("trunk", m.trunk, m.trunk in (None, *TRUNKS), f"None or one of {', '.join(TRUNKS)}"),
             ("trunk_width", m.trunk_width, m.trunk_width == "auto" or int(m.trunk_width) >= 1, "'auto' or >= 1"),
             ("trunk_depth", m.trunk_depth, int(m.trunk_depth) >= 1, ">= 1"),
-            ("trunk_diff", m.trunk_diff, not m.trunk_diff or m.trunk is not None, "False without a trunk"),
-            ("trunk_mix", m.trunk_mix, not m.trunk_mix or m.trunk is not None, "False without a trunk"),
-            ("trunk_head", m.trunk_head, not m.trunk_head or m.trunk is not None, "False without a trunk"),
             ("level_scale", m.level_scale, m.level_scale in (False, True, "auto"), "False, True or 'auto'"),
             ("level_scale", m.level_scale, not m.level_scale or self.normalize in ("train", "none"),
              f"False with normalize={self.normalize!r} (per-series normalisation would remove the level and scale "
@@ -291,7 +297,9 @@ class SweepConfig:
 
     def steps_for(self, seq_len: int) -> int | None:
         """Optimizer steps per run for series of ``seq_len`` steps (None: epochs decide)."""
-        return auto_steps(seq_len) if self.steps == "auto" else None if self.steps is None else int(self.steps)
+        if self.steps == "auto":
+            return auto_steps(seq_len, self.step_scale)
+        return None if self.steps is None else int(self.steps)
 
     def run_seeds(self) -> list[int]:
         """The seeds of the runs at one grid point: ``seed``, ``seed + 1``, ... (``seeds`` of them)."""

@@ -151,7 +151,7 @@ def _plot(path: Path, rows: Sequence[SummaryRow], models: Sequence[str]) -> None
 def training_text(cfg: SweepConfig) -> str:
     """How each run trains, in words (the paper's sentence when the paper's recipe is used)."""
     if cfg.steps is not None:
-        length = steps_text(cfg.steps)
+        length = steps_text(cfg.steps, cfg.step_scale)
     else:
         length = (f"{cfg.epochs} epochs" if cfg.epochs is not None
                   else "100 epochs (20 for Sleep, Tiselac, FaceDetection)")

@@ -33,7 +33,8 @@ __all__ = [
 ]
 
 # written only where set: ensembles, baselines and pretraining add them to a row
-_OPTIONAL = ("full_test_top1", "ens_test_top1", "ens_val_top1", "ens_k", "padded", "pretrain_seconds")
+_OPTIONAL = ("full_test_top1", "ens_test_top1", "ens_val_top1", "ens_k", "padded", "pretrain_seconds",
+             "fusion_weight")
 
 
 @dataclass
@@ -66,6 +67,7 @@ class SummaryRow:
     ens_k: int | None = None
     padded: bool | None = None  # baselines: series zero-padded to equal length
     pretrain_seconds: float | None = None
+    fusion_weight: float | None = None  # fused rows: the transformer's share, chosen on validation
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict for results.json (the optional fields only where set)."""
@@ -146,8 +148,10 @@ def baseline_results(baselines: Mapping[str, Mapping[str, dict]] | None) -> Iter
 
 
 def baseline_columns(rows: Sequence[SummaryRow]) -> list[str]:
-    """The baselines that have a row, in :data:`BASELINES` order."""
-    return [b for b in BASELINES if any(r.model == b for r in rows)]
+    """The baselines that have a row, in :data:`BASELINES` order, then the fused models (``model+baseline``) in
+    the order of the rows."""
+    fused = [r.model for r in rows if r.fusion_weight is not None]
+    return [b for b in BASELINES if any(r.model == b for r in rows)] + list(dict.fromkeys(fused))
 
 
 def _model_row(dataset: str, model: str, items: list[dict], ens: dict | None,
@@ -177,12 +181,24 @@ def _baseline_row(dataset: str, name: str, result: dict) -> SummaryRow:
         padded=bool(result.get("padded", False)))
 
 
+def _fused_row(dataset: str, name: str, result: dict) -> SummaryRow:
+    acc = result["test_top1"]
+    return SummaryRow(
+        dataset=dataset, model=name, runs=1, test_top1=acc, val_top1=result["val_top1"], avg_test_top1=acc,
+        std_test_top1=0.0, max_test_top1=acc, best_lr=None, best_dropout=None, train_seconds=result["seconds"],
+        step_ms=None, params=None, patch_len=None, stride=None, num_patches=None, global_tokens=None,
+        wall_seconds=result["seconds"], ens_test_top1=acc, fusion_weight=result["weight"])
+
+
 def summarize(runs: Iterable[RunResult | Mapping[str, Any]], baselines: Mapping[str, Mapping[str, dict]] | None = None,
               ensembles: Mapping[tuple[str, str], dict] | None = None,
-              pretrain_seconds: Mapping[tuple[str, str], float] | None = None) -> list[SummaryRow]:
+              pretrain_seconds: Mapping[tuple[str, str], float] | None = None,
+              fusions: Mapping[str, Mapping[str, dict]] | None = None) -> list[SummaryRow]:
     """One row per (dataset, model): best (validation-selected) and mean test accuracy, timings.
 
-    Baselines (``{dataset: {name: result}}``) add a row per baseline (one run: best = avg = ensemble).
+    Baselines (``{dataset: {name: result}}``) add a row per baseline (one run: best = avg = ensemble); so do
+    fused models (``{dataset: {"model+baseline": late_fusion's result with "seconds"}}``, the model's and the
+    baseline's time together).
     Ensembles (``{(dataset, model): {"k", "test_top1", "val_top1"}}``) set the model row's ``ens_*`` fields;
     ``pretrain_seconds`` (``{(dataset, model): s}``) is added to the row's wall time."""
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -193,6 +209,7 @@ def summarize(runs: Iterable[RunResult | Mapping[str, Any]], baselines: Mapping[
             for (d, m), items in groups.items()]
     rows += [_baseline_row(d, name, result) for d, name, result in baseline_results(baselines)
              if "test_top1" in result]
+    rows += [_fused_row(d, name, result) for d, name, result in baseline_results(fusions)]
     order = {m: i for i, m in enumerate(SERIES_MODELS + BASELINES)}
     rows.sort(key=lambda r: (r.dataset, order.get(r.model, 99), r.model))
     return rows

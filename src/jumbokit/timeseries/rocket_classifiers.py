@@ -1,7 +1,8 @@
-"""MiniRocket, MultiRocket and Hydra in bounded memory: aeon's classifiers, step for step, without their copies.
+"""MiniRocket, MultiRocket, Hydra and MultiRocket-Hydra in bounded memory: aeon's classifiers, step for step,
+without their copies.
 
-aeon's ``MiniRocketClassifier``, ``MultiRocketClassifier`` and ``HydraClassifier`` are pipelines: a transformer
-(random convolutional kernels), a scaler and scikit-learn's ``RidgeClassifierCV(alphas=logspace(-3, 3, 10))``.
+aeon's ``MiniRocketClassifier``, ``MultiRocketClassifier``, ``HydraClassifier`` and ``MultiRocketHydraClassifier``
+are pipelines: transformers (random convolutional kernels), scalers and scikit-learn's ``RidgeClassifierCV(alphas=logspace(-3, 3, 10))``.
 The pipeline transforms every series at once and the ridge classifier copies the float32 features to float64 and
 centres that copy, about 20 bytes a feature a series beyond the features themselves: MultiRocket keeps 49,728
 features a series, so ElectricDevices (8,926 training series) took 19 GB.
@@ -21,10 +22,13 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["ALPHAS", "ROCKET_NAMES", "FeatureRidgeClassifierCV", "RocketClassifier"]
+__all__ = ["ALPHAS", "ROCKET_NAMES", "ROCKET_PARTS", "FeatureRidgeClassifierCV", "RocketClassifier"]
 
 ALPHAS = np.logspace(-3, 3, 10)  # aeon's classifiers' ridge penalties
-ROCKET_NAMES = ("minirocket", "multirocket", "hydra")
+# each classifier's feature parts, concatenated in this order before one ridge classifier
+ROCKET_PARTS = {"minirocket": ("minirocket",), "multirocket": ("multirocket",), "hydra": ("hydra",),
+                "multirocket_hydra": ("hydra", "multirocket")}
+ROCKET_NAMES = tuple(ROCKET_PARTS)
 BLOCK_BYTES = 128 * 2**20  # float64 work blocks of the ridge fit
 CHUNK_BYTES = 128 * 2**20  # one chunk of transformed series (and Hydra's convolution outputs)
 
@@ -225,15 +229,22 @@ class FeatureRidgeClassifierCV:
 
 
 class RocketClassifier:
-    """aeon's ``MiniRocketClassifier``, ``MultiRocketClassifier`` or ``HydraClassifier`` (their default settings)
-    with bounded memory: the same transformer, scaling and ridge classifier, a chunk of series at a time.
+    """aeon's ``MiniRocketClassifier``, ``MultiRocketClassifier``, ``HydraClassifier`` or
+    ``MultiRocketHydraClassifier`` (their default settings) with bounded memory: the same transformers, scaling and
+    ridge classifier, a chunk of series at a time.
+
+    ``multirocket_hydra`` concatenates Hydra's features (aeon's sparse scaling) and MultiRocket's (standard
+    scaling) in one ridge classifier, as aeon's ``MultiRocketHydraClassifier`` does (Dempster et al. 2023); both
+    transformers get the same ``random_state``. aeon centres MultiRocket's features there while its
+    ``MultiRocketClassifier`` does not; the ridge fit centres every feature itself, so the two give the same
+    classifier up to float rounding, and MultiRocket's part is scaled here as in ``MultiRocketClassifier``.
 
     Parameters
     ----------
-    name : {"minirocket", "multirocket", "hydra"}
+    name : {"minirocket", "multirocket", "hydra", "multirocket_hydra"}
         Which of aeon's classifiers to reproduce.
     random_state : int or None, default=None
-        Passed to aeon's transformer, as aeon's classifier passes it.
+        Passed to aeon's transformers, as aeon's classifier passes it.
     n_jobs : int, default=1
         Threads of the transform and of the ridge fit's linear algebra.
     chunk_bytes : int, default=128 MiB
@@ -244,10 +255,10 @@ class RocketClassifier:
     Attributes
     ----------
     classes_ : ndarray
-    transformer_ : aeon transformer (fitted)
+    transformers_ : list of aeon transformers (fitted), in the order of :data:`ROCKET_PARTS`
     ridge_ : FeatureRidgeClassifierCV
     n_features_ : int
-        Features per series.
+        Features per series (all parts).
 
     Examples
     --------
@@ -267,13 +278,13 @@ class RocketClassifier:
         self.chunk_bytes = chunk_bytes
         self.block_bytes = block_bytes
 
-    def _transformer(self):
-        if self.name == "minirocket":
+    def _transformer(self, part: str):
+        if part == "minirocket":
             from aeon.transformations.collection.convolution_based import MiniRocket
 
             return MiniRocket(n_kernels=10000, max_dilations_per_kernel=32, n_jobs=self.n_jobs,
                               random_state=self.random_state)
-        if self.name == "multirocket":
+        if part == "multirocket":
             from aeon.transformations.collection.convolution_based import MultiRocket
 
             return MultiRocket(n_kernels=10000, max_dilations_per_kernel=32, n_features_per_kernel=4,
@@ -291,67 +302,84 @@ class RocketClassifier:
             raise ValueError(f"expected series of shape (n_cases, n_channels, n_timepoints), got shape {x.shape}")
         return x
 
+    @property
+    def _parts(self) -> tuple[str, ...]:
+        return ROCKET_PARTS[self.name]
+
     def _rows_per_chunk(self, n_timepoints: int) -> int:
         """Series per chunk: ``chunk_bytes`` over what one series takes while it is transformed (its float32
-        features twice: aeon's output and its NaN-free copy; for Hydra also its convolution outputs, measured at
+        features twice: aeon's output and its NaN-free copy; with Hydra also its convolution outputs, measured at
         about 4 KB a time step), at least ``n_jobs``."""
         row = 8 * self.n_features_
-        if self.name == "hydra":
+        if "hydra" in self._parts:
             row += 4096 * n_timepoints
         return max(int(self.n_jobs), 1, int(self.chunk_bytes // row))
 
-    def _transform_chunk(self, x: np.ndarray) -> np.ndarray:
-        out = self.transformer_.transform(x)
+    @staticmethod
+    def _transform_chunk(transformer: Any, x: np.ndarray) -> np.ndarray:
+        out = transformer.transform(x)
         out = out.numpy() if hasattr(out, "numpy") else np.asarray(out)
         return out.astype(np.float32, copy=False)
 
+    def _features_of_chunk(self, x: np.ndarray, out: np.ndarray) -> None:
+        """Every part's features of a chunk of series, into ``out`` (rows, n_features_)."""
+        for transformer, cols in zip(self.transformers_, self.columns_):
+            out[:, cols] = self._transform_chunk(transformer, x)
+
     def _features(self, x: np.ndarray) -> np.ndarray:
-        """The transformer's float32 features of every series, a chunk at a time."""
+        """The transformers' float32 features of every series, a chunk at a time."""
         rows = self._rows_per_chunk(x.shape[-1])
         out = np.empty((len(x), self.n_features_), dtype=np.float32)
         for s in _blocks(len(x), rows):
-            out[s] = self._transform_chunk(x[s])
+            self._features_of_chunk(x[s], out[s])
         return out
 
     def _fit_scaling(self, features: np.ndarray) -> None:
-        """The classifier's scaler, fitted on the training features. MiniRocket / MultiRocket: scikit-learn's
-        ``StandardScaler(with_mean=False)`` (divide by the population standard deviation; near-constant features
-        by 1). Hydra: aeon's sparse scaler (square root of the positive part, then centred and divided by the
-        sample standard deviation plus a small term from the share of zeros, zeros kept at zero)."""
-        if self.name == "hydra":
-            np.sqrt(np.maximum(features, 0, out=features), out=features)
-            mean, var = _column_stats(features, self.block_bytes, ddof=1)
-            zeros = np.zeros(features.shape[1])
-            for s in _blocks(len(features), self.block_bytes // (4 * features.shape[1])):
-                zeros += (features[s] == 0).sum(axis=0)
-            eps = (zeros / len(features)).astype(np.float32) ** 4 + np.float32(1e-8)
-            self.shift_ = mean.astype(np.float32)
-            self.scale_ = np.sqrt(var).astype(np.float32) + eps
-        else:
-            mean, var = _column_stats(features, self.block_bytes)
-            n = len(features)
-            constant = var <= n * np.finfo(np.float64).eps * var + (n * mean * np.finfo(np.float64).eps) ** 2
-            scale = np.sqrt(var)
-            scale[constant] = 1.0
-            self.shift_, self.scale_ = None, scale.astype(np.float32)
+        """Each part's scaler, fitted on its training features (a view of ``features``, scaled in place after).
+        MiniRocket / MultiRocket: scikit-learn's ``StandardScaler(with_mean=False)`` (divide by the population
+        standard deviation; near-constant features by 1). Hydra: aeon's sparse scaler (square root of the positive
+        part, then centred and divided by the sample standard deviation plus a small term from the share of zeros,
+        zeros kept at zero)."""
+        self.shifts_, self.scales_ = [], []
+        for part, cols in zip(self._parts, self.columns_):
+            block = features[:, cols]
+            if part == "hydra":
+                np.sqrt(np.maximum(block, 0, out=block), out=block)
+                mean, var = _column_stats(block, self.block_bytes, ddof=1)
+                zeros = np.zeros(block.shape[1])
+                for s in _blocks(len(block), self.block_bytes // (4 * block.shape[1])):
+                    zeros += (block[s] == 0).sum(axis=0)
+                eps = (zeros / len(block)).astype(np.float32) ** 4 + np.float32(1e-8)
+                self.shifts_.append(mean.astype(np.float32))
+                self.scales_.append(np.sqrt(var).astype(np.float32) + eps)
+            else:
+                mean, var = _column_stats(block, self.block_bytes)
+                n = len(block)
+                constant = var <= n * np.finfo(np.float64).eps * var + (n * mean * np.finfo(np.float64).eps) ** 2
+                scale = np.sqrt(var)
+                scale[constant] = 1.0
+                self.shifts_.append(None)
+                self.scales_.append(scale.astype(np.float32))
 
     def _scale(self, features: np.ndarray, fitted: bool = False) -> np.ndarray:
-        """Scales ``features`` in place (``fitted``: Hydra's square root is already taken)."""
-        if self.name != "hydra":
-            features /= self.scale_
-            return features
-        if not fitted:
-            np.sqrt(np.maximum(features, 0, out=features), out=features)
-        for s in _blocks(len(features), self.block_bytes // (4 * features.shape[1])):
-            block = features[s]
-            nonzero = block != 0
-            block -= self.shift_
-            block *= nonzero
-            block /= self.scale_
+        """Scales ``features`` in place, part by part (``fitted``: Hydra's square root is already taken)."""
+        for part, cols, shift, scale in zip(self._parts, self.columns_, self.shifts_, self.scales_):
+            if part != "hydra":
+                features[:, cols] /= scale
+                continue
+            if not fitted:
+                block = features[:, cols]
+                np.sqrt(np.maximum(block, 0, out=block), out=block)
+            for s in _blocks(len(features), self.block_bytes // (4 * features.shape[1])):
+                block = features[s, cols]
+                nonzero = block != 0
+                block -= shift
+                block *= nonzero
+                block /= scale
         return features
 
     def fit(self, x: Any, y: Any) -> "RocketClassifier":
-        if self.name not in ROCKET_NAMES:
+        if self.name not in ROCKET_PARTS:
             raise ValueError(f"unknown classifier {self.name!r}; expected one of {', '.join(ROCKET_NAMES)}")
         x = self._series(x)
         y = np.asarray(y)
@@ -359,8 +387,11 @@ class RocketClassifier:
             raise ValueError(f"expected {len(x)} labels (one per series), got {len(y)}")
         from threadpoolctl import threadpool_limits
 
-        self.transformer_ = self._transformer().fit(x)
-        self.n_features_ = self._transform_chunk(x[:1]).shape[1]
+        self.transformers_ = [self._transformer(part).fit(x) for part in self._parts]
+        widths = [self._transform_chunk(t, x[:1]).shape[1] for t in self.transformers_]
+        ends = np.cumsum([0, *widths])
+        self.columns_ = [slice(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:])]
+        self.n_features_ = int(ends[-1])
         features = self._features(x)
         self._fit_scaling(features)
         self._scale(features, fitted=True)
@@ -369,8 +400,21 @@ class RocketClassifier:
         self.classes_ = self.ridge_.classes_
         return self
 
-    def predict(self, x: Any) -> np.ndarray:
+    def decision_function(self, x: Any) -> np.ndarray:
+        """The ridge classifier's scores of series x: (n,) for two classes (positive: ``classes_[1]``), else
+        (n, n_classes), as scikit-learn's ``RidgeClassifierCV.decision_function`` gives them."""
         x = self._series(x)
         rows = self._rows_per_chunk(x.shape[-1])
-        out = [self.ridge_.predict(self._scale(self._transform_chunk(x[s]))) for s in _blocks(len(x), rows)]
-        return np.concatenate(out) if out else self.classes_[:0]
+        out = []
+        for s in _blocks(len(x), rows):
+            chunk = np.empty((s.stop - s.start, self.n_features_), dtype=np.float32)
+            self._features_of_chunk(x[s], chunk)
+            out.append(self.ridge_.decision_function(self._scale(chunk)))
+        if not out:
+            return np.zeros((0,) if len(self.classes_) == 2 else (0, len(self.classes_)), dtype=np.float32)
+        return np.concatenate(out)
+
+    def predict(self, x: Any) -> np.ndarray:
+        scores = self.decision_function(x)
+        index = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
+        return self.classes_[index]

@@ -4,7 +4,8 @@ weights and baseline results; every file written atomically, so an interrupted s
 Layout: ``sweep.json``, ``runs/<dataset>/<model>/<run>.json`` + ``<run>.proba.safetensors`` + ``<run>.model.
 safetensors`` (the run's weights with its model and data config, loadable with ``jumbokit.load``; sweeps written
 before runs kept them have none), ``runs/<dataset>/<model>/pretrained_s<seed>.safetensors`` + ``.json``
-(``.failed`` while a failed pretraining's runs are told to stop waiting), ``runs/<dataset>/<baseline>.json``; after
+(``.failed`` while a failed pretraining's runs are told to stop waiting), ``runs/<dataset>/<baseline>.json`` (+
+``<baseline>.scores.safetensors``: its ridge scores of the validation and test halves, for late fusion); after
 the sweep, ``models/<dataset>/<model>/`` holds the run chosen on validation (``model.safetensors`` +
 ``model_config.json``), the top-k ensemble's members (``ensemble/<rank>_<run>.safetensors``) when one is scored,
 and ``kept.json`` (which runs, their accuracies).
@@ -28,7 +29,7 @@ from .protocol import SweepConfig, SweepMismatchError
 from .run import RunResult
 
 __all__ = ["run_id", "check_out_dir", "write_sweep_file", "read_sweep_file", "load_run", "run_paths", "load_runs", "write_run",
-           "load_proba", "proba_path", "read_pretrained", "write_pretrained", "pretrain_record_path",
+           "load_proba", "proba_path", "baseline_scores_path", "write_baseline", "read_pretrained", "write_pretrained", "pretrain_record_path",
            "pretrain_failed_path", "clear_pretrain_failures", "model_path", "models_folder", "keep_models"]
 
 
@@ -121,6 +122,26 @@ def write_run(path: Path, run: RunResult, proba: dict[str, np.ndarray], model: t
     if model is not None:
         save(model, model_path(path), data_config=data_config, config_file=False)
     atomic_write_text(path, json.dumps(asdict(run), indent=1) + "\n")
+
+
+def baseline_scores_path(path: Path) -> Path:
+    """Where a baseline's ridge scores lie, beside its record (``runs/<dataset>/<baseline>.scores.safetensors``)."""
+    return path.with_name(path.stem + ".scores.safetensors")
+
+
+def write_baseline(path: Path, result: dict[str, Any]) -> None:
+    """A finished baseline: its ridge scores of the validation and test halves (when it has them) first, then
+    its record without them (whose presence marks the baseline done)."""
+    from safetensors.numpy import save_file
+
+    from ..encoders.io import atomic_write
+
+    record = dict(result)
+    scores = record.pop("scores", None)
+    if scores is not None:
+        arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in scores.items()}
+        atomic_write(baseline_scores_path(path), lambda tmp: save_file(arrays, tmp))
+    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
 
 
 def load_proba(path: Path) -> dict[str, np.ndarray] | None:

@@ -27,7 +27,9 @@ from .jobs import (Job, JobContext, SweepPlan, execute_job, job_cost, job_order,
 from .models import HYBRID_MODELS, REFERENCE_MODELS, SERIES_MODELS, check_reference_model
 from .protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
 from .report import write_reports
-from .results import SweepResult, baseline_columns, ensemble_scores, rank_models, summarize
+from .fusion import fused_name, late_fusion, ridge_proba
+from .results import (SweepResult, baseline_columns, ensemble_proba, ensemble_scores, rank_models,
+                      selection_ranking, summarize)
 from .run import RunResult, check_patches, quiet_training
 
 __all__ = ["SweepPlan", "plan_sweep", "execute_sweep", "run_sweep"]
@@ -45,14 +47,16 @@ class _Gathered:
     dataset_seconds: dict[str, float] = field(default_factory=dict)
     pretrain_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
     run_paths: dict[tuple[str, str], list[Path]] = field(default_factory=dict)  # records, in the sweep's order
+    chosen_proba: dict[tuple[str, str], dict] = field(default_factory=dict)  # fused: the chosen run's or ensemble's
+    fusions: dict[str, dict[str, dict]] = field(default_factory=dict)  # {dataset: {fused name: result}}
 
     def add_seconds(self, dataset: str, seconds: float) -> None:
         self.dataset_seconds[dataset] = self.dataset_seconds.get(dataset, 0.0) + seconds
 
 
 def _gather_model(got: _Gathered, plan: "SweepPlan", data: ClassificationData, model: str, jobs: list[Job]) -> None:
-    """The runs of one model on one dataset (with their probabilities when an ensemble is scored), its
-    pretraining time and its ensemble."""
+    """The runs of one model on one dataset (with their probabilities when an ensemble is scored or the model is
+    fused), its pretraining time and its ensemble."""
     runs, probas = [], []
     for job in jobs:
         path = job.path(plan.out_dir)
@@ -60,7 +64,7 @@ def _gather_model(got: _Gathered, plan: "SweepPlan", data: ClassificationData, m
         if run is None:
             raise RuntimeError(f"{path} is missing or unreadable after every process finished its jobs")
         runs.append(run)
-        probas.append(store.load_proba(store.proba_path(path)) if plan.ensemble > 1 else None)
+        probas.append(store.load_proba(store.proba_path(path)) if plan.ensemble > 1 or plan.fuse else None)
         got.add_seconds(data.name, run.wall_seconds)
     got.runs += runs
     if plan.cfg.pretrain_epochs:
@@ -71,6 +75,10 @@ def _gather_model(got: _Gathered, plan: "SweepPlan", data: ClassificationData, m
         got.add_seconds(data.name, spent)
     if plan.ensemble > 1:
         got.ensembles[(data.name, model)] = ensemble_scores(runs, probas, plan.ensemble, data.val.y, data.test.y)
+    if plan.fuse and all(p is not None for p in probas):
+        members = selection_ranking(runs)[:plan.ensemble]
+        got.chosen_proba[(data.name, model)] = {half: ensemble_proba([probas[i][half] for i in members])
+                                                for half in ("val", "test")}
     got.run_paths[(data.name, model)] = [job.path(plan.out_dir) for job in jobs]
 
 
@@ -85,7 +93,31 @@ def _gather(plan: "SweepPlan", jobs: list[Job]) -> _Gathered:
             result = json.loads(job.path(plan.out_dir).read_text())
             got.baselines.setdefault(data.name, {})[job.model] = result
             got.add_seconds(data.name, float(result.get("seconds", 0.0)))
+        for baseline in plan.fuse:
+            _fuse(got, plan, data, baseline)
     return got
+
+
+def _fuse(got: _Gathered, plan: "SweepPlan", data: ClassificationData, baseline: str) -> None:
+    """Every model of the sweep fused with ``baseline`` on one dataset (:func:`~jumbokit.timeseries.fusion.
+    late_fusion`): the model's chosen run (or top-k ensemble) and the baseline's stored ridge scores."""
+    result = got.baselines.get(data.name, {}).get(baseline, {})
+    if "test_top1" not in result:
+        return  # skipped for this set (its reason is in the baseline's row)
+    scores = store.load_proba(store.baseline_scores_path(plan.out_dir / "runs" / data.name / f"{baseline}.json"))
+    if scores is None:
+        logger.warning("%s: %s has no stored scores (a baseline run before they were kept); no fused row", data.name,
+                       baseline)
+        return
+    ridge = {half: ridge_proba(scores[half], data.num_classes) for half in ("val", "test")}
+    for model in plan.models:
+        proba = got.chosen_proba.get((data.name, model))
+        if proba is None:
+            continue
+        fused = late_fusion(proba, ridge, data.val.y, data.test.y)
+        spent = sum(r.wall_seconds for r in got.runs if r.dataset == data.name and r.model == model)
+        fused["seconds"] = spent + (got.pretrain_seconds.get((data.name, model)) or 0.0) + float(result["seconds"])
+        got.fusions.setdefault(data.name, {})[fused_name(model, baseline)] = fused
 
 
 def _load_all(datasets: Sequence[str], cfg: SweepConfig, data_dir: str | Path | None,
@@ -142,26 +174,31 @@ def _check_references(models: Sequence[str], cfg: SweepConfig) -> None:
 def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, out_dir: str | Path,
                lrs: Sequence[float] = SWEEP_LRS, dropouts: Sequence[float] = SWEEP_DROPOUTS,
                baseline: str | Sequence[str] | None = None, data_dir: str | Path | None = None,
-               skip_short: bool = False, ensemble: int = 1) -> SweepPlan:
+               skip_short: bool = False, ensemble: int = 1, fuse: str | Sequence[str] | None = None) -> SweepPlan:
     """Check a sweep and load its datasets; bad input raises ValueError here, before anything is written.
 
     ``skip_short``: drop datasets too short for ``cfg.model.patches`` (with a note) instead of failing.
     ``baseline``: names of :data:`~jumbokit.timeseries.baselines.BASELINES` (a comma-separated string or a
     list), run on the same splits. ``ensemble``: also score the mean probabilities of the top-k runs (chosen
-    on validation) per dataset and model; 1 = off."""
+    on validation) per dataset and model; 1 = off. ``fuse``: baselines (names as ``baseline``; run too when not
+    asked for there) fused with every model: a row ``model+baseline`` per dataset, the model's chosen run (or
+    ensemble) and the baseline's ridge scores mixed with a weight chosen on validation
+    (:func:`~jumbokit.timeseries.fusion.late_fusion`)."""
     models, baselines = _check_request(models, baseline, ensemble, datasets)
+    fused = parse_baselines(fuse)
+    baselines += [b for b in fused if b not in baselines]
     _check_hybrids(models, cfg)
     _check_references(models, cfg)
     out_dir = Path(out_dir)
     store.check_out_dir(out_dir, cfg.identity())
     loaded = _load_all(datasets, cfg, data_dir, skip_short)
     return SweepPlan(datasets=loaded, models=models, cfg=cfg, out_dir=out_dir, lrs=list(lrs), dropouts=list(dropouts),
-                     baselines=baselines, ensemble=int(ensemble), data_dir=data_dir)
+                     baselines=baselines, ensemble=int(ensemble), data_dir=data_dir, fuse=fused)
 
 
 def _result(got: _Gathered, plan: SweepPlan) -> SweepResult:
     """Rows and ranks of everything the sweep gathered."""
-    rows = summarize(got.runs, got.baselines, got.ensembles, got.pretrain_seconds)
+    rows = summarize(got.runs, got.baselines, got.ensembles, got.pretrain_seconds, got.fusions)
     ran = baseline_columns(rows)
     keys = ("best", "ens") if plan.ensemble > 1 else ("best",)
     return SweepResult(runs=got.runs, rows=rows, ranks=rank_models(rows, plan.models),
@@ -257,10 +294,10 @@ def run_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, 
               lrs: Sequence[float] = SWEEP_LRS, dropouts: Sequence[float] = SWEEP_DROPOUTS,
               baseline: str | Sequence[str] | None = None, data_dir: str | Path | None = None,
               progress: bool = True, skip_short: bool = False, cpu: bool = False, ensemble: int = 1,
-              runs_per_device: int = 1) -> SweepResult:
+              runs_per_device: int = 1, fuse: str | Sequence[str] | None = None) -> SweepResult:
     """Check, run (or resume) the sweep and write the reports: :func:`plan_sweep` then :func:`execute_sweep`.
 
     Every dataset is loaded and checked before any training, so bad input fails with nothing written."""
     plan = plan_sweep(datasets, models, cfg, out_dir, lrs=lrs, dropouts=dropouts, baseline=baseline,
-                      data_dir=data_dir, skip_short=skip_short, ensemble=ensemble)
+                      data_dir=data_dir, skip_short=skip_short, ensemble=ensemble, fuse=fuse)
     return execute_sweep(plan, progress=progress, cpu=cpu, runs_per_device=runs_per_device)

@@ -1,0 +1,67 @@
+"""Late fusion of a transformer with a ROCKET-family classifier: one weight, chosen on the validation half.
+
+The transformer gives class probabilities; the ROCKET classifiers give ridge scores, a regression onto the codes
++1 (the class) and -1 (the others), so a confident score sits near +1 for the class and near -1 elsewhere.
+:func:`ridge_proba` turns them into probabilities with a softmax at a fixed :data:`RIDGE_TEMPERATURE` (a score gap
+of 2 becomes odds of about 150 to 1). :func:`late_fusion` mixes the two,
+``w * transformer + (1 - w) * ridge``, with ``w`` from :data:`FUSION_WEIGHTS` chosen by validation accuracy (ties:
+the weight nearest 0.5, then the smaller), and scores the mixture on the test half. Nothing is fitted on the test
+half, and neither model is retrained: the fusion reads the probabilities a sweep stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FUSION_WEIGHTS", "RIDGE_TEMPERATURE", "fused_name", "ridge_proba", "late_fusion"]
+
+FUSION_WEIGHTS = tuple(np.round(np.linspace(0.0, 1.0, 11), 2).tolist())  # the transformer's share
+RIDGE_TEMPERATURE = 2.5
+SEPARATOR = "+"
+
+
+def fused_name(model: str, baseline: str) -> str:
+    """The row name of a model fused with a baseline: ``patchtst_jumbo+multirocket_hydra``."""
+    return f"{model}{SEPARATOR}{baseline}"
+
+
+def ridge_proba(scores: np.ndarray, num_classes: int) -> np.ndarray:
+    """Class probabilities (n, K) from ridge scores: (n,) for two classes (positive: the second class) or
+    (n, K), in the classes' sorted order (the order of the sweep's class codes)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim == 1:
+        if num_classes != 2:
+            raise ValueError(f"expected scores (n, {num_classes}) for {num_classes} classes, got shape {scores.shape}")
+        scores = np.stack([-scores, scores], axis=1)
+    if scores.ndim != 2 or scores.shape[1] != num_classes:
+        raise ValueError(f"expected scores (n, {num_classes}), got shape {scores.shape}")
+    logits = RIDGE_TEMPERATURE * scores
+    logits -= logits.max(axis=1, keepdims=True)
+    proba = np.exp(logits)
+    return proba / proba.sum(axis=1, keepdims=True)
+
+
+def _accuracy(proba: np.ndarray, y: np.ndarray) -> float:
+    return 100.0 * float((proba.argmax(axis=1) == y).mean())
+
+
+def late_fusion(model: dict[str, np.ndarray], ridge: dict[str, np.ndarray], y_val: np.ndarray,
+                y_test: np.ndarray) -> dict[str, Any]:
+    """The fused classifier's accuracies (percent) and its weight.
+
+    ``model``: the transformer's {"val": (n_val, K), "test": (n_test, K)} probabilities; ``ridge``: the ROCKET
+    classifier's probabilities on the same halves (:func:`ridge_proba`). Returns {"weight": the transformer's
+    share, "val_top1", "test_top1", "weights_tied": how many weights shared the best validation accuracy}."""
+    for half, y in (("val", y_val), ("test", y_test)):
+        if model[half].shape != ridge[half].shape or len(model[half]) != len(y):
+            raise ValueError(f"expected {len(y)} {half} probabilities of the same classes from both models, got "
+                             f"{model[half].shape} and {ridge[half].shape}")
+    y_val, y_test = np.asarray(y_val), np.asarray(y_test)
+    val = [_accuracy(w * model["val"] + (1 - w) * ridge["val"], y_val) for w in FUSION_WEIGHTS]
+    best = max(val)
+    tied = [w for w, acc in zip(FUSION_WEIGHTS, val) if acc == best]
+    weight = min(tied, key=lambda w: (abs(w - 0.5), w))
+    test = weight * model["test"] + (1 - weight) * ridge["test"]
+    return {"weight": weight, "val_top1": best, "test_top1": _accuracy(test, y_test), "weights_tied": len(tied)}
