@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model compared with MiniRocket, MultiRocket and Hydra in the headline table: its mean "
                         "rank among the four, wins / ties / losses, Friedman and the diagram (default: the first "
                         "fused model, else the first --model)")
+    p.add_argument("--group", action="append", default=[], metavar="A,B,...",
+                   help="another table of these models alone (mean accuracy, mean rank, Friedman, Nemenyi and a "
+                        "diagram), repeatable, e.g. patchtst,patchtst_registers,patchtst_jumbo (default: none)")
     p.add_argument("--pair", action="append", default=[], metavar="A:B",
                    help="a paired comparison over the sets (accuracy difference A - B, paired t-test and sign "
                         "test, CPU seconds of each), repeatable (default: none)")
@@ -321,7 +324,8 @@ def summary_table(result: dict) -> str:
 
 def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict, models: list[str],
                 result: dict, published: dict | None = None, everything: dict | None = None,
-                pairs: list[dict] | None = None, reference_command: str | None = None) -> str:
+                pairs: list[dict] | None = None, reference_command: str | None = None,
+                groups: list[dict] | None = None) -> str:
     """The markdown report: ``result`` (:func:`compare`) heads it; ``published`` (from :func:`published_record`)
     adds the reference columns, ``everything`` the comparison of every model, ``pairs`` (:func:`pair_stats`) one
     line each."""
@@ -356,6 +360,11 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
     if everything is not None and everything["models"] != result["models"]:
         lines += [f"## Every model ({len(everything['sets'])} sets with all of them)", "", summary_table(everything),
                   ""]
+    for group in groups or []:
+        lines += [f"## {', '.join(group['models'])} ({len(group['sets'])} sets with all of them)", "",
+                  summary_table(group), ""]
+        if group.get("figure"):
+            lines += [f"![critical-difference diagram]({group['figure']})", ""]
     if pairs:
         lines += ["## Paired over the sets", "", *[f"- {pair_line(pair)}" for pair in pairs], ""]
     lines += target_lines(rows, result, everything or result) + [""]
@@ -387,15 +396,29 @@ def main(argv=None) -> dict:
         raise SystemExit(f"--headline {headline}: no such model among {', '.join(models)}")
     result = compare(rows, [headline, *(m for m in ("minirocket", "multirocket", "hydra") if m in models)])
     everything = compare(rows, models)
+    named = [m for spec in args.group for m in spec.split(",") if m]
+    named += [m for spec in args.pair for m in spec.split(":", 1)]
+    unknown = [m for m in dict.fromkeys(named) if m not in models]
+    if unknown or any(":" not in spec for spec in args.pair):
+        raise SystemExit(f"--group / --pair: expected models among {', '.join(models)} (--pair as A:B), got "
+                         f"{', '.join(unknown) or ', '.join(args.pair)}")
     pairs = [pair_stats(rows, *pair.split(":", 1)) for pair in args.pair]
-    published = published_record(load_published(), rows, result["sets"])
-    text = report_text(args, command, rows, costs, models, result, published, everything, pairs, reference_command)
+    groups = [compare(rows, [m for m in group.split(",") if m]) for group in args.group]
     json_path = args.json or result_path("ucr_archive", variant)
+    for i, group in enumerate(groups, 1):
+        if len(group["sets"]) > 1 and len(group["models"]) > 2:
+            fig = stats.critical_difference_figure(np.array(group["ranks"]), group["models"],
+                                                   f"UCR 2018, {len(group['sets'])} sets: mean rank (bar: no "
+                                                   "difference at 5%)")
+            group["figure"] = atomic_save_figure(json_path.with_name(f"{json_path.stem}_group{i}_cd.png"), fig).name
+    published = published_record(load_published(), rows, result["sets"])
+    text = report_text(args, command, rows, costs, models, result, published, everything, pairs, reference_command,
+                       groups)
     record = {"benchmark": "ucr_archive", "command": command, "recipe": args.recipe, "seed": args.seed,
               "tstrain_args": tstrain_argv(args), "machine": machine_record(), **result,
               "per_set": {s: {"models": rows[s], **costs[s]} for s in rows},
               "total_cpu_seconds": sum(c["cpu_seconds"] for c in costs.values()), "published": published,
-              "every_model": everything, "pairs": pairs, "reference_command": reference_command}
+              "every_model": everything, "pairs": pairs, "groups": groups, "reference_command": reference_command}
     if len(result["sets"]) > 1 and len(result["models"]) > 1:
         fig = stats.critical_difference_figure(np.array(result["ranks"]), result["models"],
                                                f"UCR 2018, {len(result['sets'])} sets, {args.recipe}: mean rank "
