@@ -195,7 +195,7 @@ def pair_line(pair: dict) -> str:
     beyond = pair["t_test_p"] < 0.05 or low > 0 or high < 0
     verdict = "beyond the noise" if beyond else "inside the noise"
     return (f"{a} - {b} over {pair['sets']} sets: {pair['mean_difference']:+.2f} points (95% interval {low:+.2f} to "
-            f"{high:+.2f}, paired t p {pair['t_test_p']:.3f}: {verdict}); W/T/L {pair['wins']}/{pair['ties']}/"
+            f"{high:+.2f}, paired t one-sided p of {a} > {b} {pair['t_test_p']:.3f}: {verdict}); W/T/L {pair['wins']}/{pair['ties']}/"
             f"{pair['losses']} (sign p {pair['sign_test_p']:.3f}); seconds {pair['seconds'][a]['total']:.0f} vs "
             f"{pair['seconds'][b]['total']:.0f} in all, median {pair['seconds'][a]['median']:.1f} vs "
             f"{pair['seconds'][b]['median']:.1f}, max {pair['seconds'][a]['max']:.0f} vs "
