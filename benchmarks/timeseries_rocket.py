@@ -19,7 +19,7 @@ import sys
 import torch
 from tqdm import tqdm
 
-from jumbokit.timeseries.baselines import BASELINES, rocket_baseline
+from jumbokit.timeseries.baselines import ROCKET_CLASSIFIERS, rocket_baseline
 from jumbokit.timeseries.data import load_dataset, local_datasets
 from jumbokit.benchmarking import machine_record, result_path, results_folder, write_result
 from jumbokit.training.rundir import markdown_table
@@ -53,11 +53,11 @@ def table(rows: list[dict]) -> str:
     lines = []
     for name, models in by_set.items():
         line = {"dataset": name}
-        for m in BASELINES:
+        for m in ROCKET_CLASSIFIERS:
             r = models.get(m)
             line[f"{m}: test half / official"] = (f"{100 * r['best_test_acc']:.1f} / {100 * r['full_test_acc']:.1f}"
                                                   + ("*" if r["padded"] else "")) if r else "skipped"
-        line["fit + predict s"] = " / ".join(f"{models[m]['wall_seconds']:.1f}" for m in BASELINES if m in models)
+        line["fit + predict s"] = " / ".join(f"{models[m]['wall_seconds']:.1f}" for m in ROCKET_CLASSIFIERS if m in models)
         lines.append(line)
     note = "\n\\* zero-padded to the longest series.\n" if any(r["padded"] for r in rows) else ""
     return markdown_table(lines).rstrip("\n") + "\n" + note
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, skipped = [], {}
     for name in tqdm(names, desc="sets", unit="set"):
         data = load_dataset(name, download=False)
-        for model in BASELINES:
+        for model in ROCKET_CLASSIFIERS:
             result = rocket_baseline(model, data, seed=0, n_jobs=args.threads)
             if "skipped" in result:
                 skipped[f"{name}/{model}"] = result["skipped"]

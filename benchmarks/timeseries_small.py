@@ -37,7 +37,7 @@ import torch
 from jumbokit.benchmarking import machine_record, run_tstrain, write_result
 from jumbokit.timeseries.data import local_datasets
 from jumbokit.timeseries.models import PATCHTST_MODELS
-from jumbokit.timeseries.baselines import BASELINES
+from jumbokit.timeseries.baselines import ROCKET_CLASSIFIERS
 from jumbokit.timeseries.protocol import steps_text
 from jumbokit.training.rundir import atomic_write_text
 
@@ -153,25 +153,25 @@ def accuracy_lines(datasets: list[str], models: list[str], by: dict, results: di
     lines = ["## Accuracy (test top-1 %, the paper's split)", "",
              f"Best run chosen on validation / ensemble of the top {ensemble} runs (mean probabilities). "
              "Baselines: one fit each; * = zero-padded to equal length.", "",
-             "| dataset | " + " | ".join(models) + " | " + " | ".join(BASELINES) + " |",
-             "|---|" + "---|" * (len(models) + len(BASELINES))]
+             "| dataset | " + " | ".join(models) + " | " + " | ".join(ROCKET_CLASSIFIERS) + " |",
+             "|---|" + "---|" * (len(models) + len(ROCKET_CLASSIFIERS))]
     for d in datasets:
         cells = [f"{pct(by[(d, m)]['test_top1'])} / {pct(by[(d, m)].get('ens_test_top1'))}" for m in models]
         cells += [pct(by[(d, b)]["test_top1"]) + ("*" if by[(d, b)].get("padded") else "") if (d, b) in by
-                  else "-" for b in BASELINES]
+                  else "-" for b in ROCKET_CLASSIFIERS]
         lines.append(f"| {d} | " + " | ".join(cells) + " |")
     means = {m: {key: mean_or_none(by[(d, m)].get(key) for d in datasets if (d, m) in by)
-                 for key in ("test_top1", "ens_test_top1")} for m in models + list(BASELINES)
+                 for key in ("test_top1", "ens_test_top1")} for m in models + list(ROCKET_CLASSIFIERS)
              if any((d, m) in by for d in datasets)}
     lines.append("| mean | " + " | ".join(f"{pct(means[m]['test_top1'])} / {pct(means[m]['ens_test_top1'])}"
                                           for m in models)
-                 + " | " + " | ".join(pct(means[b]["test_top1"]) if b in means else "-" for b in BASELINES) + " |")
+                 + " | " + " | ".join(pct(means[b]["test_top1"]) if b in means else "-" for b in ROCKET_CLASSIFIERS) + " |")
     ra, rt = results["ranks_all"], results["ranks"]
     lines.append("| mean rank, all 6 (best / ens) | " + " | ".join(
         f"{ra[m]['best']:.2f} / " + ("-" if ra[m].get("ens") is None else f"{ra[m]['ens']:.2f}")
-        for m in models + list(BASELINES) if m in ra) + " |")
+        for m in models + list(ROCKET_CLASSIFIERS) if m in ra) + " |")
     lines.append("| mean rank, 3 transformers (best / avg) | " + " | ".join(
-        f"{rt[m]['best']:.2f} / {rt[m]['avg']:.2f}" for m in models) + " |" + " |" * len(BASELINES))
+        f"{rt[m]['best']:.2f} / {rt[m]['avg']:.2f}" for m in models) + " |" + " |" * len(ROCKET_CLASSIFIERS))
     return lines + [""]
 
 
@@ -205,7 +205,7 @@ def target_lines(datasets: list[str], models: list[str], by: dict, ranks: dict) 
 
 def cost_lines(datasets: list[str], models: list[str], by: dict, runs_per_model: int) -> list[str]:
     """Wall seconds per set and model (a transformer's whole sweep; a baseline's fit + predict)."""
-    names = models + list(BASELINES)
+    names = models + list(ROCKET_CLASSIFIERS)
     lines = ["## Cost (wall seconds per set, 2-core CPU, fp32)", "",
              f"Transformers: all {runs_per_model} runs of the sweep (training + evaluation); baselines: one fit + "
              "predict on the full train/test split.", "",
@@ -284,7 +284,7 @@ def main(argv=None) -> int:
     report: dict = {"datasets": datasets, "machine": machine_record(threads=args.threads, device="cpu"),
                     "device": "cpu (fp32)", "threads": args.threads}
     started = time.perf_counter()
-    common = ["--recipe", "small-data", "--baseline", ",".join(BASELINES), "--threads", str(args.threads), "--cpu",
+    common = ["--recipe", "small-data", "--baseline", ",".join(ROCKET_CLASSIFIERS), "--threads", str(args.threads), "--cpu",
               "--no-progress", "--out", str(out / "main"), *args.tstrain_args.split()]
     report["command"] = "tstrain " + " ".join(common)
     log(f"main sweep: {report['command']} on {', '.join(datasets)}")

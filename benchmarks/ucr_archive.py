@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--headline", default=None, metavar="MODEL",
                    help="the model compared with MiniRocket, MultiRocket and Hydra in the headline table: its mean "
                         "rank among the four, wins / ties / losses, Friedman and the diagram (default: the first "
-                        "fused model, else the first --model)")
+                        "fused model; without one, the headline table ranks every model)")
     p.add_argument("--group", action="append", default=[], metavar="A,B,...",
                    help="another table of these models alone (mean accuracy, mean rank, Friedman, Nemenyi and a "
                         "diagram), repeatable, e.g. patchtst,patchtst_registers,patchtst_jumbo (default: none)")
@@ -392,11 +392,12 @@ def main(argv=None) -> dict:
         for name, per_set in earlier.items():
             rows.setdefault(name, {}).update(per_set)
     models = list(dict.fromkeys(m for per_set in rows.values() for m in per_set))
-    headline = args.headline or next((m for m in models if SEPARATOR in m), args.model.split(",")[0])
-    if headline not in models:
+    headline = args.headline or next((m for m in models if SEPARATOR in m), None)
+    if headline is not None and headline not in models:
         raise SystemExit(f"--headline {headline}: no such model among {', '.join(models)}")
-    result = compare(rows, [headline, *(m for m in ("minirocket", "multirocket", "hydra") if m in models)])
     everything = compare(rows, models)
+    result = everything if headline is None else compare(
+        rows, [headline, *(m for m in ("minirocket", "multirocket", "hydra") if m in models)])
     named = [m for spec in args.group for m in spec.split(",") if m]
     named += [m for spec in args.pair for m in spec.split(":", 1)]
     unknown = [m for m in dict.fromkeys(named) if m not in models]

@@ -669,10 +669,14 @@ def test_ucr_archive_benchmark_ranks_models_against_minirocket_and_resumes(tmp_p
     out = tmp_path / "ucr.json"
     cmd = [sys.executable, "benchmarks/ucr_archive.py", "--data-dir", str(tmp_path / "ucr"), "--model",
            "patchtst,patchtst_jumbo", "--baseline", "minirocket", "--steps", "2", "--cpu", "--threads", "1",
-           "--out", str(tmp_path / "sweep"), "--json", str(out)]
+           "--out", str(tmp_path / "sweep"), "--json", str(out), "--pair", "patchtst_jumbo:patchtst",
+           "--group", "patchtst,patchtst_jumbo"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out.read_text())
+    pair, group = record["pairs"][0], record["groups"][0]
+    assert (pair["a"], pair["b"], pair["sets"]) == ("patchtst_jumbo", "patchtst", 2)
+    assert pair["wins"] + pair["ties"] + pair["losses"] == 2 and group["models"] == ["patchtst", "patchtst_jumbo"]
     assert record["sets"] == ["Even", "Odd"] and record["models"] == ["patchtst", "patchtst_jumbo", "minirocket"]
     acc = np.array(record["accuracy"])
     assert record["mean_accuracy"]["minirocket"] == pytest.approx(acc[:, 2].mean())
@@ -683,8 +687,10 @@ def test_ucr_archive_benchmark_ranks_models_against_minirocket_and_resumes(tmp_p
     assert record["friedman"] is not None and record["nemenyi_cd"] > 0
     assert (tmp_path / "ucr_cd.png").stat().st_size > 0 and "vs MiniRocket" in out.with_suffix(".md").read_text()
     assert all(record["per_set"][s]["cpu_seconds"] > 0 for s in ("Even", "Odd"))
-    runs = sorted(p.stat().st_mtime_ns for p in (tmp_path / "sweep" / "runs").rglob("*.json"))
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["Even", "Odd"]  # one sweep folder a set
+    runs = sorted(p.stat().st_mtime_ns for p in (tmp_path / "sweep").glob("*/runs/**/*.json"))
+    assert len(runs) == 6  # 2 sets x (2 runs + MiniRocket)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.stat().st_mtime_ns for p in (tmp_path / "sweep" / "runs").rglob("*.json")) == runs
+    assert sorted(p.stat().st_mtime_ns for p in (tmp_path / "sweep").glob("*/runs/**/*.json")) == runs
     assert json.loads(out.read_text())["accuracy"] == record["accuracy"]

@@ -14,9 +14,10 @@ import torch
 
 from .data import ClassificationData, load_raw, pad_series
 
-__all__ = ["BASELINES", "parse_baselines", "use_numba_workqueue", "rocket_baseline"]
+__all__ = ["BASELINES", "ROCKET_CLASSIFIERS", "parse_baselines", "use_numba_workqueue", "rocket_baseline"]
 
-BASELINES = ("minirocket", "multirocket", "hydra", "multirocket_hydra")  # aeon's convolution-based classifiers
+ROCKET_CLASSIFIERS = ("minirocket", "multirocket", "hydra")  # aeon's three single-transform classifiers
+BASELINES = (*ROCKET_CLASSIFIERS, "multirocket_hydra")  # every baseline tstrain runs (aeon's convolution-based ones)
 
 
 def parse_baselines(spec: str | Sequence[str] | None) -> list[str]:
