@@ -10,6 +10,7 @@ import pytest
 import jumbokit
 from jumbokit.cli import run_front_door
 from jumbokit.timeseries import data as ts_data
+from jumbokit.timeseries import pool as ts_pool
 from jumbokit.timeseries import encoder_pretrain as ep
 from jumbokit.timeseries.models import width_options
 from jumbokit.timeseries.protocol import RECIPES, SweepConfig
@@ -35,7 +36,7 @@ def test_the_corpus_reads_training_splits_only(monkeypatch):
         read.append((name, split))
         return original(name, split, *args, **kwargs)
 
-    monkeypatch.setattr(ts_data, "load_raw", spy)
+    monkeypatch.setattr(ts_pool, "load_raw", spy)  # the one reader of training series
     x, counts = ep.corpus_series(["GunPoint", "BasicMotions"], length=24)
     assert set(read) == {("GunPoint", "train"), ("BasicMotions", "train")}
     assert counts == {"GunPoint": 50, "BasicMotions": 40 * 6}  # every channel one series

@@ -81,6 +81,8 @@ def _fit_predict(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np
                  n_jobs: int | None) -> tuple[np.ndarray, np.ndarray, float]:
     """Test predictions of one classifier, its ridge scores of the test series and the seconds of fit + predict
     (numba compiled beforehand)."""
+    from .rocket_classifiers import labels_of_scores
+
     threads = torch.get_num_threads()
     try:
         _warm_up(name, x_train.shape[1], int(n_jobs or threads))
@@ -90,8 +92,7 @@ def _fit_predict(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np
             warnings.simplefilter("ignore")
             clf.fit(x_train, np.asarray(y_train).astype(str))
             scores = clf.decision_function(x_test)
-        index = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
-        return clf.classes_[index], scores, time.perf_counter() - start
+        return labels_of_scores(clf.classes_, scores), scores, time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)  # Hydra sets torch's thread count to its n_jobs
 

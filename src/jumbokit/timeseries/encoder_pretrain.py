@@ -43,22 +43,16 @@ def corpus_series(names: Sequence[str], length: int = DEFAULT_LENGTH, data_dir: 
                   seed: int = 0) -> tuple[np.ndarray, dict[str, int]]:
     """(n, 1, ``length``) float32 series from the TRAINING splits of ``names`` (every channel one series, shuffled
     with ``seed``) and {set: series taken}. A set not available locally raises ``DatasetNotFoundError``."""
-    from .data import load_raw, pad_series
-    from .pool import parse_pool, resample_observed
+    from .pool import parse_pool, training_series
 
     names = parse_pool(names)
     if not names:
         raise ValueError("expected one or more sets whose training splits make the corpus, got none")
     if int(length) < 16:
         raise ValueError(f"expected an encoder length of at least 16 steps (16 patches), got {length}")
-    series, counts = [], {}
-    for name in names:
-        x, _ = load_raw(name, "train", data_dir, download=False)
-        padded = pad_series(x)
-        kept = [s for s in (resample_observed(v, int(length)) for v in padded.reshape(-1, padded.shape[-1]))
-                if s is not None]
-        counts[name] = len(kept)
-        series += kept
+    per_set = training_series(names, int(length), data_dir)
+    counts = {name: len(kept) for name, kept in per_set.items()}
+    series = [s for kept in per_set.values() for s in kept]
     if len(series) < 2:
         raise ValueError(f"the training splits of {', '.join(names)} give {len(series)} usable series; expected at "
                          "least 2")

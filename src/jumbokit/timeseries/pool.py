@@ -18,7 +18,7 @@ import numpy as np
 
 from .data import load_raw, pad_series
 
-__all__ = ["parse_pool", "pretraining_pool", "resample_observed"]
+__all__ = ["parse_pool", "pretraining_pool", "resample_observed", "training_series"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,20 @@ def resample_observed(values: np.ndarray, length: int) -> np.ndarray | None:
     return ((out - out.mean()) / std if std > 1e-8 else np.zeros(length)).astype(np.float32)
 
 
+def training_series(names: Sequence[str], length: int,
+                    data_dir: str | Path | None = None) -> dict[str, list[np.ndarray]]:
+    """{set: its usable univariate series}: every channel of every TRAINING series of each set (only
+    ``load_raw(name, "train")`` is read), its observed steps resampled to ``length`` and standardised
+    (:func:`resample_observed`)."""
+    out = {}
+    for name in names:
+        x, _ = load_raw(name, "train", data_dir, download=False)
+        padded = pad_series(x)  # (n, C, L) with NaN padding
+        out[name] = [s for s in (resample_observed(v, length) for v in padded.reshape(-1, padded.shape[-1]))
+                     if s is not None]
+    return out
+
+
 def pretraining_pool(names: Sequence[str], target: str, channels: int, length: int,
                      data_dir: str | Path | None = None, seed: int = 0) -> np.ndarray:
     """(n, ``channels``, ``length``) float32 pretraining samples from the TRAINING splits of ``names`` other
@@ -50,12 +64,7 @@ def pretraining_pool(names: Sequence[str], target: str, channels: int, length: i
     others = [n for n in parse_pool(names) if n != target]
     if not others:
         raise ValueError(f"--pretrain-on names no set other than the target {target!r}; name one or more others")
-    series = []
-    for name in others:
-        x, _ = load_raw(name, "train", data_dir, download=False)
-        padded = pad_series(x)  # (n, C, L) with NaN padding
-        series += [s for s in (resample_observed(v, length) for v in padded.reshape(-1, padded.shape[-1]))
-                   if s is not None]
+    series = [s for per_set in training_series(others, length, data_dir).values() for s in per_set]
     count = len(series) // channels
     if count < 1:
         raise ValueError(f"the pretraining pool {', '.join(others)} has {len(series)} usable series, fewer than the "

@@ -22,7 +22,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["ALPHAS", "ROCKET_NAMES", "ROCKET_PARTS", "FeatureRidgeClassifierCV", "RocketClassifier"]
+__all__ = ["ALPHAS", "ROCKET_NAMES", "ROCKET_PARTS", "FeatureRidgeClassifierCV", "RocketClassifier",
+           "labels_of_scores"]
 
 ALPHAS = np.logspace(-3, 3, 10)  # aeon's classifiers' ridge penalties
 # each classifier's feature parts, concatenated in this order before one ridge classifier
@@ -37,6 +38,12 @@ def _blocks(total: int, size: int) -> Iterator[slice]:
     size = max(1, int(size))
     for start in range(0, total, size):
         yield slice(start, min(start + size, total))
+
+
+def labels_of_scores(classes: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """The labels ridge scores pick, as scikit-learn's ridge classifiers pick them: (n,) scores for two classes
+    (positive: ``classes[1]``), else the column of the largest of (n, K)."""
+    return classes[(scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)]
 
 
 def _column_stats(x: np.ndarray, block_bytes: int, ddof: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -139,9 +146,7 @@ class FeatureRidgeClassifierCV:
         return x @ self.coef_.T + self.intercept_
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        scores = self.decision_function(x)
-        index = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
-        return self.classes_[index]
+        return labels_of_scores(self.classes_, self.decision_function(x))
 
     @staticmethod
     def _check(x: np.ndarray) -> np.ndarray:
@@ -415,6 +420,4 @@ class RocketClassifier:
         return np.concatenate(out)
 
     def predict(self, x: Any) -> np.ndarray:
-        scores = self.decision_function(x)
-        index = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
-        return self.classes_[index]
+        return labels_of_scores(self.classes_, self.decision_function(x))

@@ -94,18 +94,19 @@ def _gather(plan: "SweepPlan", jobs: list[Job]) -> _Gathered:
             result = json.loads(job.path(plan.out_dir).read_text())
             got.baselines.setdefault(data.name, {})[job.model] = result
             got.add_seconds(data.name, float(result.get("seconds", 0.0)))
-        for baseline in plan.fuse:
-            _fuse(got, plan, data, baseline)
+        for job in (j for j in jobs if j.kind == "baseline" and j.dataset == data.name and j.model in plan.fuse):
+            _fuse(got, plan, data, job)
     return got
 
 
-def _fuse(got: _Gathered, plan: "SweepPlan", data: ClassificationData, baseline: str) -> None:
-    """Every model of the sweep fused with ``baseline`` on one dataset (:func:`~jumbokit.timeseries.fusion.
-    late_fusion`): the model's chosen run (or top-k ensemble) and the baseline's stored ridge scores."""
-    result = got.baselines.get(data.name, {}).get(baseline, {})
+def _fuse(got: _Gathered, plan: "SweepPlan", data: ClassificationData, job: Job) -> None:
+    """Every model of the sweep fused with the baseline of ``job`` on one dataset (:func:`~jumbokit.timeseries.
+    fusion.late_fusion`): the model's chosen run (or top-k ensemble) and the baseline's stored ridge scores."""
+    baseline = job.model
+    result = got.baselines[data.name][baseline]
     if "test_top1" not in result:
         return  # skipped for this set (its reason is in the baseline's row)
-    scores = store.load_proba(store.baseline_scores_path(plan.out_dir / "runs" / data.name / f"{baseline}.json"))
+    scores = store.load_proba(store.baseline_scores_path(job.path(plan.out_dir)))
     if scores is None:
         logger.warning("%s: %s has no stored scores (a baseline run before they were kept); no fused row", data.name,
                        baseline)
