@@ -380,6 +380,12 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
 
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
+    bad = [spec for spec in args.pair if len([m for m in spec.split(":") if m]) != 2]
+    bad += [spec for spec in args.group if len([m for m in spec.split(",") if m]) < 2]
+    if bad:  # before any set runs; the names themselves are checked once the rows are read
+        raise SystemExit(f"--pair expects A:B and --group two or more names A,B,...; got {', '.join(bad)}")
+    if args.reference_record and not parse_reference(args.reference_record)[0].is_file():
+        raise SystemExit(f"--reference-record: no file {parse_reference(args.reference_record)[0]}")
     sets = archive_sets(args.data_dir, args.datasets)
     variant = f"{args.recipe}_s{args.seed}"
     out = args.out or Path("runs") / "bench_ucr_archive" / variant
@@ -401,9 +407,8 @@ def main(argv=None) -> dict:
     named = [m for spec in args.group for m in spec.split(",") if m]
     named += [m for spec in args.pair for m in spec.split(":", 1)]
     unknown = [m for m in dict.fromkeys(named) if m not in models]
-    if unknown or any(":" not in spec for spec in args.pair):
-        raise SystemExit(f"--group / --pair: expected models among {', '.join(models)} (--pair as A:B), got "
-                         f"{', '.join(unknown) or ', '.join(args.pair)}")
+    if unknown:
+        raise SystemExit(f"--group / --pair: expected models among {', '.join(models)}, got {', '.join(unknown)}")
     pairs = [pair_stats(rows, *pair.split(":", 1)) for pair in args.pair]
     groups = [compare(rows, [m for m in group.split(",") if m]) for group in args.group]
     json_path = args.json or result_path(RESULTS, "ucr_archive", variant)
