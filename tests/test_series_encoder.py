@@ -89,6 +89,19 @@ def test_tstrain_init_resamples_every_set_and_starts_from_the_encoder(encoder, t
         SweepConfig(init=str(encoder), pretrain_epochs=1)
 
 
+def test_a_baseline_beside_an_encoder_reads_the_raw_series_at_their_own_length():
+    """tstrain --init resamples a set to the encoder's length (here 32 of GunPoint's 150 steps); the ROCKET
+    baselines of the same sweep still read the raw series, so they score as they do without --init."""
+    from jumbokit.timeseries.baselines import rocket_baseline
+
+    resampled = ts_data.load_dataset("GunPoint", unequal_length="resample", length=32)
+    assert resampled.seq_len == 32
+    own = rocket_baseline("minirocket", ts_data.load_dataset("GunPoint"), seed=0)
+    beside = rocket_baseline("minirocket", resampled, seed=0)
+    assert "skipped" not in beside and beside["test_top1"] == own["test_top1"]
+    np.testing.assert_array_equal(beside["scores"]["test"], own["scores"]["test"])
+
+
 def test_series_pretrain_front_door_refuses_bad_input_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "enc"
     assert run_front_door("series-pretrain", ["--dataset", "GunPoint", "--exclude", "Trace", "--out", str(out)]) == 2

@@ -118,13 +118,16 @@ def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir
     x_train, y_train = load_raw(data.name, "train", data_dir, download=False)
     x_test, y_test = load_raw(data.name, "test", data_dir, download=False)
     padded = not data.meta.get("equal_length", False)
-    x_train = pad_series(x_train, data.seq_len).astype(np.float64)
-    x_test = pad_series(x_test, data.seq_len).astype(np.float64)
+    # the raw series at their own length: a run's series may be resampled to another (tstrain --init)
+    x_train, x_test = pad_series(x_train), pad_series(x_test)
+    length = max(x_train.shape[-1], x_test.shape[-1])
+    x_train = pad_series(x_train, length).astype(np.float64)
+    x_test = pad_series(x_test, length).astype(np.float64)
     inner = [_lengths_inside(x) for x in (x_train, x_test)]
     if any(bool(np.isnan(x[mask]).any()) for x, mask in zip((x_train, x_test), inner)):
         return {"skipped": "missing values inside series (not supported by aeon's ROCKET classifiers)"}
-    if data.seq_len < 9:
-        return {"skipped": f"series of {data.seq_len} steps (the ROCKET kernels need at least 9)"}
+    if length < 9:
+        return {"skipped": f"series of {length} steps (the ROCKET kernels need at least 9)"}
     x_train, x_test = np.nan_to_num(x_train, nan=0.0), np.nan_to_num(x_test, nan=0.0)  # Padder's fill: 0
     pred, scores, seconds = _fit_predict(name, x_train, y_train, x_test, seed, n_jobs)
     correct = pred == np.asarray(y_test).astype(str)
