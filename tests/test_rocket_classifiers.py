@@ -8,7 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from jumbokit.timeseries.rocket_classifiers import ALPHAS, FeatureRidgeClassifierCV, RocketClassifier
+from jumbokit.timeseries.rocket_classifiers import (ALPHAS, FeatureRidgeClassifierCV, RocketClassifier, load_rocket,
+                                                    save_rocket)
 
 
 def _features(n: int, p: int, classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -127,6 +128,42 @@ def test_rocket_classifier_refuses_bad_input():
         RocketClassifier("hydra").fit(np.zeros((4, 1, 1, 20)), np.array([0, 1, 0, 1]))
     with pytest.raises(ValueError, match="expected 4 labels"):
         RocketClassifier("hydra").fit(np.zeros((4, 1, 20)), np.array([0, 1, 0]))
+
+
+@pytest.mark.parametrize("name,chans,classes", [("minirocket", 2, 3), ("multirocket", 1, 2), ("hydra", 2, 2),
+                                                 ("multirocket_hydra", 1, 3)])
+def test_a_saved_classifier_loads_and_scores_bit_identically(tmp_path, name, chans, classes):
+    """save_rocket / load_rocket: one safetensors file (no pickle); the loaded classifier's scores equal the fitted
+    one's exactly, for univariate and multivariate series, two classes (one score column) and three."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.array(["a", "b", "c"][:classes]), 8)
+    x, x_new = rng.normal(size=(len(y), chans, 40)), rng.normal(size=(7, chans, 40))
+    fitted = RocketClassifier(name, random_state=3).fit(x, y)
+    path = save_rocket(fitted, tmp_path / "rocket.safetensors")
+    loaded = load_rocket(path)
+    assert loaded.input_shape_ == (chans, 40) and list(loaded.classes_) == list(fitted.classes_)
+    np.testing.assert_array_equal(loaded.decision_function(x_new), fitted.decision_function(x_new))
+    assert (loaded.predict(x_new) == fitted.predict(x_new)).all()
+
+
+def test_a_saved_classifier_refuses_what_it_cannot_read(tmp_path):
+    with pytest.raises(ValueError, match="expected a fitted RocketClassifier"):
+        save_rocket(RocketClassifier("minirocket"), tmp_path / "unfitted.safetensors")
+    assert not (tmp_path / "unfitted.safetensors").exists()
+    (tmp_path / "other.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match="expected a ROCKET classifier saved by jumbokit"):
+        load_rocket(tmp_path / "other.safetensors")
+    fitted = RocketClassifier("hydra", random_state=0).fit(np.random.default_rng(0).normal(size=(8, 1, 30)),
+                                                           np.repeat(["a", "b"], 4))
+    path = save_rocket(fitted, tmp_path / "hydra.safetensors")
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    with safe_open(str(path), framework="numpy") as fh:  # as if another aeon held one array fewer
+        arrays, meta = {k: fh.get_tensor(k) for k in fh.keys() if k != "hydra._hydra.W"}, fh.metadata()
+    save_file(arrays, str(tmp_path / "older.safetensors"), metadata=meta)
+    with pytest.raises(ValueError, match=r"whose hydra transformer holds other arrays .*hydra\._hydra\.W"):
+        load_rocket(tmp_path / "older.safetensors")
 
 
 def test_memory_benchmark_pairs_the_paths_and_checks_its_flags(monkeypatch):

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import numpy as np
 
 __all__ = ["ALPHAS", "ROCKET_NAMES", "ROCKET_PARTS", "FeatureRidgeClassifierCV", "RocketClassifier",
-           "labels_of_scores"]
+           "labels_of_scores", "save_rocket", "load_rocket"]
 
 ALPHAS = np.logspace(-3, 3, 10)  # aeon's classifiers' ridge penalties
 # each classifier's feature parts, concatenated in this order before one ridge classifier
@@ -260,6 +260,7 @@ class RocketClassifier:
     Attributes
     ----------
     classes_ : ndarray
+    input_shape_ : (channels, steps) of the training series
     transformers_ : list of aeon transformers (fitted), in the order of :data:`ROCKET_PARTS`
     ridge_ : FeatureRidgeClassifierCV
     n_features_ : int
@@ -392,6 +393,7 @@ class RocketClassifier:
             raise ValueError(f"expected {len(x)} labels (one per series), got {len(y)}")
         from threadpoolctl import threadpool_limits
 
+        self.input_shape_ = (int(x.shape[1]), int(x.shape[2]))  # (channels, steps) of the training series
         self.transformers_ = [self._transformer(part).fit(x) for part in self._parts]
         widths = [self._transform_chunk(t, x[:1]).shape[1] for t in self.transformers_]
         ends = np.cumsum([0, *widths])
@@ -421,3 +423,132 @@ class RocketClassifier:
 
     def predict(self, x: Any) -> np.ndarray:
         return labels_of_scores(self.classes_, self.decision_function(x))
+
+
+# A fitted classifier on disk (save_rocket / load_rocket): one safetensors file, no pickle. Its arrays are the
+# transformers' fitted arrays (their kernels, dilations, biases, by attribute name), each part's scaling and the
+# ridge classifier's; its metadata (JSON) the settings, the training series' shape and the classes. Loading builds
+# each transformer as fit() does, fits it on zeros of the recorded shape (which fixes every array's shape and all
+# that is drawn at random), then puts the stored arrays back: a file from another aeon version whose transformers
+# hold other arrays is refused, naming them.
+ROCKET_FORMAT = 1
+
+
+def _as_numpy(value: Any) -> np.ndarray:
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or type(value).__name__ == "Tensor"
+
+
+def _fitted_arrays(obj: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    """The arrays an aeon transformer holds (and the torch module inside it, as Hydra's), by attribute name:
+    arrays and tensors, and tuples / lists of them (``name.0``, ``name.1``, ...)."""
+    from torch import nn
+
+    out: dict[str, np.ndarray] = {}
+    for key, value in vars(obj).items():
+        if isinstance(value, nn.Module):
+            out.update(_fitted_arrays(value, f"{prefix}{key}."))
+        elif _is_array(value):
+            out[prefix + key] = _as_numpy(value)
+        elif isinstance(value, (tuple, list)) and value and all(_is_array(v) for v in value):
+            out.update({f"{prefix}{key}.{i}": _as_numpy(v) for i, v in enumerate(value)})
+    return out
+
+
+def _put_arrays(obj: Any, arrays: dict[str, np.ndarray], prefix: str = "") -> None:
+    """The inverse of :func:`_fitted_arrays` on a transformer fitted to the same shapes: every array replaced by
+    the stored one, as the same type (NumPy array or torch tensor, tuple or list)."""
+    import torch
+    from torch import nn
+
+    def like(old: Any, new: np.ndarray) -> Any:
+        return torch.from_numpy(np.array(new)) if isinstance(old, torch.Tensor) else np.array(new)
+
+    for key, value in vars(obj).items():
+        if isinstance(value, nn.Module):
+            _put_arrays(value, arrays, f"{prefix}{key}.")
+        elif _is_array(value):
+            setattr(obj, key, like(value, arrays[prefix + key]))
+        elif isinstance(value, (tuple, list)) and value and all(_is_array(v) for v in value):
+            items = [like(v, arrays[f"{prefix}{key}.{i}"]) for i, v in enumerate(value)]
+            setattr(obj, key, type(value)(items))
+
+
+def save_rocket(clf: RocketClassifier, path: str | Any) -> Any:
+    """A fitted :class:`RocketClassifier` as one safetensors file (written atomically); :func:`load_rocket` reads
+    it back. Returns the path."""
+    import json
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from safetensors.numpy import save_file
+
+    from ..encoders.io import atomic_write
+
+    if not hasattr(clf, "ridge_"):
+        raise ValueError("expected a fitted RocketClassifier (call fit first)")
+    arrays: dict[str, np.ndarray] = {}
+    for part, transformer in zip(clf._parts, clf.transformers_):
+        arrays.update(_fitted_arrays(transformer, f"{part}."))
+    for part, shift, scale in zip(clf._parts, clf.shifts_, clf.scales_):
+        arrays[f"scaling.{part}.scale"] = scale
+        if shift is not None:
+            arrays[f"scaling.{part}.shift"] = shift
+    arrays.update({"ridge.coef": clf.ridge_.coef_, "ridge.intercept": clf.ridge_.intercept_})
+    meta = {"format": ROCKET_FORMAT, "name": clf.name, "random_state": clf.random_state,
+            "input_shape": list(clf.input_shape_), "classes": [str(c) for c in clf.classes_],
+            "columns": [[c.start, c.stop] for c in clf.columns_], "alpha": clf.ridge_.alpha_,
+            "aeon": version("aeon")}
+    arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    path = Path(path)
+    atomic_write(path, lambda tmp: save_file(arrays, tmp, metadata={"rocket": json.dumps(meta)}))
+    return path
+
+
+def load_rocket(path: str | Any, n_jobs: int = 1) -> RocketClassifier:
+    """The classifier :func:`save_rocket` wrote, ready to score series of its training shape. ValueError (naming
+    the file) for a file that is not one, or whose transformers' arrays differ from this aeon version's."""
+    import json
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="numpy") as fh:
+            meta = json.loads((fh.metadata() or {})["rocket"])
+            arrays = {k: fh.get_tensor(k) for k in fh.keys()}
+    except (OSError, KeyError, ValueError, Exception) as err:
+        raise ValueError(f"{path}: expected a ROCKET classifier saved by jumbokit (save_rocket), could not read it "
+                         f"({type(err).__name__}: {err})") from None
+    if meta.get("format") != ROCKET_FORMAT or meta.get("name") not in ROCKET_PARTS:
+        raise ValueError(f"{path}: expected format {ROCKET_FORMAT} of one of {', '.join(ROCKET_NAMES)}, got format "
+                         f"{meta.get('format')!r} of {meta.get('name')!r}")
+    clf = RocketClassifier(meta["name"], random_state=meta["random_state"], n_jobs=n_jobs)
+    chans, steps = meta["input_shape"]
+    clf.input_shape_ = (int(chans), int(steps))
+    zeros = np.zeros((2, int(chans), int(steps)))
+    clf.transformers_ = []
+    for part in clf._parts:
+        transformer = clf._transformer(part).fit(zeros)
+        fitted = _fitted_arrays(transformer, f"{part}.")
+        stored = {k: v for k, v in arrays.items() if k.startswith(f"{part}.")}
+        differ = sorted(k for k in set(fitted) | set(stored)
+                        if k not in fitted or k not in stored or fitted[k].shape != stored[k].shape)
+        if differ:
+            raise ValueError(f"{path} was saved with aeon {meta.get('aeon')}, whose {part} transformer holds other "
+                             f"arrays than this version's: {', '.join(differ[:5])}")
+        _put_arrays(transformer, stored, f"{part}.")
+        clf.transformers_.append(transformer)
+    clf.columns_ = [slice(int(a), int(b)) for a, b in meta["columns"]]
+    clf.n_features_ = int(meta["columns"][-1][1])
+    clf.scales_ = [arrays[f"scaling.{part}.scale"] for part in clf._parts]
+    clf.shifts_ = [arrays.get(f"scaling.{part}.shift") for part in clf._parts]
+    ridge = FeatureRidgeClassifierCV(block_bytes=clf.block_bytes)
+    ridge.classes_ = np.asarray(meta["classes"])
+    ridge.coef_, ridge.intercept_, ridge.alpha_ = arrays["ridge.coef"], arrays["ridge.intercept"], meta["alpha"]
+    clf.ridge_, clf.classes_ = ridge, ridge.classes_
+    return clf
