@@ -148,6 +148,8 @@ def child(name: str, model: str, path: str, out: str, seed: int, data_dir: str |
 # ---------------------------------------------------------------- the parent
 def run_one(name: str, model: str, path: str, args: argparse.Namespace, folder: str) -> dict:
     """One fresh single-threaded process: its peak resident memory and CPU seconds (``wait4``), its results."""
+    from jumbokit.benchmarking import peak_rss_mib
+
     out = os.path.join(folder, f"{name}_{model}_{path}.json")
     env = dict(os.environ, **{v: "1" for v in THREAD_VARIABLES})
     cmd = [sys.executable, os.path.abspath(__file__), "--seed", str(args.seed), "--child", name, model, path, out]
@@ -171,7 +173,7 @@ def run_one(name: str, model: str, path: str, args: argparse.Namespace, folder: 
     err.seek(0)
     stderr = err.read()
     row = {"dataset": name, "model": model, "path": path, "wall_s": round(time.perf_counter() - start, 1),
-           "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+           "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "peak_rss_mib": peak_rss_mib(usage),
            "peak_rss_gb": round(usage.ru_maxrss * 1024 / 1e9, 2)}
     row["within_target"] = not killed and row["peak_rss_gb"] <= TARGET_GB
     if killed:

@@ -29,7 +29,8 @@ critical difference (``jumbokit.benchmarking.stats``) and aeon's critical-differ
 model's table, the paired comparisons asked for (``--pair A:B``: the mean difference with its 95% interval, the
 sign test, each one's seconds), the targets with their intervals, and the cost per set: CPU seconds of the set's
 process (all its threads, summed over invocations; a resumed set adds only its reading), its peak memory (the
-largest of any invocation; a set over 8 GB is named) and each model's recorded wall seconds. ``--reference-record`` adds columns from an earlier record of this script with the same seed and split
+largest of any invocation; a set over 8 GB is named) and each model's recorded wall seconds.
+``--reference-record`` adds columns from an earlier record of this script with the same seed and split
 (deterministic baselines need not run twice), named in the report.
 
 Beside them, as reference columns only (not in the ranks, wins / ties / losses, Friedman or Nemenyi): the published
@@ -60,7 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jumbokit.benchmarking import machine_record, result_path, results_folder, stats, write_result
+from jumbokit.benchmarking import machine_record, peak_rss_mib, result_path, results_folder, stats, write_result
 from jumbokit.timeseries.baselines import BASELINES
 from jumbokit.timeseries.fusion import SEPARATOR
 from jumbokit.timeseries.protocol import RECIPES
@@ -243,7 +244,7 @@ def tstrain_child(argv: list[str]) -> tuple[float, float]:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise SystemExit(f"tstrain {' '.join(argv)} failed (exit {child.returncode})")
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024  # Linux: ru_maxrss in KiB
+    return usage.ru_utime + usage.ru_stime, peak_rss_mib(usage)
 
 
 def run_sets(sets: list[str], argv: list[str], out: Path) -> tuple[dict, dict]:
@@ -372,7 +373,8 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
                 "CPU s": costs[s]["cpu_seconds"], "peak MiB": costs[s].get("peak_rss_mib"),
                 **{f"{m} wall s": rows[s][m].get("wall_seconds") for m in models if m in rows[s]}}
                for s in rows]
-    fmt = {m: ".1f" for m in [*models, *labels]} | {"CPU s": ".0f", "peak MiB": ".0f"} | {f"{m} wall s": ".0f" for m in models}
+    fmt = ({m: ".1f" for m in [*models, *labels]} | {"CPU s": ".0f", "peak MiB": ".0f"}
+           | {f"{m} wall s": ".0f" for m in models})
     lines = [f"# UCR 2018 archive: {args.model} ({args.recipe}, seed {args.seed}) vs {args.baseline or 'no baselines'}",
              "", f"`{command}`", ""]
     if reference_command:

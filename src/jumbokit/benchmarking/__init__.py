@@ -21,9 +21,9 @@ The scripts in ``benchmarks/`` measure; this package holds what they share and w
 """
 
 from .machine import machine_record
-from .records import dataset_slug, is_legacy, result_path, results_folder, run_stamp, write_result
+from .records import dataset_slug, is_legacy, peak_rss_mib, result_path, results_folder, run_stamp, write_result
 from .timing import Timing, time_interleaved
 from .tstrain import run_tstrain
 
-__all__ = ["dataset_slug", "Timing", "is_legacy", "machine_record", "result_path", "results_folder", "run_stamp",
+__all__ = ["dataset_slug", "Timing", "is_legacy", "machine_record", "peak_rss_mib", "result_path", "results_folder", "run_stamp",
            "run_tstrain", "time_interleaved", "write_result"]

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from ..training.rundir import atomic_write_json, atomic_write_text
 
-__all__ = ["STAMP_KEYS", "dataset_slug", "is_legacy", "process_start_time", "result_path",
+__all__ = ["STAMP_KEYS", "dataset_slug", "is_legacy", "peak_rss_mib", "process_start_time", "result_path",
            "run_stamp", "stamp_line", "write_result"]
 
 #: What a stamp holds; a record whose ``stamp`` lacks one of these is legacy.
@@ -152,8 +152,9 @@ def _seeds_of(record: dict[str, Any], argv: Sequence[str]) -> list[int] | None:
     return None
 
 
-def _peak_rss_mib(usage: resource.struct_rusage) -> float:
-    # ru_maxrss is KiB on Linux, bytes on macOS
+def peak_rss_mib(usage: resource.struct_rusage) -> float:
+    """The peak resident memory of a ``getrusage`` / ``os.wait4`` record in MiB (one decimal): ru_maxrss is KiB
+    on Linux, bytes on macOS."""
     scale = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024
     return round(usage.ru_maxrss * scale, 1)
 
@@ -204,7 +205,7 @@ def run_stamp(record: dict[str, Any] | None = None, seeds: Sequence[int] | None 
             "started": iso(start), "finished": iso(now), "wall_s": round(now - start, 2),
             "cpu_s": {"self": round(cpu_self, 2), "children": round(cpu_children, 2),
                       "total": round(cpu_self + cpu_children, 2)},
-            "peak_rss_mib": {"self": _peak_rss_mib(own), "children": _peak_rss_mib(children)},
+            "peak_rss_mib": {"self": peak_rss_mib(own), "children": peak_rss_mib(children)},
             "seeds": list(seeds) if seeds is not None else _seeds_of(record or {}, argv)}
 
 

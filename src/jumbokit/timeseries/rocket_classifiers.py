@@ -439,7 +439,9 @@ def _as_numpy(value: Any) -> np.ndarray:
 
 
 def _is_array(value: Any) -> bool:
-    return isinstance(value, np.ndarray) or type(value).__name__ == "Tensor"
+    import torch
+
+    return isinstance(value, (np.ndarray, torch.Tensor))
 
 
 def _fitted_arrays(obj: Any, prefix: str = "") -> dict[str, np.ndarray]:
@@ -521,7 +523,7 @@ def load_rocket(path: str | Any, n_jobs: int = 1) -> RocketClassifier:
         with safe_open(str(path), framework="numpy") as fh:
             meta = json.loads((fh.metadata() or {})["rocket"])
             arrays = {k: fh.get_tensor(k) for k in fh.keys()}
-    except (OSError, KeyError, ValueError, Exception) as err:
+    except Exception as err:  # missing, not safetensors, or no "rocket" metadata
         raise ValueError(f"{path}: expected a ROCKET classifier saved by jumbokit (save_rocket), could not read it "
                          f"({type(err).__name__}: {err})") from None
     if meta.get("format") != ROCKET_FORMAT or meta.get("name") not in ROCKET_PARTS:
