@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--headline", default=None, metavar="MODEL",
                    help="the model compared with MiniRocket, MultiRocket and Hydra in the headline table: its mean "
                         "rank among the four, wins / ties / losses, Friedman and the diagram (default: the first "
-                        "fused model; without one, the headline table ranks every model)")
+                        "fused model; without one, or without any of the three, the headline table ranks every "
+                        "model)")
     p.add_argument("--group", action="append", default=[], metavar="A,B,...",
                    help="another table of these models alone (mean accuracy, mean rank, Friedman, Nemenyi and a "
                         "diagram), repeatable, e.g. patchtst,patchtst_registers,patchtst_jumbo (default: none)")
@@ -439,8 +440,8 @@ def main(argv=None) -> dict:
     if headline is not None and headline not in models:
         raise SystemExit(f"--headline {headline}: no such model among {', '.join(models)}")
     everything = compare(rows, models)
-    result = everything if headline is None else compare(
-        rows, [headline, *(m for m in ("minirocket", "multirocket", "hydra") if m in models)])
+    table = [headline, *(m for m in ("minirocket", "multirocket", "hydra") if m in models)]
+    result = everything if headline is None or len(table) < 2 else compare(rows, table)
     named = [m for spec in args.group for m in spec.split(",") if m]
     named += [m for spec in args.pair for m in spec.split(":", 1)]
     unknown = [m for m in dict.fromkeys(named) if m not in models]
