@@ -62,16 +62,14 @@ from pathlib import Path
 import numpy as np
 
 from jumbokit.benchmarking import machine_record, peak_rss_mib, result_path, results_folder, stats, write_result
-from jumbokit.timeseries.baselines import BASELINES
+from jumbokit.benchmarking.archive import compare, memory_line, pair_line, pair_stats, summary_table, target_lines
 from jumbokit.timeseries.fusion import SEPARATOR
 from jumbokit.timeseries.protocol import RECIPES
-from jumbokit.timeseries.results import rank_values
 from jumbokit.timeseries.ucr_tsv import has_tsv_split_files
 from jumbokit.training.rundir import atomic_save_figure, atomic_write_json, markdown_table
 
 RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
 
-REFERENCE = "minirocket"
 PUBLISHED_FILE = Path(__file__).resolve().parent / "reference" / "ucr_published.csv"
 
 
@@ -177,37 +175,6 @@ def reference_rows(spec: str, seed: int, sets: list[str]) -> tuple[dict, str]:
     return rows, record.get("command", "")
 
 
-def pair_stats(rows: dict, a: str, b: str, costs: dict | None = None) -> dict:
-    """A - B over the sets both have: mean accuracy difference with the paired t-test (``stats.paired_test``, two
-    models equal as the null), wins / ties / losses with the sign test, and each one's recorded seconds per set."""
-    sets = [s for s in rows if a in rows[s] and b in rows[s]]
-    acc_a = np.array([rows[s][a]["test_top1"] for s in sets])
-    acc_b = np.array([rows[s][b]["test_top1"] for s in sets])
-    test = stats.paired_test(acc_a, acc_b)
-    wins, losses, p = stats.sign_test(acc_b, acc_a)  # ranks: lower is better, so a's accuracy plays b's rank
-    seconds = {m: [rows[s][m].get("wall_seconds") or 0.0 for s in sets] for m in (a, b)}
-    return {"a": a, "b": b, "sets": len(sets), "mean_a": float(acc_a.mean()) if sets else None,
-            "mean_b": float(acc_b.mean()) if sets else None, "mean_difference": test.mean,
-            "ci95": [test.low, test.high], "t_test_p": test.p, "wins": wins, "ties": len(sets) - wins - losses,
-            "losses": losses, "sign_test_p": p,
-            "seconds": {m: {"total": float(sum(v)), "median": float(np.median(v)) if v else None,
-                            "max": float(max(v)) if v else None} for m, v in seconds.items()}}
-
-
-def pair_line(pair: dict) -> str:
-    """One sentence of a paired comparison."""
-    a, b = pair["a"], pair["b"]
-    low, high = pair["ci95"]
-    beyond = pair["t_test_p"] < 0.05 or low > 0 or high < 0
-    verdict = "beyond the noise" if beyond else "inside the noise"
-    return (f"{a} - {b} over {pair['sets']} sets: {pair['mean_difference']:+.2f} points (95% interval {low:+.2f} to "
-            f"{high:+.2f}, paired t one-sided p of {a} > {b} {pair['t_test_p']:.3f}: {verdict}); W/T/L {pair['wins']}/{pair['ties']}/"
-            f"{pair['losses']} (sign p {pair['sign_test_p']:.3f}); seconds {pair['seconds'][a]['total']:.0f} vs "
-            f"{pair['seconds'][b]['total']:.0f} in all, median {pair['seconds'][a]['median']:.1f} vs "
-            f"{pair['seconds'][b]['median']:.1f}, max {pair['seconds'][a]['max']:.0f} vs "
-            f"{pair['seconds'][b]['max']:.0f}.")
-
-
 def archive_sets(data_dir: Path, names: str | None) -> list[str]:
     """The sets of ``data_dir`` in the UCR 2018 layout (sorted), or the named ones, each checked."""
     if not data_dir.is_dir():
@@ -271,93 +238,6 @@ def run_sets(sets: list[str], argv: list[str], out: Path) -> tuple[dict, dict]:
         print(f"[{i}/{len(sets)}] {name}: " + ", ".join(f"{m} {r['test_top1']:.1f}" for m, r in rows[name].items())
               + f" ({cost['cpu_seconds']:.0f} CPU s, peak {cost['peak_rss_mib']:.0f} MiB)", flush=True)
     return rows, costs
-
-
-def compare(rows: dict, models: list[str]) -> dict:
-    """Mean accuracy, mean rank, wins / ties / losses against MiniRocket, Friedman and Nemenyi, over the sets
-    where every model has a result."""
-    sets = [s for s in rows if all(m in rows[s] for m in models)]
-    acc = np.array([[rows[s][m]["test_top1"] for m in models] for s in sets])
-    ranks = np.array([rank_values(a) for a in acc])
-    friedman = stats.friedman(ranks) if len(sets) > 1 else None
-    result = {"sets": sets, "models": models, "accuracy": acc.tolist(), "ranks": ranks.tolist(),
-              "mean_accuracy": dict(zip(models, acc.mean(axis=0).tolist())),
-              "mean_rank": dict(zip(models, ranks.mean(axis=0).tolist())),
-              "friedman": None if friedman is None else {"chi2": friedman[0], "p": friedman[1]},
-              "nemenyi_cd": stats.nemenyi_cd(len(models), len(sets)), "against_minirocket": {}}
-    if REFERENCE in models:
-        ref = models.index(REFERENCE)
-        for j, m in enumerate(models):
-            if j != ref:
-                wins, losses, p = stats.sign_test(ranks[:, j], ranks[:, ref])
-                result["against_minirocket"][m] = {"wins": wins, "ties": len(sets) - wins - losses,
-                                                   "losses": losses, "sign_test_p": p}
-    return result
-
-
-def mean_target(rows: dict, model: str, reference: str) -> str:
-    """One target line: ``model``'s mean accuracy at least ``reference``'s, over the sets both have, with the paired
-    difference's interval (a target is met beyond the noise only when the interval clears 0)."""
-    pair = pair_stats(rows, model, reference)
-    low, high = pair["ci95"]
-    if pair["mean_difference"] >= 0:
-        verdict = "met" + (" beyond the noise" if low > 0 else " inside the noise")
-    else:
-        verdict = "missed" + (" beyond the noise" if high < 0 else " inside the noise")
-    return (f"Target, {model} mean >= {reference} mean: {verdict} ({pair['mean_a']:.2f} vs {pair['mean_b']:.2f} over "
-            f"{pair['sets']} sets; difference {pair['mean_difference']:+.2f}, 95% interval {low:+.2f} to {high:+.2f}).")
-
-
-def target_lines(rows: dict, headline: dict, everything: dict) -> list[str]:
-    """The issue's targets: the headline model's mean at least MultiRocket's with the best mean rank of the headline
-    table, and every run model without ROCKET features (no baseline, no fused row) at least MiniRocket's mean."""
-    lines = []
-    first = headline["models"][0]
-    if "multirocket" in headline["models"]:
-        lines.append(mean_target(rows, first, "multirocket"))
-    ranks = headline["mean_rank"]
-    best = min(ranks, key=ranks.get)
-    runner_up = min((r for m, r in ranks.items() if m != first), default=None)
-    if runner_up is not None:
-        gap = runner_up - ranks[first]
-        lines.append(f"Target, {first} with the best mean rank of the {len(ranks)}: "
-                     f"{'met' if best == first and gap > 0 else 'missed'} ({first} {ranks[first]:.2f}, next best "
-                     f"{runner_up:.2f}; a gap {'beyond' if abs(gap) > headline['nemenyi_cd'] else 'inside'} the "
-                     f"critical difference {headline['nemenyi_cd']:.2f}).")
-    for m in everything["models"]:
-        if m not in BASELINES and SEPARATOR not in m and "minirocket" in everything["models"]:
-            lines.append(mean_target(rows, m, "minirocket"))
-    return lines
-
-
-def summary_table(result: dict) -> str:
-    """Mean accuracy, mean rank and wins / ties / losses against MiniRocket of :func:`compare`'s models, with its
-    Friedman test and critical difference."""
-    summary = [{"model": m, "mean test top-1 (%)": result["mean_accuracy"][m], "mean rank": result["mean_rank"][m],
-                **({"vs MiniRocket (W/T/L, sign p)": "{wins}/{ties}/{losses}, p {sign_test_p:.3f}".format(
-                    **result["against_minirocket"][m])} if m in result["against_minirocket"] else {})}
-               for m in result["models"]]
-    fr = result["friedman"]
-    return "\n".join([markdown_table(summary, formats={"mean test top-1 (%)": ".2f", "mean rank": ".2f"}),
-                      "Friedman: " + ("needs three models and two sets" if fr is None else
-                                      f"chi2 {fr['chi2']:.2f}, p {fr['p']:.4f}")
-                      + f"; Nemenyi critical difference at 5%: {result['nemenyi_cd']:.2f} ranks."])
-
-
-MEMORY_LIMIT_MIB = 8 * 1024  # the issue's bound on a set's peak memory
-
-
-def memory_line(costs: dict) -> str:
-    """Peak resident memory over the sets (each set's tstrain process), against :data:`MEMORY_LIMIT_MIB`."""
-    peaks = {s: c["peak_rss_mib"] for s, c in costs.items() if c.get("peak_rss_mib")}
-    if not peaks:
-        return "Peak memory per set: not recorded (an earlier version ran every set in one process)."
-    top = max(peaks, key=peaks.get)
-    over = sorted(s for s, v in peaks.items() if v > MEMORY_LIMIT_MIB)
-    return (f"Peak memory per set ({len(peaks)} of {len(costs)} sets recorded): median "
-            f"{statistics.median(peaks.values()):,.0f} MiB, largest {peaks[top]:,.0f} MiB ({top}); "
-            + (f"over {MEMORY_LIMIT_MIB:,} MiB: {', '.join(over)}." if over else
-               f"every set within {MEMORY_LIMIT_MIB:,} MiB."))
 
 
 def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict, models: list[str],

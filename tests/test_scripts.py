@@ -697,3 +697,59 @@ def test_ucr_archive_benchmark_ranks_models_against_minirocket_and_resumes(tmp_p
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.stat().st_mtime_ns for p in (tmp_path / "sweep").glob("*/runs/**/*.json")) == runs
     assert json.loads(out.read_text())["accuracy"] == record["accuracy"]
+
+
+def _archive_record(seed: int, accuracy: dict, cpu: float = 10.0) -> dict:
+    """A record of benchmarks/ucr_archive.py as it writes it, reduced to what ucr_seeds.py reads."""
+    per_set = {s: {"models": {m: {"test_top1": a, "wall_seconds": 1.0} for m, a in models.items()},
+                   "cpu_seconds": cpu, "peak_rss_mib": 500.0 + seed}
+               for s, models in accuracy.items()}
+    return {"benchmark": "ucr_archive", "command": f"python benchmarks/ucr_archive.py --seed {seed}", "seed": seed,
+            "recipe": "fast", "tstrain_args": ["--model", "m", "--seed", str(seed)], "per_set": per_set,
+            "models": ["fused", "minirocket", "multirocket", "hydra"]}
+
+
+def test_ucr_seeds_averages_each_set_over_seeds_and_reports_the_spread(tmp_path):
+    """Two seeds of a model and one seed of the ROCKET columns: each set's accuracy is the mean over the seeds that
+    ran the model, the archive means per seed and their spread, the pairs seed by seed; a record of another command
+    and a repeated seed are refused."""
+    sets = ["A", "B", "C", "D"]
+    rockets = {"minirocket": 80.0, "multirocket": 82.0, "hydra": 81.0}
+    seed0 = {s: {"fused": 80.0 + i, "mrh": 81.0, **rockets} for i, s in enumerate(sets)}
+    seed1 = {s: {"fused": 82.0 + i, "mrh": 80.0} for i, s in enumerate(sets)}
+    paths = []
+    for seed, acc in ((0, seed0), (1, seed1)):
+        paths.append(tmp_path / f"s{seed}.json")
+        paths[-1].write_text(json.dumps(_archive_record(seed, acc, cpu=10.0 * (seed + 1))))
+    out = tmp_path / "seeds.json"
+    cmd = [sys.executable, "benchmarks/ucr_seeds.py", *map(str, paths), "--pair", "fused:mrh", "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out.read_text())
+    assert record["seeds"] == [0, 1] and record["models"] == ["fused", "minirocket", "multirocket", "hydra"]
+    assert record["per_set"]["B"]["fused"]["test_top1"] == pytest.approx(82.0)  # (81 + 83) / 2
+    assert record["per_set"]["B"]["minirocket"]["seeds"] == 1
+    fused = record["spread"]["fused"]
+    assert fused["per_seed"] == {"0": pytest.approx(81.5), "1": pytest.approx(83.5)}
+    assert fused["mean"] == pytest.approx(82.5) and fused["std"] == pytest.approx(2 ** 0.5)
+    assert record["spread"]["minirocket"]["std"] is None
+    assert record["mean_accuracy"]["fused"] == pytest.approx(82.5)
+    assert [p["mean_difference"] for p in record["pairs_per_seed"][0]] == pytest.approx([0.5, 3.5])
+    assert record["pairs"][0]["mean_difference"] == pytest.approx(2.0)
+    assert [c["CPU s (all sets)"] for c in record["cost_per_seed"]] == pytest.approx([40.0, 80.0])
+    assert record["peak_rss_mib"]["A"] == pytest.approx(501.0)
+    text = out.with_suffix(".md").read_text()
+    assert "std over seeds" in text and "Target, fused mean >= multirocket mean" in text
+    assert (tmp_path / "seeds_cd.png").stat().st_size > 0
+
+    other = _archive_record(2, seed1)
+    other["tstrain_args"] = ["--model", "n", "--seed", "2"]
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    again = [str(paths[0]), str(paths[0]), "--json", str(tmp_path / "x.json")]
+    for argv, message in (([str(paths[0]), str(tmp_path / "other.json")], "expected the same command at another"),
+                          (again, "expected one record per seed"),
+                          ([str(paths[0]), "--pair", "fused:nothing"], "expected models among")):
+        proc = subprocess.run([sys.executable, "benchmarks/ucr_seeds.py", *argv], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "x.json").exists()

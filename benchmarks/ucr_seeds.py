@@ -1,0 +1,231 @@
+"""Several seeds of one UCR archive benchmark together: each model's accuracy on a set averaged over its seeds,
+the spread over seeds, and the same comparisons as one seed's record.
+
+Reads records of ``benchmarks/ucr_archive.py`` that ran the same command but for ``--seed`` (same recipe, tstrain
+flags and split), nothing else; no model runs here. A model's accuracy on a set is its mean over the records that
+hold it (a column read from an earlier record, such as seed 0's MiniRocket, counts once), and the report gives,
+for every model, its archive mean at each seed, the mean over seeds and their standard deviation (the spread a
+re-draw of the seeds moves the archive mean by). On the seed means: the headline table (``--headline`` against
+MiniRocket, MultiRocket and Hydra: mean accuracy, mean rank, wins / ties / losses, Friedman, Nemenyi and the
+critical-difference diagram), every model's table, the paired comparisons asked for (``--pair A:B``), the targets
+with their intervals, and then each paired comparison and target seed by seed. Cost: CPU seconds per set at each
+seed (total, median, max) and each set's largest peak memory over the seeds.
+
+    python benchmarks/ucr_seeds.py benchmarks/results/ucr_archive_fast_init_s0.json \\
+        benchmarks/results/ucr_archive_fast_init_s1.json benchmarks/results/ucr_archive_fast_init_s2.json \\
+        --headline patchtst_jumbo+multirocket_hydra --pair patchtst_jumbo+multirocket_hydra:multirocket_hydra
+
+Writes JSON, a markdown copy and the diagram (``benchmarks/results/ucr_archive_<recipe>_seeds.json``, ``.md``,
+``_cd.png``, or --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from jumbokit.benchmarking import machine_record, result_path, results_folder, stats, write_result
+from jumbokit.benchmarking.archive import compare, memory_line, pair_line, pair_stats, summary_table, target_lines
+from jumbokit.training.rundir import atomic_save_figure, markdown_table
+
+RESULTS = results_folder(__file__)
+ROCKETS = ("minirocket", "multirocket", "hydra")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("records", nargs="+", type=Path,
+                   help="records of benchmarks/ucr_archive.py, one per seed, the same command otherwise")
+    p.add_argument("--headline", default=None, metavar="MODEL",
+                   help="the model ranked against MiniRocket, MultiRocket and Hydra (default: the records' own "
+                        "headline model)")
+    p.add_argument("--pair", action="append", default=[], metavar="A:B",
+                   help="a paired comparison over the sets on the seed means, and seed by seed, repeatable "
+                        "(default: none)")
+    p.add_argument("--json", type=Path, default=None,
+                   help="result file (default: benchmarks/results/ucr_archive_<recipe>_seeds.json)")
+    return p
+
+
+def without_seed(argv: list[str]) -> list[str]:
+    """tstrain's flags with the value of ``--seed`` left out (what must agree between the seeds' records)."""
+    return [a for i, a in enumerate(argv) if not (i and argv[i - 1] == "--seed")]
+
+
+def load_records(paths: list[Path]) -> list[dict]:
+    """The records, sorted by seed; SystemExit unless each is an archive record and they differ only by seed."""
+    records = []
+    for path in paths:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"{path}: expected a JSON record of benchmarks/ucr_archive.py ({err})") from None
+        if record.get("benchmark") != "ucr_archive" or "per_set" not in record:
+            raise SystemExit(f"{path}: expected a record of benchmarks/ucr_archive.py, got "
+                             f"benchmark {record.get('benchmark')!r}")
+        records.append({**record, "path": str(path)})
+    records.sort(key=lambda r: r["seed"])
+    seeds = [r["seed"] for r in records]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"expected one record per seed, got seeds {seeds}")
+    first = records[0]
+    for record in records[1:]:
+        for key, value, other in (("recipe", first["recipe"], record["recipe"]),
+                                  ("tstrain flags", without_seed(first["tstrain_args"]),
+                                   without_seed(record["tstrain_args"]))):
+            if value != other:
+                raise SystemExit(f"{record['path']} differs from {first['path']} in its {key} ({other} vs {value}): "
+                                 "expected the same command at another seed")
+    return records
+
+
+def seed_rows(records: list[dict]) -> tuple[dict, dict]:
+    """({set: {model: {"test_top1": mean over seeds, "wall_seconds": mean, "seeds": n}}} over the sets every
+    record holds, {model: {seed: {set: accuracy}}})."""
+    sets = [s for s in records[0]["per_set"] if all(s in r["per_set"] for r in records)]
+    by_seed: dict[str, dict[int, dict[str, float]]] = {}
+    for record in records:
+        for s in sets:
+            for model, row in record["per_set"][s]["models"].items():
+                by_seed.setdefault(model, {}).setdefault(record["seed"], {})[s] = row["test_top1"]
+    walls: dict[tuple[str, str], list[float]] = {}
+    for record in records:
+        for s in sets:
+            for model, row in record["per_set"][s]["models"].items():
+                walls.setdefault((s, model), []).append(row.get("wall_seconds") or 0.0)
+    rows = {}
+    for s in sets:
+        rows[s] = {}
+        for model, seeds in by_seed.items():
+            values = [acc[s] for acc in seeds.values() if s in acc]
+            if values:
+                rows[s][model] = {"test_top1": statistics.fmean(values), "seeds": len(values),
+                                  "wall_seconds": statistics.fmean(walls[(s, model)])}
+    return rows, by_seed
+
+
+def spread(by_seed: dict, rows: dict) -> dict:
+    """Each model's archive mean at each seed over the sets where every one of its seeds has it, with the mean
+    and (two or more seeds) the standard deviation over seeds."""
+    result = {}
+    for model, seeds in by_seed.items():
+        sets = [s for s in rows if all(s in acc for acc in seeds.values())]
+        means = {seed: statistics.fmean(acc[s] for s in sets) for seed, acc in seeds.items()} if sets else {}
+        result[model] = {"sets": len(sets), "per_seed": means,
+                         "mean": statistics.fmean(means.values()) if means else None,
+                         "std": statistics.stdev(means.values()) if len(means) > 1 else None}
+    return result
+
+
+def per_seed_pairs(by_seed: dict, a: str, b: str) -> list[dict]:
+    """``A - B`` at each seed both ran (a column with one seed pairs with every seed of the other)."""
+    seeds = sorted(set(by_seed[a]) | set(by_seed[b]))
+    pairs = []
+    for seed in seeds:
+        acc_a = by_seed[a].get(seed) or next(iter(by_seed[a].values()))
+        acc_b = by_seed[b].get(seed) or next(iter(by_seed[b].values()))
+        rows = {s: {a: {"test_top1": acc_a[s]}, b: {"test_top1": acc_b[s]}} for s in acc_a if s in acc_b}
+        pairs.append({"seed": seed, **pair_stats(rows, a, b)})
+    return pairs
+
+
+def costs_by_seed(records: list[dict], sets: list[str]) -> tuple[list[dict], dict]:
+    """CPU seconds of the sets' processes at each seed (total, median, max) and each set's largest peak memory."""
+    table = []
+    for record in records:
+        cpu = [record["per_set"][s].get("cpu_seconds") or 0.0 for s in sets]
+        table.append({"seed": record["seed"], "CPU s (all sets)": sum(cpu),
+                      "median CPU s a set": statistics.median(cpu), "max CPU s a set": max(cpu)})
+    peaks = {s: {"cpu_seconds": 0.0, "peak_rss_mib": max((r["per_set"][s].get("peak_rss_mib") or 0.0)
+                                                         for r in records) or None} for s in sets}
+    return table, peaks
+
+
+def report_text(command: str, records: list[dict], rows: dict, spreads: dict, headline: dict, everything: dict,
+                pairs: list[dict], seeded_pairs: list[list[dict]], costs: list[dict], peaks: dict) -> str:
+    seeds = [r["seed"] for r in records]
+    models = everything["models"]
+    title = f"{headline['models'][0]} ({records[0]['recipe']})"
+    lines = [f"# UCR 2018 archive over seeds {', '.join(map(str, seeds))}: {title}",
+             "", f"`{command}`", "", "The records, one per seed:", "",
+             *[f"- seed {r['seed']}: `{r['path']}` (`{r['command'][:200]}{'...' if len(r['command']) > 200 else ''}`)"
+               for r in records],
+             "", f"{len(rows)} sets every record holds. Test accuracy on the paper's split (the official test set "
+             "halved into validation and test, the same halves at every seed). A model's accuracy on a set is its "
+             "mean over the seeds that ran it; the spread is the standard deviation over seeds of the archive mean.",
+             "", "## Each model's archive mean, seed by seed", ""]
+    per_seed = [{"model": m, "seeds": len(spreads[m]["per_seed"]), "sets": spreads[m]["sets"],
+                 **{f"seed {seed}": spreads[m]["per_seed"].get(seed) for seed in seeds},
+                 "mean": spreads[m]["mean"], "std over seeds": spreads[m]["std"]} for m in models]
+    lines += [markdown_table(per_seed, formats={**{f"seed {seed}": ".2f" for seed in seeds}, "mean": ".2f",
+                                                "std over seeds": ".2f"}), ""]
+    lines += [f"## On the seed means: {', '.join(headline['models'])} ({len(headline['sets'])} sets)", "",
+              summary_table(headline), ""]
+    if everything["models"] != headline["models"]:
+        lines += [f"## Every model on the seed means ({len(everything['sets'])} sets with all of them)", "",
+                  summary_table(everything), ""]
+    if pairs:
+        lines += ["## Paired over the sets, on the seed means", "", *[f"- {pair_line(p)}" for p in pairs], "",
+                  "and seed by seed:", ""]
+        for group in seeded_pairs:
+            lines += [f"- seed {p['seed']}: {p['a']} - {p['b']} {p['mean_difference']:+.2f} (95% interval "
+                      f"{p['ci95'][0]:+.2f} to {p['ci95'][1]:+.2f}; W/T/L {p['wins']}/{p['ties']}/{p['losses']})"
+                      for p in group]
+        lines += [""]
+    lines += ["## Targets, on the seed means", "", *target_lines(rows, headline, everything), ""]
+    lines += ["## Cost", "", markdown_table(costs, formats={"CPU s (all sets)": ",.0f", "median CPU s a set": ".1f",
+                                                            "max CPU s a set": ".0f"}), "", memory_line(peaks), ""]
+    per_set = [{"dataset": s, **{m: rows[s][m]["test_top1"] if m in rows[s] else None for m in models}}
+               for s in rows]
+    lines += ["## Per set (test top-1 %, mean over the seeds that ran the model)", "",
+              markdown_table(per_set, formats={m: ".1f" for m in models})]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    args = build_parser().parse_args(argv)
+    bad = [spec for spec in args.pair if len([m for m in spec.split(":") if m]) != 2]
+    if bad:
+        raise SystemExit(f"--pair expects A:B, got {', '.join(bad)}")
+    records = load_records(args.records)
+    rows, by_seed = seed_rows(records)
+    models = list(by_seed)
+    headline = args.headline or records[0]["models"][0]
+    named = [headline, *(m for spec in args.pair for m in spec.split(":", 1))]
+    unknown = [m for m in dict.fromkeys(named) if m not in models]
+    if unknown:
+        raise SystemExit(f"--headline / --pair: expected models among {', '.join(models)}, got {', '.join(unknown)}")
+    table = [headline, *(m for m in ROCKETS if m in models)]
+    everything = compare(rows, models)
+    result = compare(rows, table) if len(table) > 1 else everything
+    pairs = [pair_stats(rows, *spec.split(":", 1)) for spec in args.pair]
+    seeded_pairs = [per_seed_pairs(by_seed, *spec.split(":", 1)) for spec in args.pair]
+    spreads = spread(by_seed, rows)
+    costs, peaks = costs_by_seed(records, list(rows))
+    command = "python benchmarks/ucr_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    text = report_text(command, records, rows, spreads, result, everything, pairs, seeded_pairs, costs, peaks)
+    json_path = args.json or result_path(RESULTS, "ucr_archive", f"{records[0]['recipe']}_seeds")
+    record = {"benchmark": "ucr_seeds", "command": command, "records": [r["path"] for r in records],
+              "seeds": [r["seed"] for r in records], "recipe": records[0]["recipe"], "machine": machine_record(),
+              **result, "spread": spreads, "every_model": everything, "pairs": pairs, "pairs_per_seed": seeded_pairs,
+              "cost_per_seed": costs, "peak_rss_mib": {s: c["peak_rss_mib"] for s, c in peaks.items()},
+              "per_set": rows}
+    if len(result["sets"]) > 1 and len(result["models"]) > 2:
+        fig = stats.critical_difference_figure(np.array(result["ranks"]), result["models"],
+                                               f"UCR 2018, {len(result['sets'])} sets, mean over seeds "
+                                               f"{', '.join(str(r['seed']) for r in records)}: mean rank "
+                                               "(bar: no difference at 5%)")
+        record["figure"] = atomic_save_figure(json_path.with_name(f"{json_path.stem}_cd.png"), fig).name
+        text += f"\n\n![critical-difference diagram]({record['figure']})\n"
+    print(text)
+    write_result(json_path, record, text, seeds=record["seeds"])
+    return record
+
+
+if __name__ == "__main__":
+    main()
