@@ -84,3 +84,54 @@ def test_sweep_fuses_the_chosen_run_with_the_stored_ridge_scores(tmp_path):
     assert "patchtst+minirocket" in result.ranks_all
     saved = {r["model"]: r for r in json.loads((tmp_path / "results.json").read_text())["summary"]}
     assert saved["patchtst+minirocket"]["fusion_weight"] == fused.fusion_weight
+
+
+def test_a_fused_model_is_kept_and_scores_as_the_sweep_did(tmp_path):
+    """tstrain --fuse keeps the fused model as one folder (the transformer, the fitted MiniRocket, fusion.json);
+    validate and predict load it and give the sweep's accuracies on the validation and test halves, from the
+    prepared and the raw series; the transformer alone is refused by load_series_models; columns follow the
+    transformer's class names."""
+    from jumbokit.inference.series import load_series_models, load_series_predictor, read_series_file
+    from jumbokit.recipes import predict, validate
+    from jumbokit.timeseries.data import load_raw
+
+    cfg = SweepConfig(**{k: v for k, v in RECIPES["small-data"].items()
+                         if k in ("batch_size", "normalize", "augment")}, steps=3, recipe="small-data")
+    result = run_sweep(["ArrowHead"], ["patchtst"], cfg, tmp_path, lrs=[1e-3], dropouts=[0.1],
+                       progress=False, cpu=True, fuse="minirocket")
+    fused = {r.model: r for r in result.rows}["patchtst+minirocket"]
+    folder = tmp_path / "models" / "ArrowHead" / "patchtst+minirocket"
+    record = json.loads((folder / fusion.FUSION_FILE).read_text())
+    assert (record["model"], record["baseline"], record["weight"]) == ("patchtst", "minirocket", fused.fusion_weight)
+    assert (folder / fusion.ROCKET_FILE).is_file() and (folder / "model.safetensors").is_file()
+    assert (tmp_path / "runs" / "ArrowHead" / "minirocket.rocket.safetensors").is_file()
+    for split, expected in (("val", fused.val_top1), ("test", fused.test_top1)):
+        row = validate.main(["--checkpoint", str(folder), "--split", split, "--no-progress",
+                             "--out", str(tmp_path / f"validate_{split}")])
+        assert row["top1"] == pytest.approx(expected) and "fused with minirocket" in row["model"]
+    # the whole official test file through predict: the halves' accuracies, weighted by their sizes
+    data = load_dataset("ArrowHead")
+    x, y = load_raw("ArrowHead", "test")
+    lines = ["\t".join([str(label), *(f"{v:.9g}" for v in series[0])]) for series, label in zip(x, y)]
+    tsv = tmp_path / "ArrowHead_TEST.tsv"
+    tsv.write_text("\n".join(lines) + "\n")
+    rows = predict.main(["--checkpoint", str(folder), str(tsv), "--no-progress", "--out",
+                         str(tmp_path / "predict.csv")])["rows"]
+    right = sum(r["top1_label"] == r["label"] for r in rows)
+    n_val, n_test = len(data.val.y), len(data.test.y)
+    assert right == round((fused.val_top1 * n_val + fused.test_top1 * n_test) / 100)
+    with pytest.raises(ValueError, match="is a fused model"):
+        load_series_models(folder)
+    predictor = load_series_predictor(folder)
+    series = read_series_file(tsv, predictor.cfg)
+    with pytest.raises(ValueError, match="expected 175 raw series, got none"):
+        predictor.proba(series.x)
+    names = [str(n) for n in predictor.cfg["label_names"]]
+    forward = fusion.rocket_proba(predictor.rocket, series.raw, names)
+    np.testing.assert_array_equal(fusion.rocket_proba(predictor.rocket, series.raw, names[::-1]), forward[:, ::-1])
+    holes = series.raw.copy()
+    holes[0, 0, 10] = np.nan
+    with pytest.raises(ValueError, match="missing values before their end"):
+        fusion.rocket_proba(predictor.rocket, holes, names)
+    with pytest.raises(ValueError, match="not one fused model"):
+        fusion.rocket_proba(predictor.rocket, series.raw, ["a", "b", "c"])

@@ -3,11 +3,17 @@ files read for it, class probabilities and top-k rows (``jumbokit predict``), a 
 (``jumbokit validate``).
 
 ```python
-from jumbokit.inference.series import load_series_models, read_series_file, series_proba
-models, cfg = load_series_models("sweep/models/GunPoint/patchtst_jumbo")     # or the sweep folder; ensemble=True
-series = read_series_file("GunPoint_TEST.ts", cfg)
-proba = series_proba(models, series.x)      # (n, K), the mean over the members of an ensemble
+from jumbokit.inference.series import load_series_predictor, read_series_file
+predictor = load_series_predictor("sweep/models/GunPoint/patchtst_jumbo")   # or the sweep folder; ensemble=True
+series = read_series_file("GunPoint_TEST.ts", predictor.cfg)
+proba = predictor.proba(series.x, series.raw)  # (n, K): an ensemble's mean; a fused model mixes in its ROCKET half
 ```
+
+A fused model (``tstrain --fuse``, kept in ``models/<dataset>/<model>+<baseline>``) is the transformer and a ROCKET
+classifier mixed with the weight the sweep chose on the validation half (:mod:`jumbokit.timeseries.fusion`): the
+transformer reads the series prepared with its data config, the ROCKET classifier the raw series, so both travel
+(``SeriesFile.raw``, ``split_of_dataset(..., raw=True)``). ``load_series_models`` gives the transformer alone and
+refuses a fused folder.
 
 Inputs: ``.ts`` (aeon / UEA), ``.tsv`` (the UCR 2018 archive: label, then the values, tab-separated), ``.npy``
 ((n, L) for 1-channel models, or (n, C, L)) and ``.csv`` (one series per row; for a C-channel model each C
@@ -27,8 +33,8 @@ from typing import Any, Sequence
 import numpy as np
 from torch import nn
 
-__all__ = ["SERIES_SUFFIXES", "load_series_models", "SeriesFile", "read_series_file", "series_proba", "topk_rows",
-           "split_of_dataset", "split_scores"]
+__all__ = ["SERIES_SUFFIXES", "load_series_models", "load_series_predictor", "SeriesPredictor", "SeriesFile",
+           "read_series_file", "series_proba", "stack_raw", "topk_rows", "split_of_dataset", "split_scores"]
 
 SERIES_SUFFIXES = (".ts", ".tsv", ".csv", ".npy")
 
@@ -45,19 +51,35 @@ def _kept_folder(path: Path) -> Path:
     raise ValueError(f"the sweep {path} kept {len(folders)} models ({shown}); pass one of them as --checkpoint")
 
 
+def _model_folder(source: str | os.PathLike) -> Path:
+    """The model a path names: itself, or the one folder a sweep folder kept."""
+    path = Path(source)
+    return _kept_folder(path) if (path / "sweep.json").is_file() else path
+
+
 def load_series_models(source: str | os.PathLike, ensemble: bool = False,
                        device: str = "cpu") -> tuple[list[nn.Module], dict[str, Any]]:
     """``([model, ...] in eval mode on device, series data config)`` of a saved series classifier: a model
     folder or ``.safetensors`` file, a sweep's ``models/<dataset>/<model>`` folder, or a sweep folder that kept
     one model (local paths; ``jumbokit.pretrained.local_path`` resolves ``hf-hub:`` names). ``ensemble``: the
-    members of the sweep's top-k ensemble (``kept.json``) instead of the chosen run. Raises ``FileNotFoundError`` /
-    ``ValueError`` with one readable line."""
+    members of the sweep's top-k ensemble (``kept.json``) instead of the chosen run. A fused model's folder is
+    refused (its transformer alone is not the model the sweep scored: :func:`load_series_predictor`). Raises
+    ``FileNotFoundError`` / ``ValueError`` with one readable line."""
+    from ..timeseries.fusion import FUSION_FILE
+
+    path = _model_folder(source)
+    if (path / FUSION_FILE).is_file():
+        raise ValueError(f"{source} is a fused model (a transformer and a ROCKET classifier, {FUSION_FILE}); "
+                         "load it with jumbokit.inference.series.load_series_predictor")
+    return _load_members(path, source, ensemble, device)
+
+
+def _load_members(path: Path, source: str | os.PathLike, ensemble: bool,
+                  device: str) -> tuple[list[nn.Module], dict[str, Any]]:
+    """The transformer(s) of a model folder or file and their series data config (:func:`load_series_models`)."""
     from ..data.data_config import check_series_data_config, is_series_config
     from ..encoders import load
 
-    path = Path(source)
-    if (path / "sweep.json").is_file():
-        path = _kept_folder(path)
     files = [path]
     if ensemble:
         try:
@@ -80,13 +102,81 @@ def load_series_models(source: str | os.PathLike, ensemble: bool = False,
 
 
 @dataclass
+class SeriesPredictor:
+    """A saved series classifier ready to score: the transformer (or an ensemble's members) with its data config,
+    and for a fused model the ROCKET classifier (``rocket``) mixed in with the transformer's share ``weight``."""
+
+    models: list[nn.Module]
+    cfg: dict[str, Any]
+    rocket: Any = None
+    weight: float = 1.0
+    fusion: dict[str, Any] | None = None
+
+    @property
+    def fused(self) -> bool:
+        return self.rocket is not None
+
+    def proba(self, x: np.ndarray, raw: np.ndarray | None = None, batch_size: int = 256,
+              progress: bool = False) -> np.ndarray:
+        """Class probabilities (n, K) in ``cfg["label_names"]``' order of prepared series x (n, C, seq_len) and,
+        for a fused model, the same series raw (n, C, L; NaN after a shorter series' end): :func:`series_proba`,
+        then :func:`~jumbokit.timeseries.fusion.rocket_proba` mixed in as the sweep mixed them."""
+        from ..timeseries.fusion import fuse_proba, rocket_proba
+
+        proba = series_proba(self.models, x, batch_size=batch_size, progress=progress)
+        if not self.fused:
+            return proba
+        if raw is None or len(raw) != len(x):
+            raise ValueError(f"a fused model scores the raw series beside the prepared ones: expected {len(x)} raw "
+                             f"series, got {'none' if raw is None else len(raw)}")
+        ridge = rocket_proba(self.rocket, raw, [str(n) for n in self.cfg["label_names"]])
+        return fuse_proba(proba, ridge, self.weight).astype(np.float32)
+
+
+def load_series_predictor(source: str | os.PathLike, ensemble: bool | None = None,
+                          device: str = "cpu") -> SeriesPredictor:
+    """A saved series classifier as :class:`SeriesPredictor`: what :func:`load_series_models` loads, or a fused
+    model's folder (``models/<dataset>/<model>+<baseline>`` with ``fusion.json``: the transformer, or the ensemble
+    the sweep fused, and the ROCKET classifier). ``ensemble``: the sweep's top-k ensemble (default: a fused model's
+    own choice, else the chosen run). ``FileNotFoundError`` / ``ValueError`` with one readable line."""
+    from ..timeseries.fusion import FUSION_FILE, FUSION_FORMAT
+    from ..timeseries.rocket_classifiers import load_rocket
+
+    path = _model_folder(source)
+    if not (path / FUSION_FILE).is_file():
+        return SeriesPredictor(*_load_members(path, source, bool(ensemble), device))
+    try:
+        fusion = json.loads((path / FUSION_FILE).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path / FUSION_FILE}: expected a fused model's record, could not read it ({err})") from None
+    if fusion.get("format") != FUSION_FORMAT:
+        raise ValueError(f"{path / FUSION_FILE}: expected format {FUSION_FORMAT}, got {fusion.get('format')!r}")
+    if ensemble is not None and bool(ensemble) != bool(fusion["ensemble"]):
+        raise ValueError(f"{source} fused {'an ensemble' if fusion['ensemble'] else 'one run'} of its transformer; "
+                         "it scores only as it was fused (leave --ensemble out)")
+    models, cfg = _load_members(path, source, bool(fusion["ensemble"]), device)
+    return SeriesPredictor(models, cfg, rocket=load_rocket(path / fusion["rocket"]), weight=float(fusion["weight"]),
+                           fusion=fusion)
+
+
+@dataclass
 class SeriesFile:
     """The series of one input file, prepared for the model: x (n, C, seq_len) float32; labels (n,) as text
-    when the file carries them."""
+    when the file carries them; raw: the series as read (n, C, L) float32, NaN after a shorter series' end (what a
+    fused model's ROCKET classifier reads)."""
 
     path: Path
     x: np.ndarray
     labels: np.ndarray | None = None
+    raw: np.ndarray | None = None
+
+
+def stack_raw(files: Sequence[SeriesFile]) -> np.ndarray:
+    """The raw series of several files as one array (n, C, L), each padded with NaN to the longest."""
+    from ..timeseries.data import pad_series
+
+    length = max(f.raw.shape[-1] for f in files)
+    return np.concatenate([pad_series(f.raw, length) for f in files])
 
 
 def _read_csv(path: Path, channels: int) -> list[np.ndarray]:
@@ -162,6 +252,7 @@ def _read_raw(path: Path, channels: int) -> tuple[Any, np.ndarray | None]:
 def read_series_file(path: str | os.PathLike, cfg: dict[str, Any]) -> SeriesFile:
     """One input file read and prepared with the model's data config (:func:`prepare_series`); ``ValueError``
     naming the file for an unreadable file or series the model cannot take."""
+    from ..timeseries.data import pad_series
     from ..timeseries.data_config import prepare_series
 
     path = Path(path)
@@ -172,7 +263,7 @@ def read_series_file(path: str | os.PathLike, cfg: dict[str, Any]) -> SeriesFile
         raise ValueError(text if str(path) in text else f"cannot read series file {path} ({text})") from None
     except Exception as err:  # a reader's own parse error (aeon's .ts reader, NumPy's header check)
         raise ValueError(f"cannot read series file {path} ({type(err).__name__}: {err})") from None
-    return SeriesFile(path, prepare_series(raw, cfg, what=str(path)), labels)
+    return SeriesFile(path, prepare_series(raw, cfg, what=str(path)), labels, pad_series(raw))
 
 
 def series_proba(models: Sequence[nn.Module], x: np.ndarray, batch_size: int = 256,
@@ -213,13 +304,14 @@ def topk_rows(file: SeriesFile, proba: np.ndarray, names: Sequence[str], topk: i
     return rows
 
 
-def split_of_dataset(name: str, split: str, cfg: dict[str, Any],
-                     data_dir: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+def split_of_dataset(name: str, split: str, cfg: dict[str, Any], data_dir: str | os.PathLike | None = None,
+                     raw: bool = False) -> tuple[np.ndarray, ...]:
     """(prepared series, class codes) of split ``split`` of UCR/UEA set ``name``: "train", or, under the
     protocol the model was scored with (its data config; "official" when it names none), "val" / "test" (the
     paper's protocol: the stratified halves of the official test split that tstrain validated and tested on;
-    "official": the whole test split for both). Labels the model does not know raise ``ValueError``."""
-    from ..timeseries.data import load_raw, stratified_half_split
+    "official": the whole test split for both). ``raw``: also the same series as read (n, C, L), for a fused
+    model. Labels the model does not know raise ``ValueError``."""
+    from ..timeseries.data import load_raw, pad_series, stratified_half_split
     from ..timeseries.data_config import prepare_series
 
     if split not in ("train", "val", "test"):
@@ -231,12 +323,12 @@ def split_of_dataset(name: str, split: str, cfg: dict[str, Any],
         raise ValueError(f"{name} {split} has labels {unknown[:5]} the model does not know (its classes: "
                          f"{names[:10]})")
     codes = np.array([names.index(v) for v in np.asarray(labels).astype(str)], dtype=np.int64)
-    x = prepare_series(x, cfg, what=f"{name} {split}")
+    series = (prepare_series(x, cfg, what=f"{name} {split}"), codes) + ((pad_series(x),) if raw else ())
     if split != "train" and cfg.get("protocol", "official") == "seed":
         halves = stratified_half_split(codes, int(cfg.get("split_seed", 0)))
         index = halves[0] if split == "val" else halves[1]
-        return x[index], codes[index]
-    return x, codes
+        return tuple(a[index] for a in series)
+    return series
 
 
 def split_scores(proba: np.ndarray, codes: np.ndarray) -> dict[str, Any]:

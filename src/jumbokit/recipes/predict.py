@@ -90,14 +90,16 @@ def predict_series(args: argparse.Namespace, device: str) -> tuple[list[dict[str
     class names)."""
     from jumbokit.inference import find_files
     from jumbokit.pretrained import local_path
-    from jumbokit.inference.series import (SERIES_SUFFIXES, load_series_models, read_series_file, series_proba,
+    from jumbokit.inference.series import (SERIES_SUFFIXES, load_series_predictor, read_series_file, stack_raw,
                                            topk_rows)
 
-    models, cfg = load_series_models(local_path(args.checkpoint), ensemble=args.ensemble, device=device)
+    predictor = load_series_predictor(local_path(args.checkpoint), ensemble=args.ensemble or None, device=device)
+    cfg = predictor.cfg
     files = [read_series_file(path, cfg) for path in find_files(args.inputs, SERIES_SUFFIXES, "series")]
     names = [str(n) for n in cfg["label_names"]]
     x = np.concatenate([f.x for f in files])
-    proba = series_proba(models, x, batch_size=args.batch_size, progress=not args.no_progress)
+    raw = stack_raw(files) if predictor.fused else None
+    proba = predictor.proba(x, raw, batch_size=args.batch_size, progress=not args.no_progress)
     rows, start = [], 0
     for f in files:
         rows += topk_rows(f, proba[start:start + len(f.x)], names, args.topk)

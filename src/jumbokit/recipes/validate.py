@@ -134,22 +134,26 @@ def validate_series(args: argparse.Namespace, device: str) -> dict[str, Any]:
 
     from jumbokit.inference import class_names, confusion_matrix, confusion_rows, plot_confusion
     from jumbokit.pretrained import local_path
-    from jumbokit.inference.series import load_series_models, series_proba, split_of_dataset, split_scores
+    from jumbokit.inference.series import load_series_predictor, split_of_dataset, split_scores
     from jumbokit.training import RunDir
     from jumbokit.training.report import RESULT_COLUMNS
 
-    models, cfg = load_series_models(local_path(args.checkpoint), ensemble=args.ensemble, device=device)
+    predictor = load_series_predictor(local_path(args.checkpoint), ensemble=args.ensemble or None, device=device)
+    cfg, models = predictor.cfg, predictor.models
     dataset = args.dataset or cfg.get("dataset")
     if not dataset:
         raise ValueError(f"{args.checkpoint} does not name the set it was trained on; pass --dataset")
     data_dir = args.data_dir or (cfg.get("data_dir") if dataset == cfg.get("dataset") else None)
-    x, codes = split_of_dataset(dataset, args.split, cfg, data_dir)
-    proba = series_proba(models, x, batch_size=args.batch_size, progress=not args.no_progress)
+    x, codes, *raw = split_of_dataset(dataset, args.split, cfg, data_dir, raw=predictor.fused)
+    proba = predictor.proba(x, raw[0] if raw else None, batch_size=args.batch_size, progress=not args.no_progress)
     metrics = split_scores(proba, codes)
     names = class_names(cfg, proba.shape[-1])
     matrix = confusion_matrix(torch.as_tensor(codes), torch.as_tensor(proba.argmax(-1)), proba.shape[-1])
     out = Path(args.out) if args.out else default_out(args.checkpoint, dataset, args.split)
-    row = {"model": str(args.checkpoint) + (" (ensemble)" if args.ensemble else ""), "dataset": dataset,
+    parts = [f"ensemble of {len(models)}"] if len(models) > 1 else []
+    if predictor.fused:
+        parts.append(f"fused with {predictor.fusion['baseline']}, weight {predictor.weight:g}")
+    row = {"model": str(args.checkpoint) + "".join(f" ({p})" for p in parts), "dataset": dataset,
            "split": args.split, **metrics}
     run = RunDir(out)
     run.write_results_csv([row], RESULT_COLUMNS)
@@ -158,8 +162,8 @@ def validate_series(args: argparse.Namespace, device: str) -> dict[str, Any]:
     protocol = "the paper's half" if cfg.get("protocol") == "seed" and args.split != "train" else "the whole split"
     top5 = f"  top-5 {metrics['top5']:.2f}%" if "top5" in metrics else ""
     print(f"{args.checkpoint} on {dataset} {args.split} ({metrics['n']} series, {protocol}"
-          f"{', ensemble of ' + str(len(models)) if args.ensemble else ''}): top-1 {metrics['top1']:.2f}%{top5}  "
-          f"loss {metrics['loss']:.4f}  -> {out}")
+          f"{''.join(', ' + p for p in parts)}): top-1 {metrics['top1']:.2f}%{top5}  loss {metrics['loss']:.4f}  "
+          f"-> {out}")
     return {**row, "confusion": matrix.tolist(), "out": str(out)}
 
 

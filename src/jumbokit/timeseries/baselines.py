@@ -14,7 +14,8 @@ import torch
 
 from .data import ClassificationData, load_raw, pad_series
 
-__all__ = ["BASELINES", "ROCKET_CLASSIFIERS", "parse_baselines", "use_numba_workqueue", "rocket_baseline"]
+__all__ = ["BASELINES", "ROCKET_CLASSIFIERS", "missing_inside", "parse_baselines", "rocket_baseline", "rocket_series",
+           "use_numba_workqueue"]
 
 ROCKET_CLASSIFIERS = ("minirocket", "multirocket", "hydra")  # aeon's three single-transform classifiers
 BASELINES = (*ROCKET_CLASSIFIERS, "multirocket_hydra")  # every baseline tstrain runs (aeon's convolution-based ones)
@@ -77,10 +78,23 @@ def _lengths_inside(x: np.ndarray) -> np.ndarray:
     return np.broadcast_to(inside[:, None, :], x.shape)
 
 
+def missing_inside(x: np.ndarray) -> bool:
+    """Whether any series of x (n, C, L; NaN-padded at the end) misses a value before its end, which aeon's ROCKET
+    classifiers cannot read (a shorter series, NaN only after its last observation, they can: zero-padded)."""
+    return bool(np.isnan(x[_lengths_inside(x)]).any())
+
+
+def rocket_series(x: np.ndarray | list[np.ndarray], length: int | None = None) -> np.ndarray:
+    """Series as the ROCKET classifiers take them: (n, C, length) float64 (the values rounded to float32 first, as
+    :func:`~jumbokit.timeseries.data.pad_series` stores them), zero-padded at the end (aeon's ``Padder`` fill) to
+    ``length`` (default: the longest series)."""
+    return np.nan_to_num(pad_series(x, length).astype(np.float64), nan=0.0)
+
+
 def _fit_predict(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, seed: int,
-                 n_jobs: int | None) -> tuple[np.ndarray, np.ndarray, float]:
-    """Test predictions of one classifier, its ridge scores of the test series and the seconds of fit + predict
-    (numba compiled beforehand)."""
+                 n_jobs: int | None) -> tuple[Any, np.ndarray, np.ndarray, float]:
+    """The fitted classifier, its test predictions, its ridge scores of the test series and the seconds of fit +
+    predict (numba compiled beforehand)."""
     from .rocket_classifiers import labels_of_scores
 
     threads = torch.get_num_threads()
@@ -92,13 +106,13 @@ def _fit_predict(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np
             warnings.simplefilter("ignore")
             clf.fit(x_train, np.asarray(y_train).astype(str))
             scores = clf.decision_function(x_test)
-        return labels_of_scores(clf.classes_, scores), scores, time.perf_counter() - start
+        return clf, labels_of_scores(clf.classes_, scores), scores, time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)  # Hydra sets torch's thread count to its n_jobs
 
 
 def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir: str | Path | None = None,
-                    n_jobs: int | None = None) -> dict[str, Any]:
+                    n_jobs: int | None = None, keep: bool = False) -> dict[str, Any]:
     """One of aeon's MiniRocket / MultiRocket / Hydra classifiers on the same splits (raw series; they
     normalise internally), fitted on the training split and scored on the whole official test set, whose
     validation / test halves are those of ``data``. The classifier runs through
@@ -112,7 +126,9 @@ def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir
     compilation (a warm-up fit on random data runs first). Returns {"test_top1", "val_top1", "full_test_top1"
     (percent), "seconds", "padded", "scores": {"val", "test"}} or {"skipped": reason}; "scores" are the ridge scores
     of the validation and test halves ((n,) for two classes, else (n, K) in the sorted classes' order, the order of
-    the sweep's class codes), which the sweep keeps apart from the JSON record."""
+    the sweep's class codes), which the sweep keeps apart from the JSON record; with ``keep``, also
+    "classifier": the fitted :class:`~jumbokit.timeseries.rocket_classifiers.RocketClassifier` (a fused model
+    keeps it, :func:`~jumbokit.timeseries.store.write_baseline`)."""
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; expected one of {', '.join(BASELINES)}")
     x_train, y_train = load_raw(data.name, "train", data_dir, download=False)
@@ -120,18 +136,17 @@ def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir
     padded = not data.meta.get("equal_length", False)
     # the raw series at their own length: a run's series may be resampled to another (tstrain --init)
     x_train, x_test = pad_series(x_train), pad_series(x_test)
-    length = max(x_train.shape[-1], x_test.shape[-1])
-    x_train = pad_series(x_train, length).astype(np.float64)
-    x_test = pad_series(x_test, length).astype(np.float64)
-    inner = [_lengths_inside(x) for x in (x_train, x_test)]
-    if any(bool(np.isnan(x[mask]).any()) for x, mask in zip((x_train, x_test), inner)):
+    if missing_inside(x_train) or missing_inside(x_test):
         return {"skipped": "missing values inside series (not supported by aeon's ROCKET classifiers)"}
+    length = max(x_train.shape[-1], x_test.shape[-1])
     if length < 9:
         return {"skipped": f"series of {length} steps (the ROCKET kernels need at least 9)"}
-    x_train, x_test = np.nan_to_num(x_train, nan=0.0), np.nan_to_num(x_test, nan=0.0)  # Padder's fill: 0
-    pred, scores, seconds = _fit_predict(name, x_train, y_train, x_test, seed, n_jobs)
+    x_train, x_test = rocket_series(x_train, length), rocket_series(x_test, length)
+    clf, pred, scores, seconds = _fit_predict(name, x_train, y_train, x_test, seed, n_jobs)
     correct = pred == np.asarray(y_test).astype(str)
     out: dict[str, Any] = {"full_test_top1": 100.0 * float(correct.mean()), "seconds": seconds}
+    if keep:
+        out["classifier"] = clf
     if padded:
         out["padded"] = True
     if data.test_index is not None:

@@ -7,6 +7,13 @@ of 2 becomes odds of about 150 to 1). :func:`late_fusion` mixes the two,
 ``w * transformer + (1 - w) * ridge``, with ``w`` from :data:`FUSION_WEIGHTS` chosen by validation accuracy (ties:
 the weight nearest 0.5, then the smaller), and scores the mixture on the test half. Nothing is fitted on the test
 half, and neither model is retrained: the fusion reads the probabilities a sweep stored.
+
+A sweep keeps each fused model as one folder (``models/<dataset>/<model>+<baseline>/``): the transformer as any
+kept model (``model.safetensors`` + ``model_config.json``, ``kept.json``), the fitted ROCKET classifier
+(:data:`ROCKET_FILE`, :func:`~jumbokit.timeseries.rocket_classifiers.save_rocket`) and :data:`FUSION_FILE` (the
+weight, the temperature, the parts). :func:`rocket_proba` scores new raw series with the ROCKET half in the
+transformer's class order, and :func:`fuse_proba` mixes the two as the sweep did
+(``jumbokit.inference.series.load_series_predictor`` puts it together).
 """
 
 from __future__ import annotations
@@ -15,11 +22,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FUSION_WEIGHTS", "RIDGE_TEMPERATURE", "fused_name", "ridge_proba", "late_fusion"]
+__all__ = ["FUSION_FILE", "FUSION_FORMAT", "FUSION_WEIGHTS", "RIDGE_TEMPERATURE", "ROCKET_FILE", "fuse_proba",
+           "fused_name", "late_fusion", "ridge_proba", "rocket_proba"]
 
 FUSION_WEIGHTS = tuple(np.round(np.linspace(0.0, 1.0, 11), 2).tolist())  # the transformer's share
 RIDGE_TEMPERATURE = 2.5
 SEPARATOR = "+"
+FUSION_FILE = "fusion.json"  # in a kept fused model's folder: weight, temperature, parts
+ROCKET_FILE = "rocket.safetensors"  # in a kept fused model's folder: the fitted ROCKET classifier
+FUSION_FORMAT = "jumbokit.late_fusion/1"
 
 
 def fused_name(model: str, baseline: str) -> str:
@@ -43,6 +54,34 @@ def ridge_proba(scores: np.ndarray, num_classes: int) -> np.ndarray:
     return proba / proba.sum(axis=1, keepdims=True)
 
 
+def fuse_proba(model: np.ndarray, ridge: np.ndarray, weight: float) -> np.ndarray:
+    """The fused probabilities: ``weight * model + (1 - weight) * ridge`` (``weight``: the transformer's share)."""
+    return weight * model + (1 - weight) * ridge
+
+
+def rocket_proba(classifier: Any, raw: np.ndarray | list[np.ndarray], label_names: list[str]) -> np.ndarray:
+    """Class probabilities (n, K) of raw series from a fitted ROCKET classifier (:func:`ridge_proba` of its ridge
+    scores), their columns in ``label_names``' order (the transformer's classes). The series are read as the sweep
+    fitted it: NaN at the end of a shorter series zero-padded, every series padded to the training length.
+    ValueError for other channels, missing values inside a series, or classes other than the transformer's."""
+    from .baselines import missing_inside, rocket_series
+    from .data import pad_series
+
+    classes = [str(c) for c in classifier.classes_]
+    if sorted(classes) != sorted(map(str, label_names)):
+        raise ValueError(f"the ROCKET classifier knows classes {classes[:10]}, the transformer "
+                         f"{list(label_names)[:10]}: not one fused model")
+    x = pad_series(raw)
+    channels, steps = classifier.input_shape_
+    if x.shape[1] != channels:
+        raise ValueError(f"expected series of {channels} channel(s) (the model's), got {x.shape[1]}")
+    if missing_inside(x):
+        raise ValueError("the ROCKET half of a fused model cannot read series with missing values before their end "
+                         "(NaN only after a series' last value is read as a shorter series)")
+    proba = ridge_proba(classifier.decision_function(rocket_series(x, max(steps, x.shape[-1]))), len(classes))
+    return proba[:, [classes.index(str(name)) for name in label_names]]
+
+
 def _accuracy(proba: np.ndarray, y: np.ndarray) -> float:
     return 100.0 * float((proba.argmax(axis=1) == y).mean())
 
@@ -59,9 +98,9 @@ def late_fusion(model: dict[str, np.ndarray], ridge: dict[str, np.ndarray], y_va
             raise ValueError(f"expected {len(y)} {half} probabilities of the same classes from both models, got "
                              f"{model[half].shape} and {ridge[half].shape}")
     y_val, y_test = np.asarray(y_val), np.asarray(y_test)
-    val = [_accuracy(w * model["val"] + (1 - w) * ridge["val"], y_val) for w in FUSION_WEIGHTS]
+    val = [_accuracy(fuse_proba(model["val"], ridge["val"], w), y_val) for w in FUSION_WEIGHTS]
     best = max(val)
     tied = [w for w, acc in zip(FUSION_WEIGHTS, val) if acc == best]
     weight = min(tied, key=lambda w: (abs(w - 0.5), w))
-    test = weight * model["test"] + (1 - weight) * ridge["test"]
+    test = fuse_proba(model["test"], ridge["test"], weight)
     return {"weight": weight, "val_top1": best, "test_top1": _accuracy(test, y_test), "weights_tied": len(tied)}

@@ -163,7 +163,7 @@ class JobContext:
     """What every job of one sweep needs: the loaded datasets, the settings, the sweep directory, the device.
 
     ``wait``: a run whose pretrained weights are missing waits for them (another process pretrains them) instead
-    of failing."""
+    of failing. ``keep_rocket``: the baselines whose fitted classifier is saved (the fused ones)."""
 
     datasets: dict[str, ClassificationData]
     cfg: SweepConfig
@@ -171,6 +171,7 @@ class JobContext:
     device: str = "cpu"
     data_dir: str | Path | None = None
     wait: bool = False
+    keep_rocket: tuple[str, ...] = ()
 
     def accelerator(self, seed: int) -> LocalAccelerator:
         """The single-process accelerator of one job (data order seeded with the job's seed)."""
@@ -218,7 +219,8 @@ def execute_job(job: Job, ctx: JobContext) -> None:
         acc.free_memory()
     elif job.kind == "baseline":
         store.write_baseline(job.path(ctx.out_dir), rocket_baseline(job.model, data, seed=ctx.cfg.seed,
-                                                                     data_dir=ctx.data_dir))
+                                                                     data_dir=ctx.data_dir,
+                                                                     keep=job.model in ctx.keep_rocket))
     else:
         raise ValueError(f"unknown job kind {job.kind!r}")
 

@@ -8,7 +8,9 @@ before runs kept them have none), ``runs/<dataset>/<model>/pretrained_s<seed>.sa
 ``<baseline>.scores.safetensors``: its ridge scores of the validation and test halves, for late fusion); after
 the sweep, ``models/<dataset>/<model>/`` holds the run chosen on validation (``model.safetensors`` +
 ``model_config.json``), the top-k ensemble's members (``ensemble/<rank>_<run>.safetensors``) when one is scored,
-and ``kept.json`` (which runs, their accuracies).
+and ``kept.json`` (which runs, their accuracies); a fused model (``tstrain --fuse``) is kept the same way in
+``models/<dataset>/<model>+<baseline>/``, with the baseline's fitted classifier (``runs/<dataset>/<baseline>.rocket.
+safetensors``, linked as ``rocket.safetensors``) and ``fusion.json`` (:mod:`.fusion`).
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from .protocol import SweepConfig, SweepMismatchError
 from .run import RunResult
 
 __all__ = ["run_id", "check_out_dir", "write_sweep_file", "read_sweep_file", "load_run", "run_paths", "load_runs", "write_run",
-           "load_proba", "proba_path", "baseline_scores_path", "write_baseline", "read_pretrained", "write_pretrained", "pretrain_record_path",
-           "pretrain_failed_path", "clear_pretrain_failures", "model_path", "models_folder", "keep_models"]
+           "load_proba", "proba_path", "baseline_scores_path", "rocket_path", "write_baseline", "read_pretrained", "write_pretrained", "pretrain_record_path",
+           "pretrain_failed_path", "clear_pretrain_failures", "model_path", "models_folder", "keep_models", "keep_fused"]
 
 
 def run_id(lr: float, dropout: float, seed_offset: int = 0) -> str:
@@ -129,14 +131,25 @@ def baseline_scores_path(path: Path) -> Path:
     return path.with_name(path.stem + ".scores.safetensors")
 
 
+def rocket_path(path: Path) -> Path:
+    """Where a baseline's fitted classifier lies, beside its record (``runs/<dataset>/<baseline>.rocket.
+    safetensors``; kept for the fused models, :func:`~jumbokit.timeseries.rocket_classifiers.save_rocket`)."""
+    return path.with_name(path.stem + ".rocket.safetensors")
+
+
 def write_baseline(path: Path, result: dict[str, Any]) -> None:
-    """A finished baseline: its ridge scores of the validation and test halves (when it has them) first, then
-    its record without them (whose presence marks the baseline done)."""
+    """A finished baseline: its fitted classifier (``result["classifier"]``, when kept) and its ridge scores of
+    the validation and test halves (when it has them) first, then its record without them (whose presence marks
+    the baseline done)."""
     from safetensors.numpy import save_file
 
     from ..encoders.io import atomic_write
+    from .rocket_classifiers import save_rocket
 
     record = dict(result)
+    classifier = record.pop("classifier", None)
+    if classifier is not None:
+        save_rocket(classifier, rocket_path(path))
     scores = record.pop("scores", None)
     if scores is not None:
         arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in scores.items()}
@@ -266,4 +279,29 @@ def keep_models(out_dir: Path, dataset: str, model: str, runs: Sequence[RunResul
     if ensemble > 1:
         record["ensemble"] = entries
     atomic_write_text(folder / "kept.json", json.dumps(record, indent=1) + "\n")
+    return None
+
+
+def keep_fused(out_dir: Path, dataset: str, model: str, baseline: str, fusion: dict[str, Any],
+               runs: Sequence[RunResult], paths: Sequence[Path], ensemble: int = 1) -> str | None:
+    """Keep one fused model (``fusion``: :func:`~jumbokit.timeseries.fusion.late_fusion`'s result) in
+    ``models/<dataset>/<model>+<baseline>/``: the transformer's chosen run (or ensemble) as :func:`keep_models`
+    keeps it, the baseline's fitted classifier linked as ``rocket.safetensors`` and ``fusion.json``, written last.
+    Returns None, or one line saying why it is not kept (a baseline fitted before fused models kept it)."""
+    from .fusion import FUSION_FILE, FUSION_FORMAT, RIDGE_TEMPERATURE, ROCKET_FILE, fused_name
+
+    name = fused_name(model, baseline)
+    rocket = rocket_path(Path(out_dir) / "runs" / dataset / f"{baseline}.json")
+    if not rocket.is_file():
+        return (f"{dataset} {name}: no fused model kept: {rocket} is missing (the baseline was fitted before fused "
+                "models kept their classifier; delete its record to fit it again)")
+    note = keep_models(out_dir, dataset, name, runs, paths, ensemble)
+    if note is not None:
+        return note
+    folder = models_folder(out_dir, dataset, name)
+    _link_or_copy(rocket, folder / ROCKET_FILE)
+    record = {"format": FUSION_FORMAT, "dataset": dataset, "model": model, "baseline": baseline,
+              "weight": fusion["weight"], "ridge_temperature": RIDGE_TEMPERATURE, "rocket": ROCKET_FILE,
+              "ensemble": ensemble > 1, "val_top1": fusion["val_top1"], "test_top1": fusion["test_top1"]}
+    atomic_write_text(folder / FUSION_FILE, json.dumps(record, indent=1) + "\n")
     return None

@@ -280,6 +280,7 @@ def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False, run
         tick()
 
     ctx = JobContext(plan.datasets, plan.cfg, plan.out_dir, device=str(state.device), data_dir=plan.data_dir,
+                     keep_rocket=tuple(plan.fuse),
                      wait=state.num_processes > 1 or runs_per_device > 1)
     tick()
     with quiet_training():  # one line per dataset, not per epoch of every run
@@ -299,14 +300,20 @@ def execute_sweep(plan: SweepPlan, progress: bool = True, cpu: bool = False, run
 
 def _keep_models(plan: SweepPlan, got: _Gathered) -> dict[str, Path]:
     """Keep the chosen run (and the ensemble's members) of every (dataset, model) in ``models/``
-    (:func:`~jumbokit.timeseries.store.keep_models`); ``{"models": folder}`` when any was kept."""
+    (:func:`~jumbokit.timeseries.store.keep_models`), and every fused model beside it
+    (:func:`~jumbokit.timeseries.store.keep_fused`); ``{"models": folder}`` when any was kept."""
     kept = False
     for (dataset, model), paths in got.run_paths.items():
         runs = [r for r in got.runs if r.dataset == dataset and r.model == model]
-        note = store.keep_models(plan.out_dir, dataset, model, runs, paths, plan.ensemble)
-        if note:
+        notes = [store.keep_models(plan.out_dir, dataset, model, runs, paths, plan.ensemble)]
+        for baseline in plan.fuse:
+            fusion = got.fusions.get(dataset, {}).get(fused_name(model, baseline))
+            if fusion is not None:
+                notes.append(store.keep_fused(plan.out_dir, dataset, model, baseline, fusion, runs, paths,
+                                              plan.ensemble))
+        for note in filter(None, notes):
             logger.warning(note)
-        kept = kept or note is None
+        kept = kept or notes[0] is None
     return {"models": plan.out_dir / "models"} if kept else {}
 
 def run_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, out_dir: str | Path,
