@@ -118,3 +118,26 @@ def test_series_pretrain_front_door_refuses_bad_input_and_writes_nothing(tmp_pat
     assert json.loads((out / ep.CORPUS_FILE).read_text())["excluded"] == ["Trace"]
     assert run_front_door("series-pretrain", ["--dataset", "GunPoint", "--out", str(out)]) == 2
     assert "holds an encoder already" in capsys.readouterr().err
+
+
+def test_the_estimator_fine_tunes_from_the_encoder_and_saves_the_resampling(encoder, tmp_path):
+    """PatchTSTClassifier(init=...): every series resampled to the encoder's length, the network starting from its
+    weights (a learning rate of 1e-8 leaves them as they are), the saved model's data config resampling as tstrain's kept models do."""
+    from jumbokit.inference.series import load_series_predictor
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    data = ts_data.load_dataset("ItalyPowerDemand")
+    clf = PatchTSTClassifier(model="patchtst_jumbo", patches=16, conv_stem=32, dim=16, steps=2, lr=1e-8,
+                             batch_size=8, random_state=0, init=str(encoder))
+    clf.fit(data.train.x[:40], data.classes[data.train.y[:40]])
+    assert clf.seq_len_ == 32
+    pretrained = ep.encoder_state(encoder)
+    own = clf.network_.state_dict()
+    assert all(np.allclose(own[k].numpy(), v.numpy(), atol=1e-6) for k, v in pretrained.items() if k in own)
+    assert sum(k in own for k in pretrained) == len(pretrained)
+    clf.save(tmp_path / "clf")
+    predictor = load_series_predictor(tmp_path / "clf")
+    assert predictor.cfg["unequal_length"] == "resample" and predictor.cfg["seq_len"] == 32
+    with pytest.raises(ValueError, match="does not fit this run's model"):
+        PatchTSTClassifier(model="patchtst_jumbo", dim=16, steps=1, init=str(encoder)).fit(
+            data.train.x[:20], data.classes[data.train.y[:20]])

@@ -100,3 +100,47 @@ def test_estimator_trains_the_trunk_alone_layer_scale_no_positions_and_stochasti
     assert (narrow.config["dim"], narrow.config["num_heads"], narrow.config["mlp_hidden"]) == (16, 2, 32)
     with pytest.raises(ValueError, match="dim must be None or a multiple of 8, got 12"):
         PatchTSTClassifier(dim=12, **kw).fit(X, y)
+
+
+def test_estimator_fuses_a_rocket_classifier_and_predict_reads_the_saved_folder(tmp_path):
+    """fuse="minirocket": the network's probabilities mixed with MiniRocket's at the weight chosen on a held-out
+    quarter of the training series ("auto") or given; saved and loaded (safetensors + JSON) with the same
+    probabilities, which jumbokit's series predictor reads from the folder too; bad settings refused."""
+    from aeon.datasets import load_arrow_head
+
+    from jumbokit.inference.series import load_series_predictor
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+    from jumbokit.timeseries.fusion import FUSION_WEIGHTS, rocket_proba
+    from jumbokit.timeseries.run import predict_proba
+
+    X, y = load_arrow_head(split="train")
+    X_test, _ = load_arrow_head(split="test")
+    X_test = X_test[:30]
+    clf = PatchTSTClassifier(model="patchtst", steps=3, batch_size=16, random_state=0, fuse="minirocket")
+    proba = clf.fit(X, y).predict_proba(X_test)
+    assert clf.fuse_weight_ in FUSION_WEIGHTS
+    names = [str(c) for c in clf.classes_]
+    network = predict_proba(clf.network_, clf.normalizer_(clf._equal_length(X_test, clf.seq_len_)), 256)
+    expected = clf.fuse_weight_ * network + (1 - clf.fuse_weight_) * rocket_proba(clf.rocket_, X_test, names)
+    np.testing.assert_allclose(proba, expected, rtol=1e-6, atol=1e-7)
+    clf.save(tmp_path / "fused")
+    again = PatchTSTClassifier.load(tmp_path / "fused")
+    np.testing.assert_array_equal(again.predict_proba(X_test), proba)
+    predictor = load_series_predictor(tmp_path / "fused")
+    assert predictor.fused and predictor.weight == clf.fuse_weight_
+    from jumbokit.timeseries.data_config import prepare_series
+
+    np.testing.assert_allclose(predictor.proba(prepare_series(X_test, predictor.cfg), X_test), proba, atol=1e-6)
+    # a weight of 0: MiniRocket alone
+    rocket_only = PatchTSTClassifier(model="patchtst", steps=1, batch_size=16, random_state=0, fuse="minirocket",
+                                     fuse_weight=0.0).fit(X, y)
+    np.testing.assert_array_equal(rocket_only.predict(X_test), rocket_only.rocket_.predict(X_test))
+    for params, message in ((dict(fuse="rocket"), "expected fuse to be None or one of"),
+                            (dict(fuse="minirocket", fuse_weight=1.5), "expected fuse_weight to be 'auto' or"),
+                            (dict(fuse="minirocket", fuse_weight="best"), "expected fuse_weight to be 'auto' or")):
+        with pytest.raises(ValueError, match=message):
+            PatchTSTClassifier(model="patchtst", steps=1, **params).fit(X, y)
+    holes = X.copy()
+    holes[0, 0, 5] = np.nan
+    with pytest.raises(ValueError, match="missing values before their end"):
+        PatchTSTClassifier(model="patchtst", steps=1, fuse="minirocket", fuse_weight=0.5).fit(holes, y)

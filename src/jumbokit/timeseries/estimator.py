@@ -167,6 +167,21 @@ class PatchTSTClassifier(BaseClassifier):
         The folder that ``save_last_model`` writes into.
     last_file_name : str, default="last_model"
         The name of the folder ``save_last_model`` writes (``model.safetensors`` + ``estimator.json``).
+    init : str or None, default=None
+        Fine-tune from a pretrained series encoder (the folder ``jumbokit series-pretrain`` wrote), as
+        ``tstrain --init``: every series (in ``fit`` and at prediction) resampled to the encoder's length, the
+        network starting from its weights with a head of its own; ``model``, ``patches``, ``conv_stem`` and
+        ``dim`` must be the encoder's (e.g. ``patches=16, conv_stem=32``).
+    fuse : str or None, default=None
+        Late fusion with a ROCKET-family classifier fitted on the same raw training series, as ``tstrain --fuse``:
+        one of ``"minirocket"``, ``"multirocket"``, ``"hydra"``, ``"multirocket_hydra"`` (aeon's transformers with
+        a ridge classifier, bounded memory); ``predict_proba`` mixes ``w`` x the network's probabilities with
+        ``1 - w`` x the ridge scores' softmax. Needs series without missing values before their end.
+    fuse_weight : float or "auto", default="auto"
+        ``w``, the network's share in the fused probabilities (0..1). ``"auto"``: chosen as ``tstrain`` chooses it
+        on its validation half (``jumbokit.timeseries.fusion.late_fusion``), here on a stratified quarter of the
+        training series that both models are first fitted without; then both are fitted again on all of them
+        (about twice the training cost).
 
     Attributes
     ----------
@@ -181,7 +196,12 @@ class PatchTSTClassifier(BaseClassifier):
     normalizer_ : callable
         The normalisation fitted on the training series, applied to every series passed to ``predict``.
     seq_len_ : int
-        Length of the longest training series (longer series at prediction get more patches, with a warning).
+        Length of the longest training series (longer series at prediction get more patches, with a warning),
+        or the pretrained encoder's (``init``).
+    rocket_ : RocketClassifier or None
+        The fitted ROCKET-family classifier of ``fuse``.
+    fuse_weight_ : float
+        The network's share in the fused probabilities (1.0 without ``fuse``).
 
     See Also
     --------
@@ -225,7 +245,8 @@ class PatchTSTClassifier(BaseClassifier):
                  pos_embed: str = "learn",
                  layers: int | None = None, drop_path: float = 0.0, dim: int | None = None,
                  unequal_length: str = "pad", save_last_model: bool = False, file_path: str = "./",
-                 last_file_name: str = "last_model") -> None:
+                 last_file_name: str = "last_model", init: str | None = None, fuse: str | None = None,
+                 fuse_weight: float | str = "auto") -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -261,6 +282,9 @@ class PatchTSTClassifier(BaseClassifier):
         self.save_last_model = save_last_model
         self.file_path = file_path
         self.last_file_name = last_file_name
+        self.init = init
+        self.fuse = fuse
+        self.fuse_weight = fuse_weight
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -268,20 +292,35 @@ class PatchTSTClassifier(BaseClassifier):
 
     # ------------------------------------------------------------------ aeon hooks
     def _fit(self, X, y):
-        from .data import ClassificationData, SeriesSplit
-        from .models.config import SeriesModelConfig
-        from .protocol import SweepConfig
-        from .run import fit_series_model, new_run_model, pretrain_model, quiet_training
-
         if self.model not in PATCHTST_MODELS + REFERENCE_MODELS:
             raise ValueError(f"expected model to be one of {PATCHTST_MODELS + REFERENCE_MODELS}, got {self.model!r}")
-        x = self._equal_length(X)
+        weight = self._checked_fusion()
+        x = self._equal_length(X, self._encoder_length())
         check_series(x, "X")
         self.normalizer_ = fit_normalizer(x, self.normalize)
         x = self.normalizer_(x)
         codes = np.array([self._class_dictionary[v] for v in y], dtype=np.int64)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
         self.seq_len_ = int(x.shape[2])
+        self.rocket_, self.fuse_weight_ = None, 1.0
+        if self.fuse:
+            raw = self._rocket_series(X)
+            if weight is None:
+                weight = self._choose_fuse_weight(x, raw, codes, seed)
+            self.rocket_ = self._fit_rocket(raw, codes, seed)
+            self.fuse_weight_ = float(weight)
+        self.network_, self.history_ = self._fit_network(x, codes, seed)
+        if self.save_last_model:
+            self._save(Path(self.file_path) / self.last_file_name)
+        return self
+
+    def _fit_network(self, x: np.ndarray, codes: np.ndarray, seed: int) -> tuple[Any, list]:
+        """The network trained on prepared series x with class codes: (it in eval mode, its history)."""
+        from .data import ClassificationData, SeriesSplit
+        from .models.config import SeriesModelConfig
+        from .protocol import SweepConfig
+        from .run import fit_series_model, new_run_model, pretrain_model, quiet_training
+
         # each parameter named like a series-model option goes to the model, each named like a sweep setting to the
         # training settings ("model" names the architecture here, not SweepConfig.model)
         params = self.get_params(deep=False)
@@ -294,30 +333,109 @@ class PatchTSTClassifier(BaseClassifier):
         with warnings.catch_warnings():
             warnings.simplefilter("always" if self.verbose else "ignore")
             net = new_run_model(data, self.model, cfg, float(self.dropout), seed, strict=False)
+        if self.init:
+            from .encoder_pretrain import encoder_state, load_into
+
+            load_into(net, encoder_state(self.init), source=f"the encoder {self.init}")
         with nullcontext() if self.verbose else quiet_training():
             if cfg.pretrain_epochs:
                 pretrain_model(net, data, cfg, seed, progress=bool(self.verbose))
             fitted = fit_series_model(net, data, float(self.lr), cfg, seed, progress=bool(self.verbose))
-        self.network_ = fitted.model.eval()
-        self.history_ = fitted.history
-        if self.save_last_model:
-            self._save(Path(self.file_path) / self.last_file_name)
-        return self
+        return fitted.model.eval(), fitted.history
+
+    # ------------------------------------------------------------------ a pretrained encoder and late fusion
+    def _encoder_length(self) -> int | None:
+        """The length every series is resampled to when the network starts from a pretrained encoder."""
+        from .encoder_pretrain import encoder_length
+
+        return encoder_length(self.init) if self.init else None
+
+    def _checked_fusion(self) -> float | None:
+        """``fuse_weight`` as a float, None for "auto"; ValueError for an unknown ``fuse`` or a weight outside 0..1."""
+        from .baselines import BASELINES
+
+        if self.fuse is not None and self.fuse not in BASELINES:
+            raise ValueError(f"expected fuse to be None or one of {', '.join(BASELINES)}, got {self.fuse!r}")
+        if isinstance(self.fuse_weight, str):
+            if self.fuse_weight != "auto":
+                raise ValueError(f"expected fuse_weight to be 'auto' or a number in 0..1, got {self.fuse_weight!r}")
+            return None
+        weight = float(self.fuse_weight)
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"expected fuse_weight to be 'auto' or a number in 0..1, got {self.fuse_weight!r}")
+        return weight
+
+    @staticmethod
+    def _rocket_series(X) -> np.ndarray:
+        """X as the ROCKET classifier reads it (NaN-padded at the end; ValueError for missing values inside)."""
+        from .baselines import missing_inside
+
+        raw = pad_series(X)
+        if missing_inside(raw):
+            raise ValueError("fuse: the ROCKET classifiers cannot read series with missing values before their end; "
+                             "fit without fuse")
+        return raw
+
+    def _fit_rocket(self, raw: np.ndarray, codes: np.ndarray, seed: int) -> Any:
+        """The ROCKET-family classifier ``fuse`` fitted on raw series (zero-padded), classes as the codes' names."""
+        import torch
+
+        from .baselines import rocket_series, use_numba_workqueue
+        from .rocket_classifiers import RocketClassifier
+
+        use_numba_workqueue()
+        threads = torch.get_num_threads()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return RocketClassifier(self.fuse, random_state=seed, n_jobs=threads).fit(
+                    rocket_series(raw), np.asarray([str(c) for c in self.classes_])[codes])
+        finally:
+            torch.set_num_threads(threads)  # Hydra sets torch's thread count to its n_jobs
+
+    def _rocket_proba(self, rocket: Any, raw: np.ndarray) -> np.ndarray:
+        from .fusion import rocket_proba
+
+        return rocket_proba(rocket, raw, [str(c) for c in self.classes_])
+
+    def _choose_fuse_weight(self, x: np.ndarray, raw: np.ndarray, codes: np.ndarray, seed: int) -> float:
+        """The network's share chosen as tstrain chooses it on its validation half (``late_fusion``), here on a
+        stratified quarter of the training series, both models fitted on the other three quarters."""
+        from sklearn.model_selection import train_test_split
+
+        from .fusion import late_fusion
+        from .run import predict_proba
+
+        if np.bincount(codes).min() < 2:
+            raise ValueError("fuse_weight='auto' holds out a quarter of every class and needs two or more training "
+                             "series of each; pass a number for fuse_weight")
+        held = max(0.25, len(self.classes_) / len(codes))
+        fit_idx, val_idx = train_test_split(np.arange(len(codes)), test_size=held, stratify=codes, random_state=seed)
+        net, _ = self._fit_network(x[fit_idx], codes[fit_idx], seed)
+        rocket = self._fit_rocket(raw[fit_idx], codes[fit_idx], seed)
+        proba = predict_proba(net, x[val_idx], batch_size=256)
+        ridge = self._rocket_proba(rocket, raw[val_idx])
+        halves = {"val": proba, "test": proba}
+        return late_fusion(halves, {"val": ridge, "test": ridge}, codes[val_idx], codes[val_idx])["weight"]
 
     def _predict_proba(self, X) -> np.ndarray:
+        from .fusion import fuse_proba
         from .run import predict_proba
 
         x = self._equal_length(X, self.seq_len_)
         check_series(x, "X")
         x = self.normalizer_(x)
-        return predict_proba(self.network_, x, batch_size=256 if self.batch_size == "auto" else int(self.batch_size))
+        proba = predict_proba(self.network_, x, batch_size=256 if self.batch_size == "auto" else int(self.batch_size))
+        if getattr(self, "rocket_", None) is None:
+            return proba
+        return fuse_proba(proba, self._rocket_proba(self.rocket_, pad_series(X)), self.fuse_weight_)
 
     def _equal_length(self, X, length: int | None = None) -> np.ndarray:
         """X as one (n, C, L) array: NaN-padded to ``length`` (default: its longest series; a longer one is kept,
-        with a warning) or, with ``unequal_length="resample"``, every series resampled to ``length`` steps;
-        ``"zero"`` pads with zeros instead of NaN."""
+        with a warning) or, with ``unequal_length="resample"`` (or a pretrained encoder, ``init``), every series
+        resampled to ``length`` steps; ``"zero"`` pads with zeros instead of NaN."""
         lengths = lengths_of(X)
-        if check_unequal_length(self.unequal_length) == "resample":
+        if check_unequal_length(self.unequal_length) == "resample" or self.init:
             return resample_to_length(pad_series(X), lengths, length)
         longest = int(lengths.max())
         if length is not None and longest > length:
@@ -330,7 +448,9 @@ class PatchTSTClassifier(BaseClassifier):
     def save(self, path: str | os.PathLike) -> Path:
         """Write the fitted estimator into folder ``path``: the network's weights with its model config and
         series data config (``model.safetensors``, loadable with ``jumbokit.load`` and ``jumbokit predict``) and
-        ``estimator.json`` (parameters, classes, what ``fit`` saw). Restore it with :meth:`load`."""
+        ``estimator.json`` (parameters, classes, what ``fit`` saw); with ``fuse``, also the ROCKET classifier
+        (``rocket.safetensors``) and ``fusion.json``, so that ``jumbokit predict`` scores the fused model as
+        ``tstrain``'s kept fused models. Restore it with :meth:`load`."""
         self._check_is_fitted()
         return self._save(Path(path))
 
@@ -342,12 +462,21 @@ class PatchTSTClassifier(BaseClassifier):
 
         data_config = check_series_data_config({
             "modality": SERIES_MODALITY, "in_chans": int(self.network_.config["in_chans"]), "seq_len": self.seq_len_,
-            "unequal_length": self.unequal_length, **normalizer_config(self.normalizer_),
+            "unequal_length": "resample" if self.init else self.unequal_length, **normalizer_config(self.normalizer_),
             "num_classes": int(self.n_classes_), "label_names": [str(c) for c in self.classes_]})
         save_model(self.network_, path, data_config=data_config)
         record = {"estimator": type(self).__name__, "params": self.get_params(deep=False),
                   "classes": self.classes_.tolist(), "classes_dtype": self.classes_.dtype.str,
                   "metadata": self.metadata_, "seq_len": self.seq_len_, "history": self.history_}
+        if getattr(self, "rocket_", None) is not None:
+            from .fusion import FUSION_FILE, FUSION_FORMAT, RIDGE_TEMPERATURE, ROCKET_FILE
+            from .rocket_classifiers import save_rocket
+
+            save_rocket(self.rocket_, path / ROCKET_FILE)
+            record["fuse_weight"] = self.fuse_weight_
+            fusion = {"format": FUSION_FORMAT, "model": self.model, "baseline": self.fuse, "weight": self.fuse_weight_,
+                      "ridge_temperature": RIDGE_TEMPERATURE, "rocket": ROCKET_FILE, "ensemble": False}
+            atomic_write_text(path / FUSION_FILE, json.dumps(fusion, indent=1) + "\n")  # jumbokit predict reads it
         atomic_write_text(path / ESTIMATOR_FILE, json.dumps(record, indent=1, default=_plain) + "\n")
         return path
 
@@ -375,6 +504,12 @@ class PatchTSTClassifier(BaseClassifier):
         clf.metadata_ = record["metadata"]
         clf.seq_len_ = int(record["seq_len"])
         clf.history_ = record["history"]
+        clf.rocket_, clf.fuse_weight_ = None, 1.0
+        if "fuse_weight" in record:
+            from .fusion import ROCKET_FILE
+            from .rocket_classifiers import load_rocket
+
+            clf.rocket_, clf.fuse_weight_ = load_rocket(path / ROCKET_FILE), float(record["fuse_weight"])
         clf.is_fitted = True
         return clf
 
