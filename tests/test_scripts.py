@@ -753,3 +753,20 @@ def test_ucr_seeds_averages_each_set_over_seeds_and_reports_the_spread(tmp_path)
                               text=True, timeout=300)
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_numba_compile_benchmark_reports_cold_and_warm_seconds(tmp_path):
+    """Hydra (torch, nothing for numba to compile) through the cold / warm children: both measured, a record and
+    its markdown written; an unknown classifier refused before any child runs."""
+    out = tmp_path / "nc.json"
+    proc = subprocess.run([sys.executable, "benchmarks/numba_compile.py", "--classifiers", "hydra", "--json",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["classifier"], r["channels"]) for r in rows] == [("hydra", 1), ("hydra", 3)]
+    assert all(r["cold CPU s (compiling)"] > 0 and r["warm CPU s (cache loaded)"] > 0 for r in rows)
+    assert "compilation CPU s" in out.with_suffix(".md").read_text()
+    proc = subprocess.run([sys.executable, "benchmarks/numba_compile.py", "--classifiers", "rocket", "--json",
+                           str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "expected names among" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
