@@ -17,9 +17,8 @@ from ..timeseries.models.trunk import TRUNKS
 from ..timeseries.normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
 from ..timeseries.protocol import (JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS,
                        SweepConfig)
-from ..training.threads import add_threads_arg
 from .config import add_config_arg, parse_flags
-from .training import ema_decay_arg, fraction_arg
+from .training import add_threads_arg, ema_decay_arg, fraction_arg
 
 __all__ = ["build_parser", "PROTOCOLS", "SweepSettings", "settings_from_args", "sweep_settings"]
 

@@ -11,11 +11,21 @@ from typing import Any
 from ..training.config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
 from ..training.accelerator import launch_state
 from ..training.rundir import RunDir, list_checkpoints
-from ..training.threads import ThreadChoice, add_threads_arg, configure_threads
+from ..training.threads import ThreadChoice, configure_threads
 from .config import add_config_arg
 from .data import add_data_args
 
 logger = logging.getLogger(__name__)
+
+
+def add_threads_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Add ``--threads`` (CPU threads for torch; default: automatic, see
+    :func:`~jumbokit.training.threads.configure_threads`)."""
+    parser.add_argument(
+        "--threads", type=int, default=None,
+        help="CPU threads for torch (default: the cores available to this process, divided among the processes "
+             "on this machine; a user's OMP_NUM_THREADS is kept, the 1 that `accelerate launch` sets is not)",
+    )
 
 
 def fraction_arg(noun: str, example: str):

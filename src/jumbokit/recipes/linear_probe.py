@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     from jumbokit.cli.data import add_data_args
     from jumbokit.cli.training import add_tracker_args
     from jumbokit.training.config import PRECISIONS
-    from jumbokit.training.threads import add_threads_arg
+    from jumbokit.cli.training import add_threads_arg
 
     parser = argparse.ArgumentParser(
         description="Linear probe of a frozen (MAE-pretrained) encoder; prints and writes top1/top5 in percent.")

@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jumbokit.training import PRECISIONS, add_threads_arg
+    from jumbokit.cli.training import add_threads_arg
+    from jumbokit.training import PRECISIONS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 def build_parser() -> argparse.ArgumentParser:
     from jumbokit.adaptation.wild import SETTINGS
     from jumbokit.cli.data import add_data_args
-    from jumbokit.training.threads import add_threads_arg
+    from jumbokit.cli.training import add_threads_arg
 
     p = argparse.ArgumentParser(description="Test-time adaptation (none/Tent/EATA/SAR) on corrupted test sets; "
                                             "writes results.csv, report.md, accuracy.png.")

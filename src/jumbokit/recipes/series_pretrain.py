@@ -22,7 +22,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jumbokit.training.threads import add_threads_arg
+    from jumbokit.cli.training import add_threads_arg
     from jumbokit.timeseries.encoder_pretrain import DEFAULT_LENGTH
     from jumbokit.timeseries.models import PATCHTST_MODELS
 

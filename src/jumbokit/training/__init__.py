@@ -8,7 +8,7 @@ result = fit(model, train_loader, classification_loss(), cfg, out_dir="runs/x",
              eval_loaders={"val": val_loader})   # val_top1, val_top5, val_loss, val_n; on every process
 ```
 """
-from .threads import ThreadChoice, add_threads_arg, configure_threads
+from .threads import ThreadChoice, configure_threads
 from .accelerator import configure_tf32, launch_state, make_accelerator, resolve_precision
 from .distributed import evaluate_loaders, process_seed
 from .checkpoint import Checkpointer, TrainerState, save_final_model
@@ -33,7 +33,7 @@ __all__ = [
     "classification_loss", "evaluate_classifier", "topk_correct", "build_lars", "param_groups", "set_lr", "warmup_steps_for", "epochs_for_min_steps",
     "model_fingerprint", "config_differences", "resolve_resume", "save_final_model", "atomic_save_figure", "atomic_write_json", "atomic_write_text",
     "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "configure_threads",
-    "add_threads_arg", "ThreadChoice", "configure_tf32", "WeightEMA", "Checkpointer", "TrainerState", "StepPlan",
+    "ThreadChoice", "configure_tf32", "WeightEMA", "Checkpointer", "TrainerState", "StepPlan",
     "MetricWindow", "RunningMean", "Progress", "find_latest_run", "read_data_record", "resolve_precision",
     "evaluate_loaders", "process_seed",
 ]

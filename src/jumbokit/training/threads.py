@@ -8,7 +8,6 @@ by the cores this process may use divided among the processes on this machine.
 """
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,12 +101,3 @@ def configure_threads(requested: int | None = None) -> ThreadChoice:
     if torch.get_num_threads() != choice.threads:
         torch.set_num_threads(choice.threads)
     return choice
-
-
-def add_threads_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """Add ``--threads`` (CPU threads for torch; default: automatic, see ``configure_threads``)."""
-    parser.add_argument(
-        "--threads", type=int, default=None,
-        help="CPU threads for torch (default: the cores available to this process, divided among the processes "
-             "on this machine; a user's OMP_NUM_THREADS is kept, the 1 that `accelerate launch` sets is not)",
-    )
