@@ -11,6 +11,7 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 import jumbokit  # noqa: E402
+from jumbokit.cli import run_front_door  # noqa: E402
 from jumbokit.export import example_input, export_onnx, onnx_io, to_onnx  # noqa: E402
 
 TOL = 1e-4
@@ -130,9 +131,9 @@ def test_missing_extra_is_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
     with pytest.raises(ImportError, match=r"pip install 'jumbokit\[deploy\]'"):
         to_onnx(model, tmp_path / "m.onnx", example_input(model))
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.raises(RuntimeError, match=r"pip install 'jumbokit\[deploy\]'"):
         recipe.main([str(tmp_path), "--out", str(tmp_path / "m.onnx")])
-    assert exit_info.value.code == 2
+    assert run_front_door("export", [str(tmp_path), "--out", str(tmp_path / "m.onnx")]) == 2  # one line, status 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pip install 'jumbokit[deploy]'" in err
     assert not (tmp_path / "m.onnx").exists()

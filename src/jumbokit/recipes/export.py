@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,25 +106,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     configure_logging()
     logging.getLogger("jumbokit.export").setLevel(logging.WARNING)  # its check line is in the summary below
-    from jumbokit.export import OnnxParityError, example_input, export_onnx, onnx_io, require_deploy
+    from jumbokit.export import example_input, export_onnx, onnx_io, require_deploy
 
     try:
         require_deploy()
-    except ImportError as err:  # one line, as the other bad-input errors
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except ImportError as err:  # a missing extra is a setup error: one line and exit status 2, as bad input
+        raise RuntimeError(str(err)) from None
     _check_flags(args)
     source = _source(args)
     out = _out_path(args, source)
     model = load_for_export(source, args.reparameterize)
     size = None if args.img_size is None else (args.img_size * 2)[:2]
     example = example_input(model, batch=args.batch, img_size=size)
-    try:
-        result = export_onnx(model, out, example, dynamic_batch=not args.static_batch,
-                             dynamic_size=args.dynamic_size, opset=args.opset, check=args.check, atol=args.atol)
-    except OnnxParityError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(1) from None
+    result = export_onnx(model, out, example, dynamic_batch=not args.static_batch, dynamic_size=args.dynamic_size,
+                         opset=args.opset, check=args.check, atol=args.atol)  # OnnxParityError: a RuntimeError
     graph = onnx_io(out)
     summary: dict[str, Any] = {"source": str(source), "out": str(out), **graph,
                                "max_abs_diff": None if result.check is None else result.check.max_abs_diff}
