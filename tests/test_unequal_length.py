@@ -52,6 +52,9 @@ def test_load_dataset_resamples_every_split_and_keeps_the_splits_and_equal_sets(
         first = int(np.argmin(a.lengths))  # its first and last observed steps are the ends of the stretched one
         np.testing.assert_allclose(b.x[first, :, [0, -1]], a.x[first, :, [0, a.lengths[first] - 1]], atol=1e-5)
     assert "29-361 resampled to 361" in stretched.summary()
+    # to a pretrained encoder's length: the summary names the length the series now have
+    assert "29-361 resampled to 64" in load_dataset("PickupGestureWiimoteZ", length=64).summary()
+    assert "length 150 resampled to 64" in load_dataset("GunPoint", length=64).summary()
     gunpoint = load_dataset("GunPoint", unequal_length="resample")
     np.testing.assert_array_equal(gunpoint.train.x, load_dataset("GunPoint").train.x)
     with pytest.raises(ValueError, match="unknown unequal_length='crop'; expected one of pad, resample, zero"):

@@ -365,10 +365,11 @@ class ClassificationData:
     def summary(self) -> str:
         lengths = np.concatenate([self.train.lengths, self.val.lengths, self.test.lengths])
         span = f"{lengths.min()}-{lengths.max()}" if lengths.min() != lengths.max() else f"{lengths.max()}"
-        how = self.meta.get("unequal_length", "pad")
-        if how != "pad" and not self.meta.get("equal_length", True):
+        how, steps = self.meta.get("unequal_length", "pad"), int(self.train.x.shape[-1])
+        if how != "pad" and (not self.meta.get("equal_length", True) or self.meta.get("max_length", steps) != steps):
             done = "resampled to" if how == "resample" else "zero-padded to"
-            span = f"{self.meta['min_length']}-{self.meta['max_length']} {done} {self.meta['max_length']}"
+            low, high = self.meta["min_length"], self.meta["max_length"]
+            span = f"{low}-{high} {done} {steps}" if low != high else f"{high} {done} {steps}"
         split = "paper" if self.protocol == "seed" else self.protocol
         return (f"{self.name}: {self.channels} channel(s), length {span}, {self.num_classes} classes, "
                 f"train/val/test {len(self.train)}/{len(self.val)}/{len(self.test)} ({split} split)"
