@@ -16,7 +16,7 @@ from ..timeseries.models.config import TRUNK_OPTIONS, SeriesModelConfig, check_t
 from ..timeseries.models.trunk import TRUNKS
 from ..timeseries.normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
 from ..timeseries.protocol import (JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS,
-                       SweepConfig)
+                                   SweepConfig, level_scale_fits)
 from .config import add_config_arg, parse_flags
 from .training import add_threads_arg, ema_decay_arg, fraction_arg
 
@@ -398,7 +398,7 @@ def _check_args(args: argparse.Namespace) -> None:
 def _normalize_arg(args: argparse.Namespace, recipe: dict, level_scale: bool | str) -> str:
     """--normalize, else train where the model reads level and scale (they are what per-series normalisation
     removes), else the recipe's."""
-    if level_scale and args.normalize in ("instance", "auto"):
+    if level_scale and args.normalize and not level_scale_fits(args.normalize):  # SweepConfig's rule, in flags
         given = "--level-scale" if args.level_scale else f"--recipe {args.recipe} (--level-scale {level_scale})"
         raise ValueError(f"{given} reads each series' level and scale, and --normalize {args.normalize} can "
                          "remove them series by series; leave --normalize out, pass --normalize train, or add "

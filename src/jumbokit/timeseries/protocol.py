@@ -94,6 +94,15 @@ LONG_SERIES = 400  # steps: series longer than this get LONG_SERIES_STEPS optimi
 SMALL_DATA_STEPS, LONG_SERIES_STEPS = 1000, 3000
 
 
+LEVEL_SCALE_NORMALIZATIONS = ("train", "none")  # those that keep each series' level and scale for level_scale
+
+
+def level_scale_fits(normalize: str) -> bool:
+    """Whether ``level_scale`` (the model reads each series' level and scale) can go with ``normalize``: per-series
+    normalisation ("instance", or "auto", which may pick it) would remove what it reads."""
+    return normalize in LEVEL_SCALE_NORMALIZATIONS
+
+
 def auto_batch_size(n_train: int, channels: int = 1) -> int:
     """The small-data batch: 32 series (at most the training set), fewer for many channels so that a step sees
     at most 128 channel-series (each channel is a sequence for the encoder: 21 series of 6 channels, 10 of 12),
@@ -206,7 +215,7 @@ class SweepConfig:
             ("trunk_width", m.trunk_width, m.trunk_width == "auto" or int(m.trunk_width) >= 1, "'auto' or >= 1"),
             ("trunk_depth", m.trunk_depth, int(m.trunk_depth) >= 1, ">= 1"),
             ("level_scale", m.level_scale, m.level_scale in (False, True, "auto"), "False, True or 'auto'"),
-            ("level_scale", m.level_scale, not m.level_scale or self.normalize in ("train", "none"),
+            ("level_scale", m.level_scale, not m.level_scale or level_scale_fits(self.normalize),
              f"False with normalize={self.normalize!r} (per-series normalisation would remove the level and scale "
              "it reads; use normalize='train')"),
             *((name, getattr(m, name), getattr(m, name) is None, "None (set for each dataset)")
