@@ -119,20 +119,71 @@ def dataset_options(encoder_config: dict[str, Any], info: dict[str, Any], args: 
     return options
 
 
+def probe_sets(args: argparse.Namespace, given: set[str], splits: list[str], encoder_config: dict[str, Any],
+               info: dict[str, Any], dataset: str) -> tuple[Any, dict[str, Any]]:
+    """(the training set, {split: evaluation set}) of the probe, built to match the encoder and checked to share
+    their classes: the default splits a dataset lacks are skipped (logged), named ones (--eval-splits) required."""
+    from jumbokit.cli.data import data_settings_from_args
+    from jumbokit.cli.errors import one_line
+    from jumbokit.data import SplitNotFoundError, check_classification_data, check_same_classes
+
+    common = dataset_options(encoder_config, info, args, dataset)
+    settings = data_settings_from_args(argparse.Namespace(**{**vars(args), "dataset": dataset}))
+    eval_sets = {}
+    for split in splits:
+        try:
+            eval_sets[split] = settings.build(split, "eval", **common)
+        except SplitNotFoundError as err:
+            if "eval_splits" in given:
+                raise
+            logger.info(f"no {split} split ({one_line(err)}); skipping it")
+    train = settings.build(args.train_split, "eval" if args.cache_features else "supervised", seed=args.seed,
+                           max_samples=args.max_train_samples, **common)
+    check_classification_data(train, eval_sets, dataset)
+    for split_set in eval_sets.values():
+        check_same_classes(train, split_set)
+    return train, eval_sets
+
+
+def probe_cached(probe: Any, train: Any, eval_sets: dict[str, Any], args: argparse.Namespace, plan: Any, cfg: Any,
+                 run: Any, run_config: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """--cache-features: the frozen encoder's features computed once, the head trained on them
+    (``ssl.probe_on_features``), each epoch's record in ``metrics.jsonl`` and the trackers."""
+    from jumbokit import ssl
+    from jumbokit.training import make_accelerator
+    from jumbokit.training.loop import tracker_config
+    from jumbokit.training.resume import write_start_records
+
+    write_start_records(run, run_config, None)  # config.json, args.yaml, an empty metrics.jsonl
+    accelerator = make_accelerator(cfg, run.path)
+    if cfg.log_with:
+        accelerator.init_trackers(cfg.run_name or run.path.name, config=tracker_config(vars(args)))
+
+    def on_epoch(record: dict[str, Any]) -> None:
+        run.append_metrics({"kind": "epoch", **record})
+        if cfg.log_with:
+            accelerator.log({f"epoch/{k}": v for k, v in record.items() if k != "epoch"}, step=record["epoch"])
+
+    optimizer = ssl.build_probe_optimizer(probe.head, args.optimizer, lr=plan.lr, weight_decay=args.weight_decay,
+                                          momentum=args.momentum)
+    results = ssl.probe_on_features(
+        probe, train, eval_sets, optimizer, accelerator=accelerator, epochs=plan.epochs,
+        batch_size=plan.effective_batch, warmup_epochs=args.warmup_epochs, seed=args.seed,
+        num_workers=args.num_workers, progress=progress, train_split=args.train_split, on_epoch=on_epoch)
+    if cfg.log_with:
+        accelerator.end_training()
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     from jumbokit import ssl
     from jumbokit.cli.config import parse_flags
-    from jumbokit.cli.data import data_settings_from_args
-    from jumbokit.cli.errors import one_line
     from jumbokit.cli.training import check_count_flags, prepare_out_dir, setup_threads
-    from jumbokit.data import SplitNotFoundError, check_classification_data, check_same_classes
     from jumbokit.logs import configure_logging
-    from jumbokit.training import RunDir, TrainConfig, launch_state, make_accelerator
+    from jumbokit.training import RunDir, TrainConfig, launch_state
     from jumbokit.training.accelerator import resolve_precision, use_cpu
-    from jumbokit.training.loop import tracker_config
-    from jumbokit.training.resume import write_start_records
     from jumbokit.training.rundir import read_data_record
 
     configure_logging()
@@ -149,21 +200,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out) if args.out else (checkpoint if checkpoint.is_dir() else checkpoint.parent) / RECIPE
     prepare_out_dir(out, None, args.overwrite)
     state = launch_state(args.cpu)
-    common = dataset_options(encoder.config, info, args, dataset)
-    settings = data_settings_from_args(argparse.Namespace(**{**vars(args), "dataset": dataset}))
-    eval_sets = {}
-    for split in splits:  # the default splits a dataset lacks are skipped (logged); named ones are required
-        try:
-            eval_sets[split] = settings.build(split, "eval", **common)
-        except SplitNotFoundError as err:
-            if "eval_splits" in given:
-                raise
-            logger.info(f"no {split} split ({one_line(err)}); skipping it")
-    train = settings.build(args.train_split, "eval" if args.cache_features else "supervised", seed=args.seed,
-                           max_samples=args.max_train_samples, **common)
-    check_classification_data(train, eval_sets, dataset)
-    for split_set in eval_sets.values():
-        check_same_classes(train, split_set)
+    train, eval_sets = probe_sets(args, given, splits, encoder.config, info, dataset)
     plan = ssl.probe_plan(args.batch_size, len(train), state.num_processes, optimizer=args.optimizer, blr=args.blr,
                           lr=args.lr, epochs=args.epochs, min_steps=0 if "epochs" in given else args.min_steps,
                           batch_given="batch_size" in given)
@@ -189,24 +226,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                       seed=args.seed, mixed_precision=precision, cpu=args.cpu, progress=not args.no_progress,
                       checkpoint_every=0, save_model=False, log_with=args.log_with, run_name=args.run_name)
     if args.cache_features:
-        write_start_records(run, run_config, None)  # config.json, args.yaml, an empty metrics.jsonl
-        accelerator = make_accelerator(cfg, out)
-        if cfg.log_with:
-            accelerator.init_trackers(cfg.run_name or out.name, config=tracker_config(vars(args)))
-
-        def on_epoch(record: dict[str, Any]) -> None:
-            run.append_metrics({"kind": "epoch", **record})
-            if cfg.log_with:
-                accelerator.log({f"epoch/{k}": v for k, v in record.items() if k != "epoch"}, step=record["epoch"])
-        optimizer = ssl.build_probe_optimizer(probe.head, args.optimizer, lr=plan.lr, weight_decay=args.weight_decay,
-                                              momentum=args.momentum)
-        results = ssl.probe_on_features(
-            probe, train, eval_sets, optimizer, accelerator=accelerator, epochs=plan.epochs,
-            batch_size=plan.effective_batch, warmup_epochs=args.warmup_epochs, seed=args.seed,
-            num_workers=args.num_workers, progress=cfg.progress and state.is_main_process,
-            train_split=args.train_split, on_epoch=on_epoch)
-        if cfg.log_with:
-            accelerator.end_training()
+        results = probe_cached(probe, train, eval_sets, args, plan, cfg, run, run_config,
+                               progress=cfg.progress and state.is_main_process)
     else:
         probe, results = ssl.probe_on_images(probe, train, eval_sets, cfg, out, batch_size=plan.batch_size,
                                              num_workers=args.num_workers, world_size=state.num_processes,
