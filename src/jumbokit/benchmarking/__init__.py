@@ -17,7 +17,10 @@ The scripts in ``benchmarks/`` measure; this package holds what they share and w
 - :mod:`~jumbokit.benchmarking.rank_tables` and :mod:`~jumbokit.benchmarking.rank_pool`: the mean-rank tables of
   the time-series results (run by ``benchmarks/timeseries_rank.py`` and ``timeseries_rank_pool.py``, which pass
   their results folder);
-- :mod:`~jumbokit.benchmarking.fusion`: the probabilities of two sweeps' runs averaged pair by pair.
+- :mod:`~jumbokit.benchmarking.fusion`: the probabilities of two sweeps' runs averaged pair by pair;
+- :mod:`~jumbokit.benchmarking.archive`: models compared over many sets as the archive benchmarks report them (mean
+  accuracy and rank, wins / ties / losses against MiniRocket, paired differences, the targets, peak memory), shared
+  by ``benchmarks/ucr_archive.py`` (one seed) and ``benchmarks/ucr_seeds.py`` (several seeds' records together).
 """
 
 from .machine import machine_record
