@@ -133,5 +133,10 @@ def test_a_fused_model_is_kept_and_scores_as_the_sweep_did(tmp_path):
     holes[0, 0, 10] = np.nan
     with pytest.raises(ValueError, match="missing values before their end"):
         fusion.rocket_proba(predictor.rocket, holes, names)
+    np.save(tmp_path / "holes.npy", holes[:, 0, :])
+    with pytest.raises(ValueError, match=r"holes\.npy, series 0: a value is missing before the series' end"):
+        predict.main(["--checkpoint", str(folder), str(tmp_path / "holes.npy"), "--no-progress", "--out",
+                      str(tmp_path / "holes.csv")])
+    assert not (tmp_path / "holes.csv").exists()
     with pytest.raises(ValueError, match="not one fused model"):
         fusion.rocket_proba(predictor.rocket, series.raw, ["a", "b", "c"])

@@ -116,6 +116,19 @@ class SeriesPredictor:
     def fused(self) -> bool:
         return self.rocket is not None
 
+    def check_raw(self, raw: np.ndarray, what: str) -> None:
+        """ValueError naming ``what`` (a file) and its first such series when a fused model's ROCKET half cannot read
+        raw series (n, C, L): a value missing before a series' end. Nothing to check for a transformer alone."""
+        from ..timeseries.baselines import missing_inside
+
+        if not self.fused:
+            return
+        bad = next((i for i in range(len(raw)) if missing_inside(raw[i:i + 1])), None)
+        if bad is not None:
+            raise ValueError(f"{what}, series {bad}: a value is missing before the series' end, which the "
+                             f"{self.fusion['baseline']} half of this fused model cannot read (its transformer "
+                             f"{self.fusion['model']} alone can)")
+
     def proba(self, x: np.ndarray, raw: np.ndarray | None = None, batch_size: int = 256,
               progress: bool = False) -> np.ndarray:
         """Class probabilities (n, K) in ``cfg["label_names"]``' order of prepared series x (n, C, seq_len) and,

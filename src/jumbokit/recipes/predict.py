@@ -96,6 +96,8 @@ def predict_series(args: argparse.Namespace, device: str) -> tuple[list[dict[str
     predictor = load_series_predictor(local_path(args.checkpoint), ensemble=args.ensemble or None, device=device)
     cfg = predictor.cfg
     files = [read_series_file(path, cfg) for path in find_files(args.inputs, SERIES_SUFFIXES, "series")]
+    for f in files:
+        predictor.check_raw(f.raw, str(f.path))
     names = [str(n) for n in cfg["label_names"]]
     x = np.concatenate([f.x for f in files])
     raw = stack_raw(files) if predictor.fused else None
