@@ -6,7 +6,7 @@ benchmarks run every set in its own process after the cache is filled, so their 
 loading, not the compilation. This script measures both: for each classifier and for 1 and 3 channels, a fit and
 predict on 8 random series of 64 steps in a fresh process with an empty numba cache (``NUMBA_CACHE_DIR``: cold,
 compiling), then the same in a second fresh process with that cache (warm, loading). Each child reports the CPU
-seconds of the fit + predict alone (imports left out), one thread.
+seconds of the fit + predict alone (imports left out), one thread. ``--channels`` picks other channel counts.
 
     python benchmarks/numba_compile.py                 # every classifier, ~2-4 min on one core
 
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--classifiers", default=",".join(BASELINES),
                    help="comma-separated, among " + ", ".join(BASELINES) + " (default: all)")
+    p.add_argument("--channels", default="1,3", help="channel counts to measure, comma-separated (default: %(default)s)")
     p.add_argument("--json", type=Path, default=None,
                    help="result file (default: benchmarks/results/numba_compile_cpu.json)")
     return p
@@ -71,9 +72,15 @@ def main(argv=None) -> dict:
     unknown = [n for n in names if n not in BASELINES]
     if unknown:
         raise SystemExit(f"--classifiers: expected names among {', '.join(BASELINES)}, got {', '.join(unknown)}")
+    try:
+        channels = [int(c) for c in args.channels.split(",") if c.strip()]
+    except ValueError:
+        channels = []
+    if not channels or min(channels) < 1:
+        raise SystemExit(f"--channels: expected counts >= 1, comma-separated, got {args.channels!r}")
     rows = []
     for name in names:
-        for chans in (1, 3):
+        for chans in channels:
             with tempfile.TemporaryDirectory(prefix="numba_cache_") as cache:
                 cold = child_seconds(name, chans, cache)
                 warm = child_seconds(name, chans, cache)

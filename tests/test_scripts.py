@@ -699,6 +699,17 @@ def test_ucr_archive_benchmark_ranks_models_against_minirocket_and_resumes(tmp_p
     assert json.loads(out.read_text())["accuracy"] == record["accuracy"]
 
 
+def _script(name: str):
+    """A benchmark script of benchmarks/ loaded as a module (its main called in this process, without a child's
+    imports)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _archive_record(seed: int, accuracy: dict, cpu: float = 10.0) -> dict:
     """A record of benchmarks/ucr_archive.py as it writes it, reduced to what ucr_seeds.py reads."""
     per_set = {s: {"models": {m: {"test_top1": a, "wall_seconds": 1.0} for m, a in models.items()},
@@ -722,9 +733,8 @@ def test_ucr_seeds_averages_each_set_over_seeds_and_reports_the_spread(tmp_path)
         paths.append(tmp_path / f"s{seed}.json")
         paths[-1].write_text(json.dumps(_archive_record(seed, acc, cpu=10.0 * (seed + 1))))
     out = tmp_path / "seeds.json"
-    cmd = [sys.executable, "benchmarks/ucr_seeds.py", *map(str, paths), "--pair", "fused:mrh", "--json", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    script = _script("ucr_seeds")
+    script.main([*map(str, paths), "--pair", "fused:mrh", "--json", str(out)])
     record = json.loads(out.read_text())
     assert record["seeds"] == [0, 1] and record["models"] == ["fused", "minirocket", "multirocket", "hydra"]
     assert record["per_set"]["B"]["fused"]["test_top1"] == pytest.approx(82.0)  # (81 + 83) / 2
@@ -749,24 +759,23 @@ def test_ucr_seeds_averages_each_set_over_seeds_and_reports_the_spread(tmp_path)
     for argv, message in (([str(paths[0]), str(tmp_path / "other.json")], "expected the same command at another"),
                           (again, "expected one record per seed"),
                           ([str(paths[0]), "--pair", "fused:nothing"], "expected models among")):
-        proc = subprocess.run([sys.executable, "benchmarks/ucr_seeds.py", *argv], cwd=ROOT, capture_output=True,
-                              text=True, timeout=300)
-        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+        with pytest.raises(SystemExit, match=message):
+            script.main(argv)
     assert not (tmp_path / "x.json").exists()
 
 
 def test_numba_compile_benchmark_reports_cold_and_warm_seconds(tmp_path):
     """Hydra (torch, nothing for numba to compile) through the cold / warm children: both measured, a record and
     its markdown written; an unknown classifier refused before any child runs."""
+    script = _script("numba_compile")
     out = tmp_path / "nc.json"
-    proc = subprocess.run([sys.executable, "benchmarks/numba_compile.py", "--classifiers", "hydra", "--json",
-                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
+    script.main(["--classifiers", "hydra", "--channels", "2", "--json", str(out)])
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["classifier"], r["channels"]) for r in rows] == [("hydra", 1), ("hydra", 3)]
+    assert [(r["classifier"], r["channels"]) for r in rows] == [("hydra", 2)]
     assert all(r["cold CPU s (compiling)"] > 0 and r["warm CPU s (cache loaded)"] > 0 for r in rows)
     assert "compilation CPU s" in out.with_suffix(".md").read_text()
-    proc = subprocess.run([sys.executable, "benchmarks/numba_compile.py", "--classifiers", "rocket", "--json",
-                           str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode != 0 and "expected names among" in proc.stderr
+    for argv, message in ((["--classifiers", "rocket"], "expected names among"),
+                          (["--channels", "0"], "expected counts >= 1")):
+        with pytest.raises(SystemExit, match=message):
+            script.main([*argv, "--json", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()
