@@ -127,3 +127,28 @@ def test_sign_test_and_draws_needed():
     assert (ahead, behind, round(p, 4)) == (5, 0, 0.0625)
     assert stats.draws_needed(3, 3, 6) is None
     assert stats.draws_needed(6, 0, 6) == 4
+
+
+def test_a_script_run_from_another_checkout_is_stamped_with_that_checkout(tmp_path):
+    """python /elsewhere/bench.py run from this checkout (a worktree of another commit, say): the stamp names the
+    commit of the checkout holding the script, the code that ran, and the script's path inside it, no machine path."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or records.git_state()[0] is None:
+        pytest.skip("needs git and a checkout to run from")
+    other = tmp_path / "other"
+    (other / "benchmarks").mkdir(parents=True)
+    script = other / "benchmarks" / "bench.py"
+    script.write_text("import sys\nfrom jumbokit.benchmarking import write_result\n"
+                      "write_result(sys.argv[1], {'seed': 0}, '# x', quiet=True)\n")
+    git = ["git", "-C", str(other), "-c", "user.email=a@b", "-c", "user.name=a"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "bench"]):
+        subprocess.run([*git, *args], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    out = tmp_path / "r.json"
+    here = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, str(script), str(out)], cwd=here, check=True)
+    stamp = json.loads(out.read_text())["stamp"]
+    assert stamp["commit"] == head and stamp["dirty"] is False
+    assert stamp["argv"][1] == "benchmarks/bench.py" and stamp["command"].startswith("python benchmarks/bench.py ")

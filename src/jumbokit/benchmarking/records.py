@@ -93,26 +93,39 @@ def git_state(cwd: str | os.PathLike | None = None) -> tuple[str | None, bool | 
     return None, None
 
 
-def _checkout_root() -> Path | None:
-    top = _git(["rev-parse", "--show-toplevel"], Path.cwd())
+def _checkout_root(folder: str | os.PathLike | None = None) -> Path | None:
+    """The top of the git checkout holding ``folder`` (default: the current folder); None outside one."""
+    top = _git(["rev-parse", "--show-toplevel"], Path.cwd() if folder is None else Path(folder))
     return Path(top.strip()) if top else None
+
+
+def _script_checkout() -> Path | None:
+    """The checkout holding the running script (``python path/script.py``), when it is another than the current
+    folder's: the code that ran is that checkout's (a worktree of another commit, say); None otherwise."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-m") else None
+    if script is None or not script.is_file():
+        return None
+    root = _checkout_root(script.resolve().parent)
+    return root if root is not None and root != _checkout_root() else None
 
 
 def portable_argv(argv: Sequence[str], root: Path | None = None) -> list[str]:
     """``argv`` without this machine's absolute paths: the interpreter (or script launcher) by its name, any other
-    path inside the checkout ``root`` (or the current folder) relative to the current folder."""
+    path inside the current folder, or inside the checkout ``root`` that holds it, relative to the current folder,
+    and a path inside a checkout ``root`` elsewhere relative to that checkout's top."""
     base = Path.cwd()
-    inside = [p for p in (root, base) if p is not None]
     out = []
     for i, arg in enumerate(argv):
         path = Path(arg)
         if i == 0 and path.is_absolute():
             out.append(path.name)
-            continue
-        if path.is_absolute() and any(path.is_relative_to(p) for p in inside):
+        elif path.is_absolute() and (path.is_relative_to(base) or (
+                root is not None and base.is_relative_to(root) and path.is_relative_to(root))):
             out.append(os.path.relpath(path, base))
-            continue
-        out.append(arg)
+        elif path.is_absolute() and root is not None and path.is_relative_to(root):
+            out.append(path.relative_to(root).as_posix())
+        else:
+            out.append(arg)
     return out
 
 
@@ -179,7 +192,8 @@ def run_stamp(record: dict[str, Any] | None = None, seeds: Sequence[int] | None 
     -------
     dict
         ``command`` (readable), ``argv`` (exact, paths of this machine made relative: :func:`portable_argv`),
-        ``folder`` (where it ran, relative to the checkout; None outside one), ``commit``, ``dirty``, ``machine``,
+        ``folder`` (where it ran, relative to the checkout; None outside one), ``commit``, ``dirty`` (of the
+        checkout holding the script when it is another than the current folder's, else the current one's), ``machine``,
         ``started``
         and ``finished`` (UTC, ISO 8601), ``wall_s``, ``cpu_s`` (``self``, ``children``, ``total``: user + system
         seconds, children counted once they have been waited for), ``peak_rss_mib`` (``self`` and ``children``:
@@ -192,13 +206,14 @@ def run_stamp(record: dict[str, Any] | None = None, seeds: Sequence[int] | None 
     start = process_start_time() if started is None else float(started)
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_self, cpu_children = own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
-    commit, dirty = git_state()
+    elsewhere = _script_checkout()  # the script ran from another checkout: its commit is the code that ran
+    commit, dirty = git_state(elsewhere)
 
     def iso(t: float) -> str:
         return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
 
     root = _checkout_root()
-    argv = portable_argv(argv, root)
+    argv = portable_argv(argv, elsewhere or root)
     folder = os.path.relpath(Path.cwd(), root) if root is not None and Path.cwd().is_relative_to(root) else None
     return {"command": _readable_command(argv), "argv": argv, "folder": folder, "commit": commit, "dirty": dirty,
             "machine": machine if machine is not None else machine_record(),
