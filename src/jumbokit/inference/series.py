@@ -123,8 +123,9 @@ class SeriesPredictor:
 
         if not self.fused:
             return
-        bad = next((i for i in range(len(raw)) if missing_inside(raw[i:i + 1])), None)
-        if bad is not None:
+        bad = np.flatnonzero(missing_inside(raw))
+        if len(bad):
+            bad = int(bad[0])
             raise ValueError(f"{what}, series {bad}: a value is missing before the series' end, which the "
                              f"{self.fusion['baseline']} half of this fused model cannot read (its transformer "
                              f"{self.fusion['model']} alone can)")

@@ -78,10 +78,10 @@ def _lengths_inside(x: np.ndarray) -> np.ndarray:
     return np.broadcast_to(inside[:, None, :], x.shape)
 
 
-def missing_inside(x: np.ndarray) -> bool:
-    """Whether any series of x (n, C, L; NaN-padded at the end) misses a value before its end, which aeon's ROCKET
-    classifiers cannot read (a shorter series, NaN only after its last observation, they can: zero-padded)."""
-    return bool(np.isnan(x[_lengths_inside(x)]).any())
+def missing_inside(x: np.ndarray) -> np.ndarray:
+    """(n,) bool: which series of x (n, C, L; NaN-padded at the end) miss a value before their end, which aeon's
+    ROCKET classifiers cannot read (a shorter series, NaN only after its last observation, they can: zero-padded)."""
+    return (np.isnan(x) & _lengths_inside(x)).any(axis=(1, 2))
 
 
 def rocket_series(x: np.ndarray | list[np.ndarray], length: int | None = None) -> np.ndarray:
@@ -136,7 +136,7 @@ def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir
     padded = not data.meta.get("equal_length", False)
     # the raw series at their own length: a run's series may be resampled to another (tstrain --init)
     x_train, x_test = pad_series(x_train), pad_series(x_test)
-    if missing_inside(x_train) or missing_inside(x_test):
+    if missing_inside(x_train).any() or missing_inside(x_test).any():
         return {"skipped": "missing values inside series (not supported by aeon's ROCKET classifiers)"}
     length = max(x_train.shape[-1], x_test.shape[-1])
     if length < 9:

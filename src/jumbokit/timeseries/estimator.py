@@ -371,7 +371,7 @@ class PatchTSTClassifier(BaseClassifier):
         from .baselines import missing_inside
 
         raw = pad_series(X)
-        if missing_inside(raw):
+        if missing_inside(raw).any():
             raise ValueError("fuse: the ROCKET classifiers cannot read series with missing values before their end; "
                              "fit without fuse")
         return raw
@@ -399,11 +399,11 @@ class PatchTSTClassifier(BaseClassifier):
         return rocket_proba(rocket, raw, [str(c) for c in self.classes_])
 
     def _choose_fuse_weight(self, x: np.ndarray, raw: np.ndarray, codes: np.ndarray, seed: int) -> float:
-        """The network's share chosen as tstrain chooses it on its validation half (``late_fusion``), here on a
+        """The network's share chosen as tstrain chooses it on its validation half (``choose_weight``), here on a
         stratified quarter of the training series, both models fitted on the other three quarters."""
         from sklearn.model_selection import train_test_split
 
-        from .fusion import late_fusion
+        from .fusion import choose_weight
         from .run import predict_proba
 
         if np.bincount(codes).min() < 2:
@@ -415,8 +415,7 @@ class PatchTSTClassifier(BaseClassifier):
         rocket = self._fit_rocket(raw[fit_idx], codes[fit_idx], seed)
         proba = predict_proba(net, x[val_idx], batch_size=256)
         ridge = self._rocket_proba(rocket, raw[val_idx])
-        halves = {"val": proba, "test": proba}
-        return late_fusion(halves, {"val": ridge, "test": ridge}, codes[val_idx], codes[val_idx])["weight"]
+        return choose_weight(proba, ridge, codes[val_idx])[0]
 
     def _predict_proba(self, X) -> np.ndarray:
         from .fusion import fuse_proba
@@ -469,13 +468,12 @@ class PatchTSTClassifier(BaseClassifier):
                   "classes": self.classes_.tolist(), "classes_dtype": self.classes_.dtype.str,
                   "metadata": self.metadata_, "seq_len": self.seq_len_, "history": self.history_}
         if getattr(self, "rocket_", None) is not None:
-            from .fusion import FUSION_FILE, FUSION_FORMAT, RIDGE_TEMPERATURE, ROCKET_FILE
+            from .fusion import FUSION_FILE, ROCKET_FILE, fusion_record
             from .rocket_classifiers import save_rocket
 
             save_rocket(self.rocket_, path / ROCKET_FILE)
             record["fuse_weight"] = self.fuse_weight_
-            fusion = {"format": FUSION_FORMAT, "model": self.model, "baseline": self.fuse, "weight": self.fuse_weight_,
-                      "ridge_temperature": RIDGE_TEMPERATURE, "rocket": ROCKET_FILE, "ensemble": False}
+            fusion = fusion_record(self.model, self.fuse, self.fuse_weight_)
             atomic_write_text(path / FUSION_FILE, json.dumps(fusion, indent=1) + "\n")  # jumbokit predict reads it
         atomic_write_text(path / ESTIMATOR_FILE, json.dumps(record, indent=1, default=_plain) + "\n")
         return path

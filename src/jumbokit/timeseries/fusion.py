@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FUSION_FILE", "FUSION_FORMAT", "FUSION_WEIGHTS", "RIDGE_TEMPERATURE", "ROCKET_FILE", "fuse_proba",
-           "fused_name", "late_fusion", "ridge_proba", "rocket_proba"]
+__all__ = ["FUSION_FILE", "FUSION_FORMAT", "FUSION_WEIGHTS", "RIDGE_TEMPERATURE", "ROCKET_FILE", "choose_weight",
+           "fuse_proba", "fused_name", "fusion_record", "late_fusion", "ridge_proba", "rocket_proba"]
 
 FUSION_WEIGHTS = tuple(np.round(np.linspace(0.0, 1.0, 11), 2).tolist())  # the transformer's share
 RIDGE_TEMPERATURE = 2.5
@@ -75,7 +75,7 @@ def rocket_proba(classifier: Any, raw: np.ndarray | list[np.ndarray], label_name
     channels, steps = classifier.input_shape_
     if x.shape[1] != channels:
         raise ValueError(f"expected series of {channels} channel(s) (the model's), got {x.shape[1]}")
-    if missing_inside(x):
+    if missing_inside(x).any():
         raise ValueError("the ROCKET half of a fused model cannot read series with missing values before their end "
                          "(NaN only after a series' last value is read as a shorter series)")
     proba = ridge_proba(classifier.decision_function(rocket_series(x, max(steps, x.shape[-1]))), len(classes))
@@ -84,6 +84,24 @@ def rocket_proba(classifier: Any, raw: np.ndarray | list[np.ndarray], label_name
 
 def _accuracy(proba: np.ndarray, y: np.ndarray) -> float:
     return 100.0 * float((proba.argmax(axis=1) == y).mean())
+
+
+def choose_weight(model: np.ndarray, ridge: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:
+    """The transformer's share chosen on validation probabilities (n, K) of both models with labels y: (the weight
+    of :data:`FUSION_WEIGHTS` with the best accuracy, ties to the weight nearest 0.5 then the smaller; that accuracy
+    in percent; how many weights tied)."""
+    y = np.asarray(y)
+    accuracy = [_accuracy(fuse_proba(model, ridge, w), y) for w in FUSION_WEIGHTS]
+    best = max(accuracy)
+    tied = [w for w, acc in zip(FUSION_WEIGHTS, accuracy) if acc == best]
+    return min(tied, key=lambda w: (abs(w - 0.5), w)), best, len(tied)
+
+
+def fusion_record(model: str, baseline: str, weight: float, ensemble: bool = False, **scores: Any) -> dict[str, Any]:
+    """The :data:`FUSION_FILE` of a kept fused model: format, parts, weight, temperature, the ROCKET file, whether
+    the transformer is an ensemble, and any ``scores`` (the set, its accuracies)."""
+    return {"format": FUSION_FORMAT, **scores, "model": model, "baseline": baseline, "weight": float(weight),
+            "ridge_temperature": RIDGE_TEMPERATURE, "rocket": ROCKET_FILE, "ensemble": bool(ensemble)}
 
 
 def late_fusion(model: dict[str, np.ndarray], ridge: dict[str, np.ndarray], y_val: np.ndarray,
@@ -97,10 +115,7 @@ def late_fusion(model: dict[str, np.ndarray], ridge: dict[str, np.ndarray], y_va
         if model[half].shape != ridge[half].shape or len(model[half]) != len(y):
             raise ValueError(f"expected {len(y)} {half} probabilities of the same classes from both models, got "
                              f"{model[half].shape} and {ridge[half].shape}")
-    y_val, y_test = np.asarray(y_val), np.asarray(y_test)
-    val = [_accuracy(fuse_proba(model["val"], ridge["val"], w), y_val) for w in FUSION_WEIGHTS]
-    best = max(val)
-    tied = [w for w, acc in zip(FUSION_WEIGHTS, val) if acc == best]
-    weight = min(tied, key=lambda w: (abs(w - 0.5), w))
+    weight, best, tied = choose_weight(model["val"], ridge["val"], y_val)
     test = fuse_proba(model["test"], ridge["test"], weight)
-    return {"weight": weight, "val_top1": best, "test_top1": _accuracy(test, y_test), "weights_tied": len(tied)}
+    return {"weight": weight, "val_top1": best, "test_top1": _accuracy(test, np.asarray(y_test)),
+            "weights_tied": tied}

@@ -288,7 +288,7 @@ def keep_fused(out_dir: Path, dataset: str, model: str, baseline: str, fusion: d
     ``models/<dataset>/<model>+<baseline>/``: the transformer's chosen run (or ensemble) as :func:`keep_models`
     keeps it, the baseline's fitted classifier linked as ``rocket.safetensors`` and ``fusion.json``, written last.
     Returns None, or one line saying why it is not kept (a baseline fitted before fused models kept it)."""
-    from .fusion import FUSION_FILE, FUSION_FORMAT, RIDGE_TEMPERATURE, ROCKET_FILE, fused_name
+    from .fusion import FUSION_FILE, ROCKET_FILE, fused_name, fusion_record
 
     name = fused_name(model, baseline)
     rocket = rocket_path(Path(out_dir) / "runs" / dataset / f"{baseline}.json")
@@ -300,8 +300,7 @@ def keep_fused(out_dir: Path, dataset: str, model: str, baseline: str, fusion: d
         return note
     folder = models_folder(out_dir, dataset, name)
     _link_or_copy(rocket, folder / ROCKET_FILE)
-    record = {"format": FUSION_FORMAT, "dataset": dataset, "model": model, "baseline": baseline,
-              "weight": fusion["weight"], "ridge_temperature": RIDGE_TEMPERATURE, "rocket": ROCKET_FILE,
-              "ensemble": ensemble > 1, "val_top1": fusion["val_top1"], "test_top1": fusion["test_top1"]}
+    record = fusion_record(model, baseline, fusion["weight"], ensemble > 1, dataset=dataset,
+                           val_top1=fusion["val_top1"], test_top1=fusion["test_top1"])
     atomic_write_text(folder / FUSION_FILE, json.dumps(record, indent=1) + "\n")
     return None
