@@ -14,7 +14,7 @@ import torch
 
 from .data import ClassificationData, load_raw, pad_series
 
-__all__ = ["BASELINES", "ROCKET_CLASSIFIERS", "missing_inside", "parse_baselines", "rocket_baseline", "rocket_series",
+__all__ = ["BASELINES", "ROCKET_CLASSIFIERS", "fit_rocket", "missing_inside", "parse_baselines", "rocket_baseline", "rocket_series",
            "use_numba_workqueue"]
 
 ROCKET_CLASSIFIERS = ("minirocket", "multirocket", "hydra")  # aeon's three single-transform classifiers
@@ -101,14 +101,27 @@ def _fit_predict(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np
     try:
         _warm_up(name, x_train.shape[1], int(n_jobs or threads))
         start = time.perf_counter()
-        clf = _rocket(name, seed, int(n_jobs or threads))
+        clf = fit_rocket(name, x_train, y_train, seed, n_jobs or threads)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            clf.fit(x_train, np.asarray(y_train).astype(str))
             scores = clf.decision_function(x_test)
         return clf, labels_of_scores(clf.classes_, scores), scores, time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)  # Hydra sets torch's thread count to its n_jobs
+
+
+def fit_rocket(name: str, x: np.ndarray, y: Any, seed: int = 0, n_jobs: int | None = None) -> Any:
+    """Classifier ``name`` (:data:`BASELINES`, aeon's settings, ``random_state=seed``) fitted on series x (n, C, L;
+    :func:`rocket_series`) with labels y (as text) in bounded memory; ``n_jobs`` threads (default: torch's count,
+    which is restored afterwards: Hydra sets it to its n_jobs)."""
+    threads = torch.get_num_threads()
+    try:
+        clf = _rocket(name, seed, int(n_jobs or threads))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return clf.fit(x, np.asarray(y).astype(str))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def rocket_baseline(name: str, data: ClassificationData, seed: int = 0, data_dir: str | Path | None = None,

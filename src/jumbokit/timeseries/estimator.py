@@ -378,20 +378,9 @@ class PatchTSTClassifier(BaseClassifier):
 
     def _fit_rocket(self, raw: np.ndarray, codes: np.ndarray, seed: int) -> Any:
         """The ROCKET-family classifier ``fuse`` fitted on raw series (zero-padded), classes as the codes' names."""
-        import torch
+        from .baselines import fit_rocket, rocket_series
 
-        from .baselines import rocket_series, use_numba_workqueue
-        from .rocket_classifiers import RocketClassifier
-
-        use_numba_workqueue()
-        threads = torch.get_num_threads()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return RocketClassifier(self.fuse, random_state=seed, n_jobs=threads).fit(
-                    rocket_series(raw), np.asarray([str(c) for c in self.classes_])[codes])
-        finally:
-            torch.set_num_threads(threads)  # Hydra sets torch's thread count to its n_jobs
+        return fit_rocket(self.fuse, rocket_series(raw), np.asarray([str(c) for c in self.classes_])[codes], seed)
 
     def _rocket_proba(self, rocket: Any, raw: np.ndarray) -> np.ndarray:
         from .fusion import rocket_proba
