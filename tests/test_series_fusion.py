@@ -122,6 +122,11 @@ def test_a_fused_model_is_kept_and_scores_as_the_sweep_did(tmp_path):
     assert right == round((fused.val_top1 * n_val + fused.test_top1 * n_test) / 100)
     with pytest.raises(ValueError, match="is a fused model"):
         load_series_models(folder)
+    from jumbokit.recipes import export
+
+    with pytest.raises(ValueError, match="is a fused series model"):  # ONNX would hold the transformer alone
+        export.main([str(folder), "--out", str(tmp_path / "fused.onnx")])
+    assert not (tmp_path / "fused.onnx").exists()
     predictor = load_series_predictor(folder)
     series = read_series_file(tsv, predictor.cfg)
     with pytest.raises(ValueError, match="expected 175 raw series, got none"):

@@ -85,10 +85,16 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 
 def load_for_export(source: Path, reparameterize: bool):
-    """The saved model in its deploy form; a supernet or a branched model without ``reparameterize`` is refused."""
+    """The saved model in its deploy form; a supernet, a branched model without ``reparameterize`` and a fused
+    series model (its ROCKET half has no ONNX graph here) are refused."""
     import jumbokit
     from jumbokit.encoders import load_config
+    from jumbokit.timeseries.fusion import FUSION_FILE
 
+    if source.is_dir() and (source / FUSION_FILE).is_file():
+        raise ValueError(f"{source} is a fused series model (a transformer and a ROCKET classifier, {FUSION_FILE}); "
+                         "ONNX export would hold the transformer alone, which scores otherwise: export the "
+                         "transformer's own kept folder (models/<set>/<model>) if that is what you want")
     config = load_config(source)
     if config.get("encoder") == "supernet":
         raise ValueError(f"{source} holds a NAS supernet: extract an architecture first (jumbokit nas-search, then "
