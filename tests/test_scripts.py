@@ -749,7 +749,9 @@ def test_ucr_seeds_averages_each_set_over_seeds_and_reports_the_spread(tmp_path)
     assert [c["CPU s (all sets)"] for c in record["cost_per_seed"]] == pytest.approx([40.0, 80.0])
     assert record["peak_rss_mib"]["A"] == pytest.approx(501.0)
     text = out.with_suffix(".md").read_text()
-    assert "std over seeds" in text and "Target, fused mean >= multirocket mean" in text
+    assert "std over seeds" in text
+    # +0.5 over MultiRocket with an interval holding 0 is level inside the noise, never "met"
+    assert "Target, fused mean >= multirocket mean: not met: ahead inside the noise" in text
     assert (tmp_path / "seeds_cd.png").stat().st_size > 0
 
     other = _archive_record(2, seed1)

@@ -98,10 +98,12 @@ def mean_target(rows: dict, model: str, reference: str) -> str:
     difference's interval (a target is met beyond the noise only when the interval clears 0)."""
     pair = pair_stats(rows, model, reference)
     low, high = pair["ci95"]
-    if pair["mean_difference"] >= 0:
-        verdict = "met" + (" beyond the noise" if low > 0 else " inside the noise")
-    else:
-        verdict = "missed" + (" beyond the noise" if high < 0 else " inside the noise")
+    if low > 0:
+        verdict = "met beyond the noise"
+    elif high < 0:
+        verdict = "missed beyond the noise"
+    else:  # the interval holds 0: level within the noise, whichever side the mean fell
+        verdict = f"not met: {'ahead' if pair['mean_difference'] >= 0 else 'behind'} inside the noise"
     return (f"Target, {model} mean >= {reference} mean: {verdict} ({pair['mean_a']:.2f} vs {pair['mean_b']:.2f} over "
             f"{pair['sets']} sets; difference {pair['mean_difference']:+.2f}, 95% interval {low:+.2f} to {high:+.2f}).")
 
@@ -118,9 +120,13 @@ def target_lines(rows: dict, headline: dict, everything: dict) -> list[str]:
     runner_up = min((r for m, r in ranks.items() if m != first), default=None)
     if runner_up is not None:
         gap = runner_up - ranks[first]
-        lines.append(f"Target, {first} with the best mean rank of the {len(ranks)}: "
-                     f"{'met' if best == first and gap > 0 else 'missed'} ({first} {ranks[first]:.2f}, next best "
-                     f"{runner_up:.2f}; a gap {'beyond' if abs(gap) > headline['nemenyi_cd'] else 'inside'} the "
+        beyond = abs(gap) > headline["nemenyi_cd"]
+        if best == first and gap > 0:  # best only beyond the critical difference counts as met
+            verdict = "met" if beyond else "not met: best, inside the critical difference"
+        else:
+            verdict = "missed" if beyond else "not met: behind, inside the critical difference"
+        lines.append(f"Target, {first} with the best mean rank of the {len(ranks)}: {verdict} ({first} "
+                     f"{ranks[first]:.2f}, next best {runner_up:.2f}; a gap {'beyond' if beyond else 'inside'} the "
                      f"critical difference {headline['nemenyi_cd']:.2f}).")
     for m in everything["models"]:
         if m not in BASELINES and SEPARATOR not in m and "minirocket" in everything["models"]:
