@@ -30,8 +30,8 @@ model's table, the paired comparisons asked for (``--pair A:B``: the mean differ
 sign test, each one's seconds), the targets with their intervals, and the cost per set: CPU seconds of the set's
 process (all its threads, summed over invocations; a resumed set adds only its reading), its peak memory (the
 largest of any invocation; a set over 8 GB is named) and each model's recorded wall seconds.
-``--reference-record`` adds columns from an earlier record of this script with the same seed and split
-(deterministic baselines need not run twice), named in the report.
+``--reference-record`` (repeatable, one per record) adds columns from an earlier record of this script with the same
+seed and split (deterministic baselines need not run twice), named in the report.
 
 Beside them, as reference columns only (not in the ranks, wins / ties / losses, Friedman or Nemenyi): the published
 test accuracies of InceptionTime (Ismail Fawaz et al. 2020) and ResNet (Ismail Fawaz et al. 2019) from
@@ -124,10 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "over different sets may share it at once (default: runs/bench_ucr_archive/<recipe>_s<seed>)")
     p.add_argument("--json", type=Path, default=None,
                    help="result file (default: benchmarks/results/ucr_archive_<recipe>_s<seed>.json)")
-    p.add_argument("--reference-record", default=None, metavar="FILE:MODEL[=LABEL],...",
-                   help="columns read from an earlier record of this script (same seed and split), not run again: "
-                        "e.g. results/ucr_archive_small-data_s0.json:minirocket,multirocket,hydra,"
-                        "patchtst_jumbo=patchtst_jumbo@small-data (default: none)")
+    p.add_argument("--reference-record", action="append", default=[], metavar="FILE:MODEL[=LABEL],...",
+                   help="columns read from an earlier record of this script (same seed and split), not run again, "
+                        "repeatable (one per record; no label twice): e.g. results/ucr_archive_small-data_s0.json:"
+                        "minirocket,multirocket,hydra,patchtst_jumbo=patchtst_jumbo@small-data (default: none)")
     p.add_argument("--headline", default=None, metavar="MODEL",
                    help="the model compared with MiniRocket, MultiRocket and Hydra in the headline table: its mean "
                         "rank among the four, wins / ties / losses, Friedman and the diagram (default: the first "
@@ -242,11 +242,11 @@ def run_sets(sets: list[str], argv: list[str], out: Path) -> tuple[dict, dict]:
 
 def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict, models: list[str],
                 result: dict, published: dict | None = None, everything: dict | None = None,
-                pairs: list[dict] | None = None, reference_command: str | None = None,
+                pairs: list[dict] | None = None, reference_commands: dict[str, str] | None = None,
                 groups: list[dict] | None = None) -> str:
     """The markdown report: ``result`` (:func:`compare`) heads it; ``published`` (from :func:`published_record`)
     adds the reference columns, ``everything`` the comparison of every model, ``pairs`` (:func:`pair_stats`) one
-    line each."""
+    line each, ``reference_commands`` ({record: its command}) one line per record the columns came from."""
     published = published or {}
     labels = [p["label"] for p in published.values()]
     per_set = [{"dataset": s, **{m: rows[s][m]["test_top1"] if m in rows[s] else None for m in models},
@@ -258,9 +258,9 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
            | {f"{m} wall s": ".0f" for m in models})
     lines = [f"# UCR 2018 archive: {args.model} ({args.recipe}, seed {args.seed}) vs {args.baseline or 'no baselines'}",
              "", f"`{command}`", ""]
-    if reference_command:
+    for path, reference_command in (reference_commands or {}).items():
         lines += [f"Columns read from an earlier record, not run again (same seed and split): "
-                  f"{', '.join(m for m in models if any(rows[s].get(m, {}).get('reference') for s in rows))}, "
+                  f"{', '.join(m for m in models if any(rows[s].get(m, {}).get('reference') == path for s in rows))}, "
                   f"from `{reference_command}`.", ""]
     lines += [f"{len(result['sets'])} of the {len(rows)} sets have every model of this table. Test accuracy on the "
               "paper's split (the official test set halved into validation and test); one run per set and model. "
@@ -302,17 +302,30 @@ def main(argv=None) -> dict:
     bad += [spec for spec in args.group if len([m for m in spec.split(",") if m]) < 2]
     if bad:  # before any set runs; the names themselves are checked once the rows are read
         raise SystemExit(f"--pair expects A:B and --group two or more names A,B,...; got {', '.join(bad)}")
-    if args.reference_record and not parse_reference(args.reference_record)[0].is_file():
-        raise SystemExit(f"--reference-record: no file {parse_reference(args.reference_record)[0]}")
+    labels = [m for m in args.model.split(",") if m]
+    for spec in args.reference_record:  # before any set runs (a label clashing with a fused row is caught later)
+        path, names = parse_reference(spec)
+        if not path.is_file():
+            raise SystemExit(f"--reference-record: no file {path}")
+        labels += names.values()
+    twice = sorted({m for m in labels if labels.count(m) > 1})
+    if twice:
+        raise SystemExit(f"--reference-record: {', '.join(twice)} would be two columns (a --model, or a label of "
+                         "another record); give it another label, MODEL=LABEL")
     sets = archive_sets(args.data_dir, args.datasets)
     variant = f"{args.recipe}_s{args.seed}"
     out = args.out or Path("runs") / "bench_ucr_archive" / variant
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/ucr_archive.py " + " ".join(sys.argv[1:] if argv is None else argv)
     rows, costs = run_sets(sets, tstrain_argv(args), out)
-    reference_command = None
-    if args.reference_record:
-        earlier, reference_command = reference_rows(args.reference_record, args.seed, sets)
+    reference_commands: dict[str, str] = {}
+    for spec in args.reference_record:
+        earlier, command_there = reference_rows(spec, args.seed, sets)
+        clash = sorted({m for name, per_set in earlier.items() for m in per_set if m in rows.get(name, {})})
+        if clash:
+            raise SystemExit(f"--reference-record {spec}: {', '.join(clash)} is a column already (run here or read "
+                             "from another record); give it another label, MODEL=LABEL")
+        reference_commands[str(parse_reference(spec)[0])] = command_there
         for name, per_set in earlier.items():
             rows.setdefault(name, {}).update(per_set)
     models = list(dict.fromkeys(m for per_set in rows.values() for m in per_set))
@@ -337,13 +350,14 @@ def main(argv=None) -> dict:
                                                    "difference at 5%)")
             group["figure"] = atomic_save_figure(json_path.with_name(f"{json_path.stem}_group{i}_cd.png"), fig).name
     published = published_record(load_published(), rows, result["sets"])
-    text = report_text(args, command, rows, costs, models, result, published, everything, pairs, reference_command,
+    text = report_text(args, command, rows, costs, models, result, published, everything, pairs, reference_commands,
                        groups)
     record = {"benchmark": "ucr_archive", "command": command, "recipe": args.recipe, "seed": args.seed,
               "tstrain_args": tstrain_argv(args), "machine": machine_record(), **result,
               "per_set": {s: {"models": rows[s], **costs[s]} for s in rows},
               "total_cpu_seconds": sum(c["cpu_seconds"] for c in costs.values()), "published": published,
-              "every_model": everything, "pairs": pairs, "groups": groups, "reference_command": reference_command}
+              "every_model": everything, "pairs": pairs, "groups": groups,
+              "reference_commands": reference_commands}
     if len(result["sets"]) > 1 and len(result["models"]) > 2:  # the diagram's Friedman test needs three models
         fig = stats.critical_difference_figure(np.array(result["ranks"]), result["models"],
                                                f"UCR 2018, {len(result['sets'])} sets, {args.recipe}: mean rank "

@@ -419,7 +419,7 @@ def test_blocks_are_counted_across_stages_and_the_stem_batchnorm_is_left_out():
 
     tent_model = MultiStage()
     with pytest.warns(UserWarning, match="BatchNorm"):
-        tent = Tent(tent_model, lr=0.1)
+        Tent(tent_model, lr=0.1)
     adapted = {n for n, p in tent_model.named_parameters() if p.requires_grad}
     assert "patch_embed.1.weight" not in adapted and "norm.weight" in adapted and "stages.1.blocks.3.norm2.bias" in adapted
     forced = MultiStage()

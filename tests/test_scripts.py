@@ -697,6 +697,24 @@ def test_ucr_archive_benchmark_ranks_models_against_minirocket_and_resumes(tmp_p
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.stat().st_mtime_ns for p in (tmp_path / "sweep").glob("*/runs/**/*.json")) == runs
     assert json.loads(out.read_text())["accuracy"] == record["accuracy"]
+    # columns read back from two earlier records (copies of this one), each named in the report; a label that is a
+    # column already is refused
+    copy = tmp_path / "copy.json"
+    copy.write_text(out.read_text())
+    mixed = tmp_path / "mixed.json"
+    read_back = [*cmd[:cmd.index("--json")], "--json", str(mixed), "--reference-record",
+                 f"{out}:patchtst_jumbo=jumbo_a", "--reference-record", f"{copy}:patchtst_jumbo=jumbo_b,minirocket=mr"]
+    proc = subprocess.run(read_back, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    both = json.loads(mixed.read_text())
+    for name in ("Even", "Odd"):
+        models = both["per_set"][name]["models"]
+        assert models["jumbo_a"]["test_top1"] == models["jumbo_b"]["test_top1"] == models["patchtst_jumbo"]["test_top1"]
+        assert models["mr"]["test_top1"] == models["minirocket"]["test_top1"] and models["mr"]["reference"] == str(copy)
+    assert set(both["reference_commands"]) == {str(out), str(copy)}
+    assert mixed.with_suffix(".md").read_text().count("Columns read from an earlier record") == 2
+    proc = subprocess.run([*read_back[:-1], f"{copy}:patchtst"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "patchtst would be two columns" in proc.stderr
 
 
 def _script(name: str):

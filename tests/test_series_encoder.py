@@ -89,6 +89,35 @@ def test_tstrain_init_resamples_every_set_and_starts_from_the_encoder(encoder, t
         SweepConfig(init=str(encoder), pretrain_epochs=1)
 
 
+def test_tstrain_init_gives_each_model_its_own_encoder(encoder, tmp_path):
+    """--init MODEL=PATH,...: each kind starts from the encoder of its own kind (a Jumbo encoder's weights do not fit
+    the plain model, so one folder for both is refused); a mapping that leaves a model out, names one twice or
+    pairs encoders of two lengths is refused before anything is written."""
+    plain, longer = tmp_path / "plain", tmp_path / "longer"
+    for folder, length in ((plain, 32), (longer, 48)):
+        model, record = ep.pretrain_encoder(["GunPoint"], model="patchtst", **{**TINY, "length": length})
+        ep.save_encoder(model, folder, record)
+    cfg = dict(model=SweepConfig().model.__class__(patches=16, conv_stem=32), steps=2, dim=16, recipe="fast")
+    both = ["patchtst", "patchtst_jumbo"]
+    with pytest.raises(ValueError, match=r"does not fit this run's model.*only in the encoder: \['jumbo"):
+        run_sweep(["ItalyPowerDemand"], both, SweepConfig(**cfg, init=str(encoder)), tmp_path / "one", lrs=[1e-3],
+                  dropouts=[0.1], progress=False, cpu=True)
+    spec = f"patchtst={plain},patchtst_jumbo={encoder}"
+    result = run_sweep(["ItalyPowerDemand"], both, SweepConfig(**cfg, init=spec), tmp_path / "each", lrs=[1e-3],
+                       dropouts=[0.1], progress=False, cpu=True)
+    assert {r.model: r.extra["init"] for r in result.runs} == {"patchtst": str(plain), "patchtst_jumbo": str(encoder)}
+    assert ep.init_paths(str(encoder), both) == {m: str(encoder) for m in both}  # one folder: every model
+    for bad, message in ((f"patchtst={plain}", "missing: patchtst_jumbo"),
+                         (f"{spec},patchtst_registers={plain}", "not in the sweep: patchtst_registers"),
+                         (f"patchtst={plain},patchtst={encoder}", "patchtst is given two encoders"),
+                         (f"patchtst={plain},{encoder}", "expected one encoder folder or MODEL=FOLDER"),
+                         (f"patchtst={longer},patchtst_jumbo={encoder}", "must take one series length")):
+        with pytest.raises(ValueError, match=message):
+            run_sweep(["ItalyPowerDemand"], both, SweepConfig(**cfg, init=bad), tmp_path / "refused", lrs=[1e-3],
+                      dropouts=[0.1], progress=False, cpu=True)
+    assert not (tmp_path / "refused").exists() and not (tmp_path / "one").exists()
+
+
 def test_a_baseline_beside_an_encoder_reads_the_raw_series_at_their_own_length():
     """tstrain --init resamples a set to the encoder's length (here 32 of GunPoint's 150 steps); the ROCKET
     baselines of the same sweep still read the raw series, so they score as they do without --init."""

@@ -335,10 +335,12 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                        help="pretrain on the training splits of these sets instead (comma-separated; each target is "
                             "left out, so its validation and test series are never read), as many steps as "
                             "--pretrain-epochs passes over the target's training split take (default: off)"),
-    train.add_argument("--init", default=None, metavar="PATH",
+    train.add_argument("--init", default=None, metavar="PATH | MODEL=PATH,...",
                        help="fine-tune from a pretrained series encoder (the folder jumbokit series-pretrain wrote): "
                             "every set's series are resampled to its length and every run's model starts from its "
-                            "weights, with a head of its own; the model and its front end must be the encoder's "
+                            "weights, with a head of its own; the model and its front end must be the encoder's. "
+                            "With several --model, MODEL=PATH,... gives each its own encoder (every model named; "
+                            "one length for all), e.g. patchtst=runs/enc_plain,patchtst_jumbo=runs/enc_jumbo "
                             "(default: off)")
     train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                        help="score the exponential moving average of the weights, updated after every step with this "

@@ -13,7 +13,8 @@ convolutional patch features of width 32) and pretrained by masked-patch reconst
 standardised on its own) and a record of its corpus (``corpus.json``: the sets and their series, the settings, the
 cost). ``tstrain --init FOLDER`` fine-tunes from it: every set's series are resampled to the encoder's length, each
 run's model (built for the set's channels and classes) takes the encoder's weights and keeps its own head
-(:func:`encoder_state`).
+(:func:`encoder_state`); ``--init MODEL=FOLDER,...`` gives each model of a sweep its own encoder
+(:func:`init_paths`), so kinds compare each from its own pretraining.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 from torch import nn
 
 __all__ = ["DEFAULT_LENGTH", "CORPUS_FILE", "corpus_series", "pretrain_encoder", "save_encoder", "encoder_length",
-           "encoder_state", "load_into"]
+           "encoder_state", "load_into", "init_paths", "init_for", "init_length"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,63 @@ def encoder_length(path: str | Path) -> int:
                          f"without a head), got tokenizer={config.get('tokenizer')!r}, "
                          f"num_classes={config.get('num_classes')!r}")
     return int(data.get("seq_len", config["seq_len"]))
+
+
+def _init_items(spec: str) -> dict[str, str] | None:
+    """``MODEL=FOLDER,...`` -> {model: folder}; None for one folder (no item names a series model)."""
+    from .models import SERIES_MODELS
+
+    items = [item.strip() for item in spec.split(",")]
+    if not any(item.partition("=")[0] in SERIES_MODELS for item in items):
+        return None
+    paths: dict[str, str] = {}
+    for item in items:
+        model, sep, path = item.partition("=")
+        if not sep or not path or model not in SERIES_MODELS:
+            raise ValueError(f"init: expected one encoder folder or MODEL=FOLDER,... with series models; got the "
+                             f"item {item!r} in {spec!r}")
+        if model in paths:
+            raise ValueError(f"init: {model} is given two encoders ({paths[model]} and {path})")
+        paths[model] = path
+    return paths
+
+
+def init_paths(spec: str, models: Sequence[str]) -> dict[str, str]:
+    """{model: the encoder folder it starts from} for a sweep of ``models``: ``spec`` is one folder (every model
+    starts from it) or ``MODEL=FOLDER,...`` (each model from its own; every model of the sweep named, none other).
+    ValueError, naming what was expected, for a malformed mapping, one that leaves a model out, names one twice or
+    names a model the sweep does not run. The folders themselves are checked where they are read
+    (:func:`encoder_state`)."""
+    paths = _init_items(spec)
+    if paths is None:
+        return {model: spec for model in models}
+    stray, missing = [m for m in paths if m not in models], [m for m in models if m not in paths]
+    if stray or missing:
+        raise ValueError(f"init: expected an encoder for every model of the sweep ({', '.join(models)}) and no other; "
+                         + "; ".join(part for part in (f"missing: {', '.join(missing)}" if missing else "",
+                                                       f"not in the sweep: {', '.join(stray)}" if stray else "")
+                                     if part))
+    return paths
+
+
+def init_for(spec: str, model: str) -> str:
+    """The encoder folder ``model`` starts from under ``init`` ``spec`` (:func:`init_paths`, checked by the sweep)."""
+    paths = _init_items(spec)
+    if paths is None:
+        return spec
+    if model not in paths:
+        raise ValueError(f"init: no encoder for {model} in {spec!r}; expected MODEL=FOLDER for it")
+    return paths[model]
+
+
+def init_length(paths: dict[str, str]) -> int:
+    """The one series length the encoders of :func:`init_paths` take (a set is resampled once, for every model);
+    ValueError when they differ."""
+    lengths = {path: encoder_length(path) for path in dict.fromkeys(paths.values())}
+    if len(set(lengths.values())) > 1:
+        raise ValueError("init: the encoders must take one series length (each set is resampled once for every "
+                         "model); got " + ", ".join(f"{p}: {n}" for p, n in lengths.items()))
+    return next(iter(lengths.values()))
 
 
 def encoder_state(path: str | Path) -> dict[str, torch.Tensor]:

@@ -345,7 +345,7 @@ def train_run_model(data: ClassificationData, model_name: str, lr: float, dropou
                     ) -> tuple[RunResult, dict[str, np.ndarray], nn.Module]:
     """One run, its validation / test probabilities ({"val": (n_val, K), "test": (n_test, K)}) and the scored
     model (in eval mode). The model starts from ``pretrained`` (a state dict of the same model) when given, else from
-    the pretrained encoder ``cfg.init`` names (its head its own), else from its seeded initialisation."""
+    the pretrained encoder ``cfg.init`` names for it (its head its own), else from its seeded initialisation."""
     seed = cfg.seed if seed is None else int(seed)
     wall_start = time.perf_counter()
     cfg = cfg.for_dataset(data.train.x)
@@ -353,9 +353,10 @@ def train_run_model(data: ClassificationData, model_name: str, lr: float, dropou
     if pretrained is not None:
         model.load_state_dict(pretrained)
     elif cfg.init:
-        from .encoder_pretrain import encoder_state, load_into
+        from .encoder_pretrain import encoder_state, init_for, load_into
 
-        load_into(model, encoder_state(cfg.init), source=f"the encoder {cfg.init}")
+        init = init_for(cfg.init, model_name)
+        load_into(model, encoder_state(init), source=f"the encoder {init}")
     fitted = fit_series_model(model, data, lr, cfg, seed, progress=progress, accelerator=accelerator, cpu=cpu)
     model = fitted.model
     eval_batch = fitted.batch if isinstance(cfg.batch_size, int) else 256
@@ -369,7 +370,7 @@ def train_run_model(data: ClassificationData, model_name: str, lr: float, dropou
     if pretrained is not None:
         extra["pretrained"] = True
     elif cfg.init:
-        extra["init"] = str(cfg.init)
+        extra["init"] = init
     run = RunResult(
         dataset=data.name, model=model_name, lr=float(lr), dropout=float(dropout), val_top1=100.0 * val_acc,
         test_top1=100.0 * test_acc, val_loss=val_loss, train_loss=fitted.train_loss, epochs=fitted.epochs, steps=fitted.steps,

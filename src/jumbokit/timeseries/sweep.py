@@ -27,7 +27,7 @@ from .jobs import (Job, JobContext, SweepPlan, execute_job, job_cost, job_order,
 from .models import HYBRID_MODELS, REFERENCE_MODELS, SERIES_MODELS, check_reference_model
 from .protocol import SWEEP_DROPOUTS, SWEEP_LRS, SweepConfig
 from .report import write_reports
-from .encoder_pretrain import encoder_length
+from .encoder_pretrain import init_length, init_paths
 from .fusion import fused_name, late_fusion, ridge_proba
 from .results import (SweepResult, baseline_columns, ensemble_proba, ensemble_scores, rank_models,
                       selection_ranking, summarize)
@@ -122,12 +122,13 @@ def _fuse(got: _Gathered, plan: "SweepPlan", data: ClassificationData, job: Job)
         got.fusions.setdefault(data.name, {})[fused_name(model, baseline)] = fused
 
 
-def _load_all(datasets: Sequence[str], cfg: SweepConfig, data_dir: str | Path | None,
+def _load_all(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig, data_dir: str | Path | None,
               skip_short: bool) -> dict[str, ClassificationData]:
     """Every dataset loaded and checked (too short for ``cfg.model.patches``: skipped with a note, or an error);
-    with ``cfg.init``, every series resampled to the pretrained encoder's length."""
+    with ``cfg.init``, every series resampled to the pretrained encoders' length."""
     loaded: dict[str, ClassificationData] = {}
-    length = encoder_length(cfg.init) if cfg.init else None  # a pretrained encoder's input: every set resampled
+    # a pretrained encoder's input: every set resampled to it
+    length = init_length(init_paths(cfg.init, models)) if cfg.init else None
     for name in datasets:
         data = load_dataset(name, protocol=cfg.protocol, split_seed=cfg.split_seed, data_dir=data_dir, length=length,
                             normalize=cfg.normalize, unequal_length=cfg.unequal_length)
@@ -175,10 +176,9 @@ def _check_init(models: Sequence[str], cfg: SweepConfig, data: ClassificationDat
     weights (another model, width or front end than the encoder's)."""
     from .encoder_pretrain import encoder_state, load_into
 
-    state = encoder_state(cfg.init)
-    for model in models:
-        load_into(new_run_model(data, model, cfg.for_dataset(data.train.x), 0.0, cfg.seed), state,
-                  source=f"the encoder {cfg.init} ({model})")
+    for model, path in init_paths(cfg.init, models).items():
+        load_into(new_run_model(data, model, cfg.for_dataset(data.train.x), 0.0, cfg.seed), encoder_state(path),
+                  source=f"the encoder {path} ({model})")
 
 
 def _check_references(models: Sequence[str], cfg: SweepConfig) -> None:
@@ -208,7 +208,7 @@ def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig,
     _check_references(models, cfg)
     out_dir = Path(out_dir)
     store.check_out_dir(out_dir, cfg.identity())
-    loaded = _load_all(datasets, cfg, data_dir, skip_short)
+    loaded = _load_all(datasets, models, cfg, data_dir, skip_short)
     if cfg.init:
         _check_init(models, cfg, next(iter(loaded.values())))
     return SweepPlan(datasets=loaded, models=models, cfg=cfg, out_dir=out_dir, lrs=list(lrs), dropouts=list(dropouts),
