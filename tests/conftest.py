@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,3 +60,43 @@ def jumbokit_cli(capsys):
         return status, captured.out, captured.err
 
     return run
+
+
+class FakeHubApi:
+    """Stands in for ``huggingface_hub.HfApi``: records the calls; an upload becomes a snapshot (``commit``) of the
+    local Hub cache ``cache`` (the layout ``snapshot_download`` reads offline)."""
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+
+    def __init__(self, cache):
+        self.cache, self.calls = cache, []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+
+    def upload_folder(self, repo_id, folder_path, **kwargs):
+        self.calls.append(("upload_folder", repo_id, sorted(p.name for p in Path(folder_path).iterdir())))
+        repo = self.cache / f"models--{repo_id.replace('/', '--')}"
+        shutil.copytree(folder_path, repo / "snapshots" / self.commit)
+        (repo / "refs").mkdir(parents=True)
+        (repo / "refs" / "main").write_text(self.commit)
+        return f"https://huggingface.co/{repo_id}/commit/{self.commit}"
+
+
+@pytest.fixture
+def offline_cache(tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE=1 and an empty Hub cache under tmp_path."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub_cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture
+def hub_api(offline_cache):
+    """A :class:`FakeHubApi` writing into ``offline_cache``: push_to_hub(..., api=hub_api), then load offline."""
+    return FakeHubApi(offline_cache)

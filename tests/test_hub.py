@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,39 +19,6 @@ torch.set_num_threads(1)
 
 RECORD = dict(dataset="digits", img_size=16, in_chans=1, mean=[0.3], std=[0.35], crop_pct=1.0,
               interpolation="bicubic", classes=[str(i) for i in range(10)])
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-class FakeHubApi:
-    """Stands in for ``huggingface_hub.HfApi``: records the calls; an upload becomes a snapshot of the local Hub
-    cache ``cache`` (the layout ``snapshot_download`` reads offline)."""
-
-    def __init__(self, cache):
-        self.cache, self.calls = cache, []
-
-    def create_repo(self, repo_id, **kwargs):
-        self.calls.append(("create_repo", repo_id, kwargs))
-
-    def upload_folder(self, repo_id, folder_path, **kwargs):
-        self.calls.append(("upload_folder", repo_id, sorted(p.name for p in Path(folder_path).iterdir())))
-        repo = self.cache / f"models--{repo_id.replace('/', '--')}"
-        shutil.copytree(folder_path, repo / "snapshots" / COMMIT)
-        (repo / "refs").mkdir(parents=True)
-        (repo / "refs" / "main").write_text(COMMIT)
-        return f"https://huggingface.co/{repo_id}/commit/{COMMIT}"
-
-
-@pytest.fixture
-def offline_cache(tmp_path, monkeypatch):
-    """HF_HUB_OFFLINE=1 and an empty Hub cache under tmp_path."""
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hub_cache"
-    cache.mkdir()
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    return cache
 
 
 def old_run(tmp_path):
@@ -68,16 +34,16 @@ def old_run(tmp_path):
     return run, model
 
 
-def test_push_then_load_offline_gives_the_same_weights_and_transform(tmp_path, offline_cache):
+def test_push_then_load_offline_gives_the_same_weights_and_transform(tmp_path, offline_cache, hub_api):
     run, model = old_run(tmp_path)
-    api = FakeHubApi(offline_cache)
+    api = hub_api
     url = push_to_hub(run, "my-org/pico-digits", api=api, private=True)
-    assert url.endswith(COMMIT)
+    assert url.endswith(api.commit)
     assert api.calls[0] == ("create_repo", "my-org/pico-digits",
                             {"repo_type": "model", "private": True, "exist_ok": True})
     assert api.calls[1] == ("upload_folder", "my-org/pico-digits",
                             ["README.md", "model.safetensors", "model_config.json"])
-    card = (offline_cache / "models--my-org--pico-digits" / "snapshots" / COMMIT / "README.md").read_text()
+    card = (offline_cache / "models--my-org--pico-digits" / "snapshots" / api.commit / "README.md").read_text()
     for text in ("library_name: jumbokit", "`vit_pico_jumbo`", "trained by `jumbokit supervised` on `digits`",
                  "| test | 90.28 | 99.72 | 0.4300 | 360 |", 'jumbokit.load("hf-hub:my-org/pico-digits")',
                  "classes (10): 0, 1, 2"):
@@ -91,10 +57,10 @@ def test_push_then_load_offline_gives_the_same_weights_and_transform(tmp_path, o
     assert torch.equal(eval_transform(loaded.pretrained_cfg)(img), eval_transform(data_config_from_record(RECORD))(img))
 
 
-def test_push_without_a_network_is_one_line_error(tmp_path, offline_cache):
+def test_push_without_a_network_is_one_line_error(tmp_path, offline_cache, hub_api):
     """A connection error of the HTTP client reads as one ValueError line, not the client's traceback."""
 
-    class Unreachable(FakeHubApi):
+    class Unreachable(type(hub_api)):
         def create_repo(self, repo_id, **kwargs):
             raise ConnectionError("[Errno -3] Temporary failure in name resolution")
 
@@ -104,10 +70,10 @@ def test_push_without_a_network_is_one_line_error(tmp_path, offline_cache):
         push_to_hub(run, "org/x", api=Unreachable(offline_cache))
 
 
-def test_a_pushed_model_object_keeps_its_data_config(tmp_path, offline_cache):
+def test_a_pushed_model_object_keeps_its_data_config(tmp_path, offline_cache, hub_api):
     model = jumbokit.create_model("vit_pico_cls", img_size=16, patch_size=4, in_chans=1, num_classes=10)
     model.pretrained_cfg = data_config_from_record(RECORD)
-    push_to_hub(model, "org/bare", api=FakeHubApi(offline_cache))
+    push_to_hub(model, "org/bare", api=hub_api)
     assert jumbokit.load("hf-hub:org/bare@main").pretrained_cfg == model.pretrained_cfg
 
 
@@ -140,11 +106,11 @@ def test_bad_hub_names_are_refused(name):
     assert parse_hub_name("hf-hub:org/name@v1") == ("org/name", "v1")
 
 
-def test_validate_and_predict_take_a_hub_name(tmp_path, offline_cache, monkeypatch):
+def test_validate_and_predict_take_a_hub_name(tmp_path, offline_cache, hub_api, monkeypatch):
     from jumbokit.recipes import predict, validate
 
     run, _ = old_run(tmp_path)
-    push_to_hub(run, "org/pico", api=FakeHubApi(offline_cache))
+    push_to_hub(run, "org/pico", api=hub_api)
     direct = validate.main(["--checkpoint", str(run), "--no-progress", "--out", str(tmp_path / "direct")])
     monkeypatch.chdir(tmp_path)
     hub = validate.main(["--checkpoint", "hf-hub:org/pico", "--dataset", "digits", "--no-progress"])
@@ -156,9 +122,9 @@ def test_validate_and_predict_take_a_hub_name(tmp_path, offline_cache, monkeypat
     assert rows[0]["file"] == str(image) and (tmp_path / "predictions.csv").is_file()
 
 
-def test_create_model_takes_pretrained_weights_from_a_hub_name_or_a_run(tmp_path, offline_cache):
+def test_create_model_takes_pretrained_weights_from_a_hub_name_or_a_run(tmp_path, offline_cache, hub_api):
     run, model = old_run(tmp_path)
-    push_to_hub(run, "org/pico", api=FakeHubApi(offline_cache))
+    push_to_hub(run, "org/pico", api=hub_api)
     options = dict(img_size=16, patch_size=4, in_chans=1)
     for source in ("hf-hub:org/pico", run):
         same = jumbokit.create_model("vit_pico_jumbo", pretrained=source, num_classes=10, **options)

@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "adaptation": {"jumbokit", "encoders", "heads", "data", "training", "logs"},
     "nas": {"jumbokit", "encoders", "heads", "data", "training", "logs"},
     "export": {"jumbokit", "encoders", "logs", "nas"},  # nas: exporting an extracted subnet
-    "hub": {"encoders", "data", "training", "logs"},  # the Hugging Face Hub: push a run, fetch a snapshot
+    # the Hugging Face Hub: push a run, fetch a snapshot (timeseries: the files a fused series model travels with)
+    "hub": {"encoders", "data", "training", "logs", "timeseries"},
     "pretrained": {"encoders", "data", "hub"},  # jumbokit.load: a saved model with its data config
     "inference": {"encoders", "data", "training", "pretrained", "timeseries"},  # trained classifiers in use, per modality
     "timm_models": {"encoders", "data"},  # the zoo's image models in timm's registry

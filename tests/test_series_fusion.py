@@ -86,25 +86,26 @@ def test_sweep_fuses_the_chosen_run_with_the_stored_ridge_scores(tmp_path):
     assert saved["patchtst+minirocket"]["fusion_weight"] == fused.fusion_weight
 
 
-def test_a_fused_model_is_kept_and_scores_as_the_sweep_did(tmp_path):
+def test_a_fused_model_is_kept_and_scores_as_the_sweep_did(tmp_path, offline_cache, hub_api):
     """tstrain --fuse keeps the fused model as one folder (the transformer, the fitted MiniRocket, fusion.json);
     validate and predict load it and give the sweep's accuracies on the validation and test halves, from the
-    prepared and the raw series; the transformer alone is refused by load_series_models; columns follow the
-    transformer's class names."""
+    prepared and the raw series, and so does its copy pushed to the Hub (a fake API) and read back; the transformer
+    alone is refused by load_series_models; columns follow the transformer's class names."""
     from jumbokit.inference.series import load_series_models, load_series_predictor, read_series_file
     from jumbokit.recipes import predict, validate
     from jumbokit.timeseries.data import load_raw
 
     cfg = SweepConfig(**{k: v for k, v in RECIPES["small-data"].items()
                          if k in ("batch_size", "normalize", "augment")}, steps=3, recipe="small-data")
-    result = run_sweep(["ArrowHead"], ["patchtst"], cfg, tmp_path, lrs=[1e-3], dropouts=[0.1],
+    out = tmp_path / "sweep"
+    result = run_sweep(["ArrowHead"], ["patchtst"], cfg, out, lrs=[1e-3], dropouts=[0.1],
                        progress=False, cpu=True, fuse="minirocket")
     fused = {r.model: r for r in result.rows}["patchtst+minirocket"]
-    folder = tmp_path / "models" / "ArrowHead" / "patchtst+minirocket"
+    folder = out / "models" / "ArrowHead" / "patchtst+minirocket"
     record = json.loads((folder / fusion.FUSION_FILE).read_text())
     assert (record["model"], record["baseline"], record["weight"]) == ("patchtst", "minirocket", fused.fusion_weight)
     assert (folder / fusion.ROCKET_FILE).is_file() and (folder / "model.safetensors").is_file()
-    assert (tmp_path / "runs" / "ArrowHead" / "minirocket.rocket.safetensors").is_file()
+    assert (out / "runs" / "ArrowHead" / "minirocket.rocket.safetensors").is_file()
     for split, expected in (("val", fused.val_top1), ("test", fused.test_top1)):
         row = validate.main(["--checkpoint", str(folder), "--split", split, "--no-progress",
                              "--out", str(tmp_path / f"validate_{split}")])
@@ -120,6 +121,20 @@ def test_a_fused_model_is_kept_and_scores_as_the_sweep_did(tmp_path):
     right = sum(r["top1_label"] == r["label"] for r in rows)
     n_val, n_test = len(data.val.y), len(data.test.y)
     assert right == round((fused.val_top1 * n_val + fused.test_top1 * n_test) / 100)
+    # to the Hub and back: the whole fused model travels (the transformer alone would score otherwise)
+    from jumbokit.hub import push_to_hub
+
+    push_to_hub(folder, "org/fused", api=hub_api)
+    assert hub_api.calls[-1][2] == ["README.md", "fusion.json", "kept.json", "model.safetensors", "model_config.json",
+                                    "rocket.safetensors"]
+    card = (offline_cache / "models--org--fused" / "snapshots" / hub_api.commit / "README.md").read_text()
+    for text in ("`patchtst+minirocket`", "## Fusion", f"transformer share {fused.fusion_weight}",
+                 f"| test | {fused.test_top1:.2f} |", 'load_series_predictor("hf-hub:org/fused")'):
+        assert text in card, text
+    via_hub = predict.main(["--checkpoint", "hf-hub:org/fused", str(tsv), "--no-progress", "--out",
+                            str(tmp_path / "hub.csv")])["rows"]
+    assert [r["top1_prob"] for r in via_hub] == [r["top1_prob"] for r in rows]
+    assert load_series_predictor("hf-hub:org/fused").fused
     with pytest.raises(ValueError, match="is a fused model"):
         load_series_models(folder)
     from jumbokit.recipes import export

@@ -212,36 +212,16 @@ def test_official_protocol_predict_on_the_test_file_gives_the_reported_accuracy(
     assert 100.0 * sum(r["top1_label"] == r["label"] for r in rows) / len(rows) == pytest.approx(reported, abs=1e-9)
 
 
-def test_a_kept_series_model_goes_to_the_hub_and_back(sweep, tmp_path, monkeypatch):
+def test_a_kept_series_model_goes_to_the_hub_and_back(sweep, tmp_path, offline_cache, hub_api):
     """push_to_hub of a sweep's kept model (a fake HfApi writing a local Hub cache), then predict from it."""
     import json
-    import shutil
-
-    from huggingface_hub import constants
 
     from jumbokit.hub import push_to_hub
     from jumbokit.recipes import predict
 
-    cache, commit = tmp_path / "hub_cache", "0123456789abcdef0123456789abcdef01234567"
-    cache.mkdir()
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-
-    class FakeHubApi:
-        def create_repo(self, repo_id, **kwargs):
-            pass
-
-        def upload_folder(self, repo_id, folder_path, **kwargs):
-            repo = cache / f"models--{repo_id.replace('/', '--')}"
-            shutil.copytree(folder_path, repo / "snapshots" / commit)
-            (repo / "refs").mkdir(parents=True)
-            (repo / "refs" / "main").write_text(commit)
-            return commit
-
     folder = sweep / "models" / "GunPoint" / "patchtst"
-    push_to_hub(folder, "org/gunpoint", api=FakeHubApi())
-    card = (cache / "models--org--gunpoint" / "snapshots" / commit / "README.md").read_text()
+    push_to_hub(folder, "org/gunpoint", api=hub_api)
+    card = (offline_cache / "models--org--gunpoint" / "snapshots" / hub_api.commit / "README.md").read_text()
     chosen = json.loads((folder / "kept.json").read_text())["chosen"]
     for text in ("time-series classifier: `patchtst`", "on `GunPoint`", "1 channel(s) x 150 steps",
                  f"| test | {chosen['test_top1']:.2f} |", "jumbokit predict --checkpoint hf-hub:org/gunpoint"):

@@ -8,7 +8,10 @@ model = jumbokit.load("hf-hub:my-org/vit-pico-jumbo-digits")      # model.pretra
 
 A pushed repository holds ``model.safetensors``, ``model_config.json`` (the model options and the
 ``pretrained_cfg`` block, see ``jumbokit.data.data_config``) and a ``README.md`` model card written from the run
-(architecture, data, the metrics of its ``results.csv``). ``hf-hub:ORG/NAME[@REVISION]`` names are fetched with
+(architecture, data, the metrics of its ``results.csv``). A fused series model (``tstrain --fuse``: a kept
+``models/<set>/<model>+<baseline>`` folder) takes the rest of itself along (``fusion.json``, the fitted ROCKET
+classifier, ``kept.json`` and a fused ensemble's members), so ``load_series_predictor("hf-hub:ORG/NAME")`` and
+``jumbokit predict`` score it as the sweep did. ``hf-hub:ORG/NAME[@REVISION]`` names are fetched with
 ``huggingface_hub.snapshot_download`` into the Hugging Face cache (``HF_HUB_CACHE``) or a ``local_dir``; with
 ``HF_HUB_OFFLINE=1`` only what is already there is used.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -49,9 +53,11 @@ def snapshot(name: str, *, cache_dir: str | os.PathLike | None = None,
                                         RevisionNotFoundError)
 
     repo, revision = parse_hub_name(name)
+    from jumbokit.timeseries.fusion import FUSED_PATTERNS
+
     try:
         folder = snapshot_download(repo, revision=revision, cache_dir=cache_dir, local_dir=local_dir,
-                                   allow_patterns=list(HUB_FILES), library_name="jumbokit")
+                                   allow_patterns=[*HUB_FILES, *FUSED_PATTERNS], library_name="jumbokit")
     except LocalEntryNotFoundError:
         raise ValueError(f"{name} is not in the local Hugging Face cache and the Hub cannot be reached (offline, "
                          "HF_HUB_OFFLINE=1?); fetch it once online, or pass its downloaded folder") from None
@@ -85,6 +91,9 @@ def _stage(run_or_model: str | os.PathLike | nn.Module, folder: Path) -> tuple[d
         record = _run_record(path)
     data_config = check_data_config(data_config) if data_config else None
     save(model, folder, data_config=data_config)
+    for name in record.get("companions", []):  # a fused series model: the rest of the model travels with it
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path / name, folder / name)
     return load_config(folder), data_config, record
 
 
@@ -92,12 +101,16 @@ def _run_record(path: Path) -> dict[str, Any]:
     """The run's config.json and its results.csv rows (``{}`` / ``[]`` where missing); for a model a tstrain
     sweep kept (``models/DATASET/MODEL``), its ``kept.json``: the model's name, the set and the chosen run's
     validation and test top-1."""
+    from jumbokit.timeseries.fusion import FUSION_FILE, fused_files
+
     run = path if path.is_dir() else path.parent
+    companions = fused_files(path) if path.is_dir() else []
     try:
         kept = json.loads((run / "kept.json").read_text())
-        chosen = kept["chosen"]
+        scored = json.loads((run / FUSION_FILE).read_text()) if companions else kept["chosen"]
         return {"model_name": kept["model"], "recipe": "tstrain", "data": {"dataset": kept["dataset"]},
-                "results": [{"split": split, "top1": f"{chosen[f'{split}_top1']:.2f}"} for split in ("val", "test")]}
+                "results": [{"split": split, "top1": f"{scored[f'{split}_top1']:.2f}"} for split in ("val", "test")],
+                **({"fusion": scored, "companions": companions} if companions else {})}
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
@@ -161,13 +174,29 @@ def model_card(repo_id: str, config: dict[str, Any], data_config: dict[str, Any]
                   f" and center-cropped",
                   f"- normalisation: mean {list(data_config['mean'])}, std {list(data_config['std'])}",
                   classes, ""]
+    fusion = record.get("fusion")
+    if fusion:
+        lines += ["## Fusion", "",
+                  "The transformer's class probabilities (`model.safetensors`"
+                  + (", with its ensemble's members" if fusion["ensemble"] else "") + ") mixed with those of a "
+                  f"`{fusion['baseline']}` ridge classifier (`{fusion['rocket']}`; a softmax of its scores at "
+                  f"temperature {fusion['ridge_temperature']}): transformer share {fusion['weight']}, chosen on the "
+                  "validation half (`fusion.json`). The ROCKET half reads the raw series.", ""]
     if record.get("results"):
         columns = ["split", "top1"] if series else ["split", "top1", "top5", "loss", "n"]
-        source = "the sweep's chosen run (`kept.json`)" if series else "the run's `results.csv`"
+        source = ("the sweep's fused model (`fusion.json`)" if fusion else "the sweep's chosen run (`kept.json`)"
+                  if series else "the run's `results.csv`")
         lines += ["## Metrics", "", f"Top-1{'' if series else ' / top-5'} accuracy in percent, from {source}.", "",
                   markdown_table(record["results"], columns, formats={"top1": ".2f", "top5": ".2f", "loss": ".4f"}
                                ).rstrip(), ""]
-    if series:
+    if fusion:
+        lines += ["## Use", "", "```python", "from jumbokit.inference.series import load_series_predictor, "
+                  "read_series_file",
+                  f'predictor = load_series_predictor("hf-hub:{repo_id}")',
+                  'series = read_series_file("series.tsv", predictor.cfg)   # .ts, .tsv, .csv or .npy',
+                  "proba = predictor.proba(series.x, series.raw)   # the prepared and the raw series", "```", "",
+                  f"or `jumbokit predict --checkpoint hf-hub:{repo_id} series.tsv`.", ""]
+    elif series:
         lines += ["## Use", "", "```python", "import jumbokit",
                   "from jumbokit.timeseries.data_config import prepare_series",
                   f'model = jumbokit.load("hf-hub:{repo_id}").eval()',
@@ -187,7 +216,7 @@ def push_to_hub(run_or_model: str | os.PathLike | nn.Module, repo_id: str, *, ap
     """Upload a run directory (or ``.safetensors`` file, or a model) to the Hub repository ``repo_id``.
 
     The repository gets ``model.safetensors``, ``model_config.json`` with the data config and a generated
-    ``README.md`` model card; it is created when missing. ``api``: a ``huggingface_hub.HfApi`` (default: a new one
+    ``README.md`` model card (and a fused series model's other files); it is created when missing. ``api``: a ``huggingface_hub.HfApi`` (default: a new one
     with ``token``). Returns what ``api.upload_folder`` returns (the commit information).
     """
     parse_hub_name(HUB_PREFIX + repo_id)

@@ -52,8 +52,11 @@ def _kept_folder(path: Path) -> Path:
 
 
 def _model_folder(source: str | os.PathLike) -> Path:
-    """The model a path names: itself, or the one folder a sweep folder kept."""
-    path = Path(source)
+    """The model a path or ``hf-hub:`` name names: itself (a Hub name fetched or found in the cache), or the one
+    folder a sweep folder kept."""
+    from ..pretrained import local_path
+
+    path = local_path(source)
     return _kept_folder(path) if (path / "sweep.json").is_file() else path
 
 
@@ -61,7 +64,7 @@ def load_series_models(source: str | os.PathLike, ensemble: bool = False,
                        device: str = "cpu") -> tuple[list[nn.Module], dict[str, Any]]:
     """``([model, ...] in eval mode on device, series data config)`` of a saved series classifier: a model
     folder or ``.safetensors`` file, a sweep's ``models/<dataset>/<model>`` folder, or a sweep folder that kept
-    one model (local paths; ``jumbokit.pretrained.local_path`` resolves ``hf-hub:`` names). ``ensemble``: the
+    one model, or an ``hf-hub:ORG/NAME`` name (``jumbokit.pretrained.local_path``). ``ensemble``: the
     members of the sweep's top-k ensemble (``kept.json``) instead of the chosen run. A fused model's folder is
     refused (its transformer alone is not the model the sweep scored: :func:`load_series_predictor`). Raises
     ``FileNotFoundError`` / ``ValueError`` with one readable line."""
