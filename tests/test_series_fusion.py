@@ -134,6 +134,9 @@ def test_a_fused_model_is_kept_and_scores_as_the_sweep_did(tmp_path, offline_cac
     via_hub = predict.main(["--checkpoint", "hf-hub:org/fused", str(tsv), "--no-progress", "--out",
                             str(tmp_path / "hub.csv")])["rows"]
     assert [r["top1_prob"] for r in via_hub] == [r["top1_prob"] for r in rows]
+    row = validate.main(["--checkpoint", "hf-hub:org/fused", "--split", "test", "--no-progress", "--out",
+                         str(tmp_path / "validate_hub")])
+    assert row["top1"] == pytest.approx(fused.test_top1) and "fused with minirocket" in row["model"]
     assert load_series_predictor("hf-hub:org/fused").fused
     with pytest.raises(ValueError, match="is a fused model"):
         load_series_models(folder)
