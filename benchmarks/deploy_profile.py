@@ -18,6 +18,7 @@ import argparse
 import collections
 import json
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -118,7 +119,7 @@ def main(argv=None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     built = build_models(args.img_size)
     batch = torch.randn(1, 3, args.img_size, args.img_size, generator=torch.Generator().manual_seed(1)).numpy()
-    result: dict[str, Any] = {"benchmark": "deploy_profile", "command": " ".join(sys.argv), "threads": args.threads,
+    result: dict[str, Any] = {"benchmark": "deploy_profile", "command": shlex.join(sys.argv), "threads": args.threads,
                               "machine": machine_record(threads=args.threads, device="cpu"),
                               "img_size": args.img_size, "calls": args.calls}
     result["gflops"] = {name: round(encoder_flops(built[name]) / 1e9, 4) for name in MODELS}

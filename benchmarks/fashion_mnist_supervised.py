@@ -223,7 +223,7 @@ def main(argv=None) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     walls_file = folder / "wall_seconds.json"
     walls = json.loads(walls_file.read_text()) if walls_file.exists() else {}
-    command = "python benchmarks/fashion_mnist_supervised.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/fashion_mnist_supervised.py " + shlex.join(sys.argv[1:] if argv is None else argv)
 
     entries = {}
     for name, patch in specs:

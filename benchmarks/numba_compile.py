@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -87,7 +88,7 @@ def main(argv=None) -> dict:
             rows.append({"classifier": name, "channels": chans, "cold CPU s (compiling)": cold,
                          "warm CPU s (cache loaded)": warm, "compilation CPU s": cold - warm})
             print(f"{name}, {chans} channel(s): cold {cold:.1f} s, warm {warm:.1f} s", flush=True)
-    command = "python benchmarks/numba_compile.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/numba_compile.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     text = "\n".join([
         "# numba's one-off compilation of the ROCKET-family classifiers", "", f"`{command}`", "",
         "CPU seconds of one fit + predict on 8 random series of 64 steps, one thread, in a fresh process: with an "

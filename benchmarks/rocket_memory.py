@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -239,7 +240,7 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None, qu
     from jumbokit.benchmarking import machine_record, write_result
 
     pairs = agreement(rows)
-    command = "python benchmarks/rocket_memory.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/rocket_memory.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     from importlib.metadata import version
 
     record = {"command": command, "machine": machine_record(threads=1, device="cpu"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 import torch
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 rows.append(summary_row(name, model, result))
     text = table(rows)
-    command = "python benchmarks/timeseries_rocket.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/timeseries_rocket.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     record = {"command": command, "machine": machine_record(threads=args.threads, device="cpu"), "summary": rows,
               "skipped": skipped}
     print(json.dumps({"summary": rows, "skipped": skipped}, indent=1))

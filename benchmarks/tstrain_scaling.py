@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -114,7 +115,7 @@ def main() -> None:
     cores = machine["cores"]
     rows = [{"processes": n, "runs": runs, "wall_s": seconds[n], "cpu_s": timed[n][1],
              "speed-up": seconds[1] / seconds[n]} for n in (1, args.nproc)]
-    result = {"command": "tstrain " + " ".join(argv), "threads_per_process": 1, "machine": machine,
+    result = {"command": "tstrain " + shlex.join(argv), "threads_per_process": 1, "machine": machine,
               "load_average_1min": {"before": load_before[0], "after": load_after[0]},
               "identical_runs": same, "rows": rows, "speed_up": seconds[1] / seconds[args.nproc]}
     loaded = load_before[0] > 0.5 * cores  # the load after includes the benchmark's own processes

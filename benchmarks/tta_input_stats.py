@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
             values = [r[key] for r in corrupted if not math.isnan(r[key])]  # no confident sample: no accuracy
             mean[key] = round(sum(values) / len(values), 2) if values else float("nan")
         means.append(mean)
-    command = "python benchmarks/tta_input_stats.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/tta_input_stats.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     markdown = (f"# Input statistics vs corruption, {dataset}, severity {args.severity}\n\n`{command}`\n\n"
                 "Test top-1 (%) of the unadapted source with the source's normalisation, the stream's own "
                 "statistics, and per-batch (64) statistics; the share of samples below SAR/EATA's entropy margin "

@@ -316,7 +316,7 @@ def main(argv=None) -> dict:
     variant = f"{args.recipe}_s{args.seed}"
     out = args.out or Path("runs") / "bench_ucr_archive" / variant
     out.mkdir(parents=True, exist_ok=True)
-    command = "python benchmarks/ucr_archive.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/ucr_archive.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     rows, costs = run_sets(sets, tstrain_argv(args), out)
     reference_commands: dict[str, str] = {}
     for spec in args.reference_record:

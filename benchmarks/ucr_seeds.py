@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -207,7 +208,7 @@ def main(argv=None) -> dict:
     seeded_pairs = [per_seed_pairs(by_seed, *spec.split(":", 1)) for spec in args.pair]
     spreads = spread(by_seed, rows)
     costs, peaks = costs_by_seed(records, list(rows))
-    command = "python benchmarks/ucr_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/ucr_seeds.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     text = report_text(command, records, rows, spreads, result, everything, pairs, seeded_pairs, costs, peaks)
     json_path = args.json or result_path(RESULTS, "ucr_archive", f"{records[0]['recipe']}_seeds")
     record = {"benchmark": "ucr_seeds", "command": command, "records": [r["path"] for r in records],
