@@ -7,7 +7,8 @@ hold it (a column read from an earlier record, such as seed 0's MiniRocket, coun
 for every model, its archive mean at each seed, the mean over seeds and their standard deviation (the spread a
 re-draw of the seeds moves the archive mean by). On the seed means: the headline table (``--headline`` against
 MiniRocket, MultiRocket and Hydra: mean accuracy, mean rank, wins / ties / losses, Friedman, Nemenyi and the
-critical-difference diagram), every model's table, the paired comparisons asked for (``--pair A:B``), the targets
+critical-difference diagram), every model's table, the tables of ``--group A,B,...`` (those models alone, with
+their diagram), the paired comparisons asked for (``--pair A:B``), the targets
 with their intervals, and then each paired comparison and target seed by seed. Cost: CPU seconds per set at each
 seed (total, median, max) and each set's largest peak memory over the seeds.
 
@@ -45,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--headline", default=None, metavar="MODEL",
                    help="the model ranked against MiniRocket, MultiRocket and Hydra (default: the records' own "
                         "headline model)")
+    p.add_argument("--group", action="append", default=[], metavar="A,B,...",
+                   help="another table of these models alone on the seed means (mean accuracy, mean rank, Friedman, "
+                        "Nemenyi and a diagram), repeatable, e.g. patchtst,patchtst_registers,patchtst_jumbo "
+                        "(default: none)")
     p.add_argument("--pair", action="append", default=[], metavar="A:B",
                    help="a paired comparison over the sets on the seed means, and seed by seed, repeatable "
                         "(default: none)")
@@ -148,7 +153,8 @@ def costs_by_seed(records: list[dict], sets: list[str]) -> tuple[list[dict], dic
 
 
 def report_text(command: str, records: list[dict], rows: dict, spreads: dict, headline: dict, everything: dict,
-                pairs: list[dict], seeded_pairs: list[list[dict]], costs: list[dict], peaks: dict) -> str:
+                pairs: list[dict], seeded_pairs: list[list[dict]], costs: list[dict], peaks: dict,
+                groups: list[dict] | None = None) -> str:
     seeds = [r["seed"] for r in records]
     models = everything["models"]
     title = f"{headline['models'][0]} ({records[0]['recipe']})"
@@ -170,6 +176,11 @@ def report_text(command: str, records: list[dict], rows: dict, spreads: dict, he
     if everything["models"] != headline["models"]:
         lines += [f"## Every model on the seed means ({len(everything['sets'])} sets with all of them)", "",
                   summary_table(everything), ""]
+    for group in groups or []:
+        lines += [f"## On the seed means: {', '.join(group['models'])} alone ({len(group['sets'])} sets with all of "
+                  "them)", "", summary_table(group), ""]
+        if group.get("figure"):
+            lines += [f"![critical-difference diagram]({group['figure']})", ""]
     if pairs:
         lines += ["## Paired over the sets, on the seed means", "", *[f"- {pair_line(p)}" for p in pairs], "",
                   "and seed by seed:", ""]
@@ -191,16 +202,19 @@ def report_text(command: str, records: list[dict], rows: dict, spreads: dict, he
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     bad = [spec for spec in args.pair if len([m for m in spec.split(":") if m]) != 2]
+    bad += [spec for spec in args.group if len([m for m in spec.split(",") if m]) < 2]
     if bad:
-        raise SystemExit(f"--pair expects A:B, got {', '.join(bad)}")
+        raise SystemExit(f"--pair expects A:B and --group two or more names A,B,...; got {', '.join(bad)}")
     records = load_records(args.records)
     rows, by_seed = seed_rows(records)
     models = list(by_seed)
     headline = args.headline or records[0]["models"][0]
     named = [headline, *(m for spec in args.pair for m in spec.split(":", 1))]
+    named += [m for spec in args.group for m in spec.split(",") if m]
     unknown = [m for m in dict.fromkeys(named) if m not in models]
     if unknown:
-        raise SystemExit(f"--headline / --pair: expected models among {', '.join(models)}, got {', '.join(unknown)}")
+        raise SystemExit(f"--headline / --pair / --group: expected models among {', '.join(models)}, got "
+                         f"{', '.join(unknown)}")
     table = [headline, *(m for m in ROCKETS if m in models)]
     everything = compare(rows, models)
     result = compare(rows, table) if len(table) > 1 else everything
@@ -208,12 +222,21 @@ def main(argv=None) -> dict:
     seeded_pairs = [per_seed_pairs(by_seed, *spec.split(":", 1)) for spec in args.pair]
     spreads = spread(by_seed, rows)
     costs, peaks = costs_by_seed(records, list(rows))
+    groups = [compare(rows, [m for m in spec.split(",") if m]) for spec in args.group]
     command = "python benchmarks/ucr_seeds.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    text = report_text(command, records, rows, spreads, result, everything, pairs, seeded_pairs, costs, peaks)
     json_path = args.json or result_path(RESULTS, "ucr_archive", f"{records[0]['recipe']}_seeds")
+    for i, group in enumerate(groups, 1):
+        if len(group["sets"]) > 1 and len(group["models"]) > 2:
+            fig = stats.critical_difference_figure(np.array(group["ranks"]), group["models"],
+                                                   f"UCR 2018, {len(group['sets'])} sets, mean over seeds: mean "
+                                                   "rank (bar: no difference at 5%)")
+            group["figure"] = atomic_save_figure(json_path.with_name(f"{json_path.stem}_group{i}_cd.png"), fig).name
+    text = report_text(command, records, rows, spreads, result, everything, pairs, seeded_pairs, costs, peaks,
+                       groups)
     record = {"benchmark": "ucr_seeds", "command": command, "records": [r["path"] for r in records],
               "seeds": [r["seed"] for r in records], "recipe": records[0]["recipe"], "machine": machine_record(),
-              **result, "spread": spreads, "every_model": everything, "pairs": pairs, "pairs_per_seed": seeded_pairs,
+              **result, "spread": spreads, "every_model": everything, "groups": groups, "pairs": pairs,
+              "pairs_per_seed": seeded_pairs,
               "cost_per_seed": costs, "peak_rss_mib": {s: c["peak_rss_mib"] for s, c in peaks.items()},
               "per_set": rows}
     if len(result["sets"]) > 1 and len(result["models"]) > 2:

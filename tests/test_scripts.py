@@ -752,8 +752,12 @@ def test_ucr_seeds_averages_each_set_over_seeds_and_reports_the_spread(tmp_path)
         paths[-1].write_text(json.dumps(_archive_record(seed, acc, cpu=10.0 * (seed + 1))))
     out = tmp_path / "seeds.json"
     script = _script("ucr_seeds")
-    script.main([*map(str, paths), "--pair", "fused:mrh", "--json", str(out)])
+    script.main([*map(str, paths), "--pair", "fused:mrh", "--group", "fused,mrh,minirocket", "--json", str(out)])
     record = json.loads(out.read_text())
+    group = record["groups"][0]  # the three alone on the seed means: fused 82.5 > minirocket 80 > mrh 80.5 on A..D
+    assert group["models"] == ["fused", "mrh", "minirocket"] and group["mean_rank"] == {
+        "fused": 1.0, "mrh": 2.0, "minirocket": 3.0}
+    assert (tmp_path / group["figure"]).stat().st_size > 0
     assert record["seeds"] == [0, 1] and record["models"] == ["fused", "minirocket", "multirocket", "hydra"]
     assert record["per_set"]["B"]["fused"]["test_top1"] == pytest.approx(82.0)  # (81 + 83) / 2
     assert record["per_set"]["B"]["minirocket"]["seeds"] == 1
@@ -778,7 +782,8 @@ def test_ucr_seeds_averages_each_set_over_seeds_and_reports_the_spread(tmp_path)
     again = [str(paths[0]), str(paths[0]), "--json", str(tmp_path / "x.json")]
     for argv, message in (([str(paths[0]), str(tmp_path / "other.json")], "expected the same command at another"),
                           (again, "expected one record per seed"),
-                          ([str(paths[0]), "--pair", "fused:nothing"], "expected models among")):
+                          ([str(paths[0]), "--pair", "fused:nothing"], "expected models among"),
+                          ([str(paths[0]), "--group", "fused"], "--group two or more names")):
         with pytest.raises(SystemExit, match=message):
             script.main(argv)
     assert not (tmp_path / "x.json").exists()
