@@ -233,3 +233,10 @@ def test_a_kept_series_model_goes_to_the_hub_and_back(sweep, tmp_path, offline_c
     local = predict.main(["--checkpoint", str(folder), str(test_file), "--out", str(tmp_path / "b.csv"),
                           "--no-progress"])["rows"]
     assert [r["top1_prob"] for r in via_hub] == [r["top1_prob"] for r in local]
+    # the top-2 ensemble travels with it (kept.json and its members): --ensemble scores the same from the Hub
+    assert {"kept.json", "ensemble"} <= set(hub_api.calls[-1][2])
+    ensembles = [predict.main(["--checkpoint", source, str(test_file), "--ensemble", "--out",
+                               str(tmp_path / f"ens_{i}.csv"), "--no-progress"])["rows"]
+                 for i, source in enumerate(("hf-hub:org/gunpoint", str(folder)))]
+    assert [r["top1_prob"] for r in ensembles[0]] == [r["top1_prob"] for r in ensembles[1]]
+    assert [r["top1_prob"] for r in ensembles[0]] != [r["top1_prob"] for r in local]  # two members, not the chosen run

@@ -11,7 +11,8 @@ A pushed repository holds ``model.safetensors``, ``model_config.json`` (the mode
 (architecture, data, the metrics of its ``results.csv``). A fused series model (``tstrain --fuse``: a kept
 ``models/<set>/<model>+<baseline>`` folder) takes the rest of itself along (``fusion.json``, the fitted ROCKET
 classifier, ``kept.json`` and a fused ensemble's members), so ``load_series_predictor("hf-hub:ORG/NAME")`` and
-``jumbokit predict`` score it as the sweep did. ``hf-hub:ORG/NAME[@REVISION]`` names are fetched with
+``jumbokit predict`` score it as the sweep did; any kept model takes its ``kept.json`` and its top-k ensemble's
+members along (``predict --ensemble`` from the Hub). ``hf-hub:ORG/NAME[@REVISION]`` names are fetched with
 ``huggingface_hub.snapshot_download`` into the Hugging Face cache (``HF_HUB_CACHE``) or a ``local_dir``; with
 ``HF_HUB_OFFLINE=1`` only what is already there is used.
 """
@@ -53,11 +54,11 @@ def snapshot(name: str, *, cache_dir: str | os.PathLike | None = None,
                                         RevisionNotFoundError)
 
     repo, revision = parse_hub_name(name)
-    from jumbokit.timeseries.fusion import FUSED_PATTERNS
+    from jumbokit.timeseries.store import KEPT_PATTERNS
 
     try:
         folder = snapshot_download(repo, revision=revision, cache_dir=cache_dir, local_dir=local_dir,
-                                   allow_patterns=[*HUB_FILES, *FUSED_PATTERNS], library_name="jumbokit")
+                                   allow_patterns=[*HUB_FILES, *KEPT_PATTERNS], library_name="jumbokit")
     except LocalEntryNotFoundError:
         raise ValueError(f"{name} is not in the local Hugging Face cache and the Hub cannot be reached (offline, "
                          "HF_HUB_OFFLINE=1?); fetch it once online, or pass its downloaded folder") from None
@@ -91,7 +92,7 @@ def _stage(run_or_model: str | os.PathLike | nn.Module, folder: Path) -> tuple[d
         record = _run_record(path)
     data_config = check_data_config(data_config) if data_config else None
     save(model, folder, data_config=data_config)
-    for name in record.get("companions", []):  # a fused series model: the rest of the model travels with it
+    for name in record.get("companions", []):  # a kept series model: kept.json, its ensemble, a fused model's parts
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path / name, folder / name)
     return load_config(folder), data_config, record
@@ -101,16 +102,18 @@ def _run_record(path: Path) -> dict[str, Any]:
     """The run's config.json and its results.csv rows (``{}`` / ``[]`` where missing); for a model a tstrain
     sweep kept (``models/DATASET/MODEL``), its ``kept.json``: the model's name, the set and the chosen run's
     validation and test top-1."""
-    from jumbokit.timeseries.fusion import FUSION_FILE, fused_files
+    from jumbokit.timeseries.fusion import FUSION_FILE
+    from jumbokit.timeseries.store import kept_files
 
     run = path if path.is_dir() else path.parent
-    companions = fused_files(path) if path.is_dir() else []
+    companions = kept_files(path) if path.is_dir() else []
+    fused = FUSION_FILE in companions
     try:
         kept = json.loads((run / "kept.json").read_text())
-        scored = json.loads((run / FUSION_FILE).read_text()) if companions else kept["chosen"]
+        scored = json.loads((run / FUSION_FILE).read_text()) if fused else kept["chosen"]
         return {"model_name": kept["model"], "recipe": "tstrain", "data": {"dataset": kept["dataset"]},
                 "results": [{"split": split, "top1": f"{scored[f'{split}_top1']:.2f}"} for split in ("val", "test")],
-                **({"fusion": scored, "companions": companions} if companions else {})}
+                "companions": companions, **({"fusion": scored} if fused else {})}
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:
@@ -216,7 +219,7 @@ def push_to_hub(run_or_model: str | os.PathLike | nn.Module, repo_id: str, *, ap
     """Upload a run directory (or ``.safetensors`` file, or a model) to the Hub repository ``repo_id``.
 
     The repository gets ``model.safetensors``, ``model_config.json`` with the data config and a generated
-    ``README.md`` model card (and a fused series model's other files); it is created when missing. ``api``: a ``huggingface_hub.HfApi`` (default: a new one
+    ``README.md`` model card (and a kept series model's other files); it is created when missing. ``api``: a ``huggingface_hub.HfApi`` (default: a new one
     with ``token``). Returns what ``api.upload_folder`` returns (the commit information).
     """
     parse_hub_name(HUB_PREFIX + repo_id)

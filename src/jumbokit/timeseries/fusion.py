@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FUSION_FILE", "FUSION_FORMAT", "FUSION_WEIGHTS", "FUSED_PATTERNS", "RIDGE_TEMPERATURE", "ROCKET_FILE",
+__all__ = ["FUSION_FILE", "FUSION_FORMAT", "FUSION_WEIGHTS", "RIDGE_TEMPERATURE", "ROCKET_FILE",
            "choose_weight", "fuse_proba", "fused_files", "fused_name", "fusion_record", "late_fusion", "ridge_proba",
            "rocket_proba"]
 
@@ -34,8 +34,6 @@ RIDGE_TEMPERATURE = 2.5
 SEPARATOR = "+"
 FUSION_FILE = "fusion.json"  # in a kept fused model's folder: weight, temperature, parts
 ROCKET_FILE = "rocket.safetensors"  # in a kept fused model's folder: the fitted ROCKET classifier
-# what a fused model's folder holds beside the transformer's weights (the files that travel with it, e.g. to the Hub)
-FUSED_PATTERNS = (FUSION_FILE, ROCKET_FILE, "kept.json", "ensemble/*.safetensors")
 FUSION_FORMAT = "jumbokit.late_fusion/1"
 
 

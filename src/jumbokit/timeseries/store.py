@@ -27,12 +27,17 @@ import torch
 
 from jumbokit.training.rundir import atomic_write_text
 
+from .fusion import FUSION_FILE, ROCKET_FILE, fused_files
 from .protocol import SweepConfig, SweepMismatchError
 from .run import RunResult
 
 __all__ = ["run_id", "check_out_dir", "write_sweep_file", "read_sweep_file", "load_run", "run_paths", "load_runs", "write_run",
            "load_proba", "proba_path", "baseline_scores_path", "rocket_path", "write_baseline", "read_pretrained", "write_pretrained", "pretrain_record_path",
-           "pretrain_failed_path", "clear_pretrain_failures", "model_path", "models_folder", "keep_models", "keep_fused"]
+           "pretrain_failed_path", "clear_pretrain_failures", "model_path", "models_folder", "keep_models", "keep_fused", "kept_files",
+           "KEPT_PATTERNS"]
+
+# what a kept model's folder holds beside its weights and config (kept_files): the files that travel with it
+KEPT_PATTERNS = ("kept.json", "ensemble/*.safetensors", FUSION_FILE, ROCKET_FILE)
 
 
 def run_id(lr: float, dropout: float, seed_offset: int = 0) -> str:
@@ -280,6 +285,29 @@ def keep_models(out_dir: Path, dataset: str, model: str, runs: Sequence[RunResul
         record["ensemble"] = entries
     atomic_write_text(folder / "kept.json", json.dumps(record, indent=1) + "\n")
     return None
+
+
+def kept_files(folder: str | os.PathLike) -> list[str]:
+    """The files beside ``model.safetensors`` and ``model_config.json`` that make the model a sweep kept in
+    ``folder``, relative to it: ``kept.json`` and an ensemble's members, and for a fused model its
+    :data:`~jumbokit.timeseries.fusion.FUSION_FILE` and ROCKET classifier (what travels with it, e.g. to the Hub);
+    [] for a folder no sweep kept. ValueError naming what is missing when a listed file is not there."""
+    folder = Path(folder)
+    if not (folder / "kept.json").is_file():
+        return []
+    fused = fused_files(folder)
+    if fused:
+        return fused
+    try:
+        members = json.loads((folder / "kept.json").read_text()).get("ensemble", [])
+        files = ["kept.json", *(member["file"] for member in members)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{folder}: expected a kept model's kept.json, could not read it ({type(err).__name__}: "
+                         f"{err})") from None
+    missing = [name for name in files if not (folder / name).is_file()]
+    if missing:
+        raise ValueError(f"{folder}: a kept model without {', '.join(missing)}; run the sweep again to keep it")
+    return files
 
 
 def keep_fused(out_dir: Path, dataset: str, model: str, baseline: str, fusion: dict[str, Any],
