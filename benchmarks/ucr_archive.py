@@ -62,7 +62,8 @@ from pathlib import Path
 import numpy as np
 
 from jumbokit.benchmarking import machine_record, peak_rss_mib, result_path, results_folder, stats, write_result
-from jumbokit.benchmarking.archive import compare, memory_line, pair_line, pair_stats, summary_table, target_lines
+from jumbokit.benchmarking.archive import (compare, group_figures, memory_line, pair_line, pair_stats, summary_table,
+                                           target_lines)
 from jumbokit.timeseries.fusion import SEPARATOR
 from jumbokit.timeseries.protocol import RECIPES
 from jumbokit.timeseries.ucr_tsv import has_tsv_split_files
@@ -343,12 +344,7 @@ def main(argv=None) -> dict:
     pairs = [pair_stats(rows, *pair.split(":", 1)) for pair in args.pair]
     groups = [compare(rows, [m for m in group.split(",") if m]) for group in args.group]
     json_path = args.json or result_path(RESULTS, "ucr_archive", variant)
-    for i, group in enumerate(groups, 1):
-        if len(group["sets"]) > 1 and len(group["models"]) > 2:
-            fig = stats.critical_difference_figure(np.array(group["ranks"]), group["models"],
-                                                   f"UCR 2018, {len(group['sets'])} sets: mean rank (bar: no "
-                                                   "difference at 5%)")
-            group["figure"] = atomic_save_figure(json_path.with_name(f"{json_path.stem}_group{i}_cd.png"), fig).name
+    group_figures(groups, json_path)
     published = published_record(load_published(), rows, result["sets"])
     text = report_text(args, command, rows, costs, models, result, published, everything, pairs, reference_commands,
                        groups)

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from jumbokit.benchmarking import machine_record, result_path, results_folder, stats, write_result
-from jumbokit.benchmarking.archive import compare, memory_line, pair_line, pair_stats, summary_table, target_lines
+from jumbokit.benchmarking.archive import (compare, group_figures, memory_line, pair_line, pair_stats, summary_table,
+                                           target_lines)
 from jumbokit.training.rundir import atomic_save_figure, markdown_table
 
 RESULTS = results_folder(__file__)
@@ -225,12 +226,7 @@ def main(argv=None) -> dict:
     groups = [compare(rows, [m for m in spec.split(",") if m]) for spec in args.group]
     command = "python benchmarks/ucr_seeds.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     json_path = args.json or result_path(RESULTS, "ucr_archive", f"{records[0]['recipe']}_seeds")
-    for i, group in enumerate(groups, 1):
-        if len(group["sets"]) > 1 and len(group["models"]) > 2:
-            fig = stats.critical_difference_figure(np.array(group["ranks"]), group["models"],
-                                                   f"UCR 2018, {len(group['sets'])} sets, mean over seeds: mean "
-                                                   "rank (bar: no difference at 5%)")
-            group["figure"] = atomic_save_figure(json_path.with_name(f"{json_path.stem}_group{i}_cd.png"), fig).name
+    group_figures(groups, json_path, ", mean over seeds")
     text = report_text(command, records, rows, spreads, result, everything, pairs, seeded_pairs, costs, peaks,
                        groups)
     record = {"benchmark": "ucr_seeds", "command": command, "records": [r["path"] for r in records],

@@ -10,17 +10,18 @@ the targets a result is held to (a target on a difference is met beyond the nois
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import numpy as np
 
 from ..timeseries.baselines import BASELINES
 from ..timeseries.fusion import SEPARATOR
 from ..timeseries.results import rank_values
-from ..training.rundir import markdown_table
+from ..training.rundir import atomic_save_figure, markdown_table
 from . import stats
 
-__all__ = ["MEMORY_LIMIT_MIB", "REFERENCE", "compare", "mean_target", "memory_line", "pair_line", "pair_stats",
-           "summary_table", "target_lines"]
+__all__ = ["MEMORY_LIMIT_MIB", "REFERENCE", "compare", "group_figures", "mean_target", "memory_line", "pair_line",
+           "pair_stats", "summary_table", "target_lines"]
 
 REFERENCE = "minirocket"  # the baseline every model's wins / ties / losses are counted against
 
@@ -45,6 +46,18 @@ def compare(rows: dict, models: list[str]) -> dict:
                 result["against_minirocket"][m] = {"wins": wins, "ties": len(sets) - wins - losses,
                                                    "losses": losses, "sign_test_p": p}
     return result
+
+
+def group_figures(groups: list[dict], json_path: Path, what: str = "") -> None:
+    """The critical-difference diagram of each ``--group`` table (:func:`compare`) of three or more models over two
+    or more sets, saved beside the record as ``<stem>_group<i>_cd.png``; its file name goes into the group
+    (``"figure"``). ``what``: words after the set count in the title (e.g. ", mean over seeds")."""
+    for i, group in enumerate(groups, 1):
+        if len(group["sets"]) > 1 and len(group["models"]) > 2:
+            fig = stats.critical_difference_figure(np.array(group["ranks"]), group["models"],
+                                                   f"UCR 2018, {len(group['sets'])} sets{what}: mean rank (bar: no "
+                                                   "difference at 5%)")
+            group["figure"] = atomic_save_figure(json_path.with_name(f"{json_path.stem}_group{i}_cd.png"), fig).name
 
 
 def summary_table(result: dict) -> str:

@@ -18,15 +18,12 @@ transformer's class order, and :func:`fuse_proba` mixes the two as the sweep did
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 __all__ = ["FUSION_FILE", "FUSION_FORMAT", "FUSION_WEIGHTS", "RIDGE_TEMPERATURE", "ROCKET_FILE",
-           "choose_weight", "fuse_proba", "fused_files", "fused_name", "fusion_record", "late_fusion", "ridge_proba",
+           "choose_weight", "fuse_proba", "fused_name", "fusion_record", "late_fusion", "ridge_proba",
            "rocket_proba"]
 
 FUSION_WEIGHTS = tuple(np.round(np.linspace(0.0, 1.0, 11), 2).tolist())  # the transformer's share
@@ -106,27 +103,6 @@ def fusion_record(model: str, baseline: str, weight: float, ensemble: bool = Fal
     the transformer is an ensemble, and any ``scores`` (the set, its accuracies)."""
     return {"format": FUSION_FORMAT, **scores, "model": model, "baseline": baseline, "weight": float(weight),
             "ridge_temperature": RIDGE_TEMPERATURE, "rocket": ROCKET_FILE, "ensemble": bool(ensemble)}
-
-
-def fused_files(folder: str | os.PathLike) -> list[str]:
-    """The files beside the transformer's weights that make the fused model kept in ``folder``, relative to it
-    (:data:`FUSION_FILE`, the ROCKET classifier, ``kept.json`` and a fused ensemble's members); [] when ``folder``
-    holds no fused model. ValueError naming what is missing for a fused folder without one of them."""
-    folder = Path(folder)
-    if not (folder / FUSION_FILE).is_file():
-        return []
-    try:
-        fusion = json.loads((folder / FUSION_FILE).read_text())
-        files = [FUSION_FILE, fusion["rocket"], "kept.json"]
-        if fusion["ensemble"]:
-            files += [member["file"] for member in json.loads((folder / "kept.json").read_text())["ensemble"]]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{folder}: expected a fused model's {FUSION_FILE} and kept.json, could not read them "
-                         f"({type(err).__name__}: {err})") from None
-    missing = [name for name in files if not (folder / name).is_file()]
-    if missing:
-        raise ValueError(f"{folder}: a fused model without {', '.join(missing)}; keep it again with tstrain --fuse")
-    return files
 
 
 def late_fusion(model: dict[str, np.ndarray], ridge: dict[str, np.ndarray], y_val: np.ndarray,

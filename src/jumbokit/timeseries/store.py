@@ -27,7 +27,7 @@ import torch
 
 from jumbokit.training.rundir import atomic_write_text
 
-from .fusion import FUSION_FILE, ROCKET_FILE, fused_files
+from .fusion import FUSION_FILE, ROCKET_FILE
 from .protocol import SweepConfig, SweepMismatchError
 from .run import RunResult
 
@@ -295,15 +295,14 @@ def kept_files(folder: str | os.PathLike) -> list[str]:
     folder = Path(folder)
     if not (folder / "kept.json").is_file():
         return []
-    fused = fused_files(folder)
-    if fused:
-        return fused
     try:
         members = json.loads((folder / "kept.json").read_text()).get("ensemble", [])
         files = ["kept.json", *(member["file"] for member in members)]
+        if (folder / FUSION_FILE).is_file():
+            files += [FUSION_FILE, json.loads((folder / FUSION_FILE).read_text())["rocket"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"{folder}: expected a kept model's kept.json, could not read it ({type(err).__name__}: "
-                         f"{err})") from None
+        raise ValueError(f"{folder}: expected a kept model's kept.json (and a fused one's {FUSION_FILE}), could not "
+                         f"read them ({type(err).__name__}: {err})") from None
     missing = [name for name in files if not (folder / name).is_file()]
     if missing:
         raise ValueError(f"{folder}: a kept model without {', '.join(missing)}; run the sweep again to keep it")
