@@ -53,8 +53,9 @@ def snapshot(name: str, *, cache_dir: str | os.PathLike | None = None,
     from huggingface_hub.errors import (HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError,
                                         RevisionNotFoundError)
 
-    repo, revision = parse_hub_name(name)
     from jumbokit.timeseries.store import KEPT_PATTERNS
+
+    repo, revision = parse_hub_name(name)
 
     try:
         folder = snapshot_download(repo, revision=revision, cache_dir=cache_dir, local_dir=local_dir,
@@ -219,8 +220,8 @@ def push_to_hub(run_or_model: str | os.PathLike | nn.Module, repo_id: str, *, ap
     """Upload a run directory (or ``.safetensors`` file, or a model) to the Hub repository ``repo_id``.
 
     The repository gets ``model.safetensors``, ``model_config.json`` with the data config and a generated
-    ``README.md`` model card (and a kept series model's other files); it is created when missing. ``api``: a ``huggingface_hub.HfApi`` (default: a new one
-    with ``token``). Returns what ``api.upload_folder`` returns (the commit information).
+    ``README.md`` model card (and a kept series model's other files); it is created when missing. ``api``: a
+    ``huggingface_hub.HfApi`` (default: a new one with ``token``). Returns what ``api.upload_folder`` returns (the commit information).
     """
     parse_hub_name(HUB_PREFIX + repo_id)
     if api is None:

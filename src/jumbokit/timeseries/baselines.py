@@ -14,8 +14,8 @@ import torch
 
 from .data import ClassificationData, load_raw, pad_series
 
-__all__ = ["BASELINES", "ROCKET_CLASSIFIERS", "fit_rocket", "missing_inside", "parse_baselines", "rocket_baseline", "rocket_series",
-           "use_numba_workqueue"]
+__all__ = ["BASELINES", "ROCKET_CLASSIFIERS", "fit_rocket", "missing_inside", "parse_baselines", "rocket_baseline",
+           "rocket_series", "use_numba_workqueue"]
 
 ROCKET_CLASSIFIERS = ("minirocket", "multirocket", "hydra")  # aeon's three single-transform classifiers
 BASELINES = (*ROCKET_CLASSIFIERS, "multirocket_hydra")  # every baseline tstrain runs (aeon's convolution-based ones)

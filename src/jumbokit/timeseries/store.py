@@ -33,8 +33,8 @@ from .run import RunResult
 
 __all__ = ["run_id", "check_out_dir", "write_sweep_file", "read_sweep_file", "load_run", "run_paths", "load_runs", "write_run",
            "load_proba", "proba_path", "baseline_scores_path", "rocket_path", "write_baseline", "read_pretrained", "write_pretrained", "pretrain_record_path",
-           "pretrain_failed_path", "clear_pretrain_failures", "model_path", "models_folder", "keep_models", "keep_fused", "kept_files",
-           "KEPT_PATTERNS"]
+           "pretrain_failed_path", "clear_pretrain_failures", "model_path", "models_folder", "keep_models", "keep_fused",
+           "kept_files", "KEPT_PATTERNS"]
 
 # what a kept model's folder holds beside its weights and config (kept_files): the files that travel with it
 KEPT_PATTERNS = ("kept.json", "ensemble/*.safetensors", FUSION_FILE, ROCKET_FILE)

@@ -176,8 +176,10 @@ def _check_init(models: Sequence[str], cfg: SweepConfig, data: ClassificationDat
     weights (another model, width or front end than the encoder's)."""
     from .encoder_pretrain import encoder_state, load_into
 
-    for model, path in init_paths(cfg.init, models).items():
-        load_into(new_run_model(data, model, cfg.for_dataset(data.train.x), 0.0, cfg.seed), encoder_state(path),
+    paths = init_paths(cfg.init, models)
+    states = {path: encoder_state(path) for path in dict.fromkeys(paths.values())}  # one folder read once
+    for model, path in paths.items():
+        load_into(new_run_model(data, model, cfg.for_dataset(data.train.x), 0.0, cfg.seed), states[path],
                   source=f"the encoder {path} ({model})")
 
 
