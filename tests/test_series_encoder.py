@@ -170,3 +170,96 @@ def test_the_estimator_fine_tunes_from_the_encoder_and_saves_the_resampling(enco
     with pytest.raises(ValueError, match="does not fit this run's model"):
         PatchTSTClassifier(model="patchtst_jumbo", dim=16, steps=1, init=str(encoder)).fit(
             data.train.x[:20], data.classes[data.train.y[:20]])
+
+
+def _run_model(encoder, num_classes: int, in_chans: int = 1):
+    run = jumbokit.create_model("patchtst_jumbo", num_classes=num_classes, in_chans=in_chans, seq_len=32,
+                                **ep.ENCODER_OPTIONS, **width_options(16))
+    return ep.load_into(run, ep.encoder_state(encoder))
+
+
+@pytest.mark.parametrize("codes", [(0, 1, 2), (0, 2)], ids=["three classes", "two of three seen"])
+def test_a_frozen_encoders_ridge_head_scores_as_the_ridge_classifier_of_its_features(encoder, codes):
+    """fit_ridge_head writes the ridge regression into the model's own head: its logits are the ridge classifier's
+    scores of the scaled features times the fusion's temperature (two classes: -s and +s; a class without training
+    series: the score of a -1 code), and no other weight moves."""
+    import torch
+
+    from jumbokit.timeseries.fusion import RIDGE_TEMPERATURE
+    from jumbokit.timeseries.ridge_head import encoder_features, fit_ridge_head
+    from jumbokit.timeseries.rocket_classifiers import FeatureRidgeClassifierCV
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 1, 32)).astype(np.float32)
+    y = np.asarray(codes)[rng.integers(0, len(codes), size=30)]
+    y[:len(codes)] = codes
+    model = _run_model(encoder, num_classes=3)
+    before = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("head")}
+    chosen = fit_ridge_head(model, x, y, batch_size=7)
+    assert all(model.state_dict()[k].equal(v) for k, v in before.items())
+    features = encoder_features(model, x)
+    scale = features.astype(np.float64).std(axis=0)
+    ridge = FeatureRidgeClassifierCV().fit((features / scale).astype(np.float32), y)
+    assert chosen["alpha"] == ridge.alpha_ and chosen["features"] == features.shape[1] == 16
+    scores = ridge.decision_function((features / scale).astype(np.float32))
+    with torch.no_grad():
+        logits = model(torch.from_numpy(x)).double().numpy()
+    np.testing.assert_allclose(chosen["train_logits"], logits, rtol=1e-4, atol=1e-4)
+    if len(codes) == 3:
+        np.testing.assert_allclose(logits, RIDGE_TEMPERATURE * scores, rtol=1e-4, atol=1e-4)
+    else:
+        np.testing.assert_allclose(logits[:, 2], RIDGE_TEMPERATURE * scores, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(logits[:, 0], -RIDGE_TEMPERATURE * scores, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(logits[:, 1], -RIDGE_TEMPERATURE)
+    np.testing.assert_array_equal(logits.argmax(axis=1), ridge.predict((features / scale).astype(np.float32)))
+
+
+def test_tstrain_frozen_keeps_the_encoder_and_fits_a_ridge_head(encoder, tmp_path):
+    """tstrain --init ... --frozen: every run's encoder weights are the pretrained ones (one channel and six), its
+    head a ridge classifier; the kept model scores the test half as the sweep did. A grid of frozen runs, a frozen
+    model without an encoder or with a second head is refused before anything is written."""
+    import torch
+
+    from jumbokit.timeseries.rocket_classifiers import ALPHAS
+    from jumbokit.timeseries.run import predict_proba
+
+    model = SweepConfig().model.__class__(patches=16, conv_stem=32)
+    cfg = SweepConfig(model=model, steps=2, dim=16, recipe="fast", init=str(encoder), frozen=True)
+    result = run_sweep(["ItalyPowerDemand", "BasicMotions"], ["patchtst_jumbo"], cfg, tmp_path / "sweep", lrs=[1e-3],
+                       dropouts=[0.1], progress=False, cpu=True)
+    pretrained = ep.encoder_state(encoder)
+    for run in result.runs:
+        assert run.steps == 0 and run.extra["init"] == str(encoder) and run.extra["ridge_alpha"] in ALPHAS
+        kept = jumbokit.load(tmp_path / "sweep" / "models" / run.dataset / "patchtst_jumbo")
+        assert all(kept.state_dict()[k].equal(v) for k, v in pretrained.items())
+        data = ts_data.load_dataset(run.dataset, unequal_length="resample", length=32, normalize="auto")
+        proba = predict_proba(kept, torch.from_numpy(data.test.x))
+        assert 100.0 * float((proba.argmax(1) == data.test.y).mean()) == pytest.approx(run.test_top1)
+    refused = tmp_path / "refused"
+    with pytest.raises(ValueError, match=r"fitted once.*asked: 2 learning rate\(s\), 1 dropout\(s\), 1 seed"):
+        run_sweep(["ItalyPowerDemand"], ["patchtst_jumbo"], cfg, refused, lrs=[1e-3, 1e-4], dropouts=[0.1],
+                  progress=False, cpu=True)
+    with pytest.raises(ValueError, match="frozen must be False without init"):
+        SweepConfig(frozen=True)
+    with pytest.raises(ValueError, match="frozen must be False with branches=1, trunk_head=True"):
+        SweepConfig(model=model.__class__(patches=16, trunk="resnet", trunk_head=True), init=str(encoder),
+                    frozen=True)
+    assert not refused.exists()
+    assert run_front_door("tstrain", ["--dataset", "ItalyPowerDemand", "--frozen", "--out", str(refused)]) == 2
+    assert not refused.exists()
+
+
+def test_the_estimator_fits_a_frozen_encoders_ridge_head(encoder):
+    """PatchTSTClassifier(init=..., frozen=True): the network keeps the encoder's weights, its head fitted in one
+    pass (no optimizer step), and predicts the classes of the series it was fitted on as a ridge classifier does."""
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    data = ts_data.load_dataset("ItalyPowerDemand")
+    labels = data.classes[data.train.y]
+    clf = PatchTSTClassifier(model="patchtst_jumbo", patches=16, conv_stem=32, dim=16, random_state=0,
+                             init=str(encoder), frozen=True).fit(data.train.x, labels)
+    own = clf.network_.state_dict()
+    assert all(own[k].equal(v) for k, v in ep.encoder_state(encoder).items())
+    (record,) = clf.history_
+    assert record["features"] == 16 and record["train_top1"] == pytest.approx(
+        100.0 * float((clf.predict(data.train.x) == labels).mean()))

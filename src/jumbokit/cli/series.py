@@ -342,6 +342,12 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                             "With several --model, MODEL=PATH,... gives each its own encoder (every model named; "
                             "one length for all), e.g. patchtst=runs/enc_plain,patchtst_jumbo=runs/enc_jumbo "
                             "(default: off)")
+    train.add_argument("--frozen", action="store_true",
+                       help="with --init: keep the pretrained encoder frozen and fit only its head, in closed form: a "
+                            "ridge classifier of the encoder's features of the training series, its penalty chosen "
+                            "by leave-one-out error (MiniRocket's classifier); no gradient step, so one pass over the "
+                            "data, and one learning rate, dropout and seed (e.g. --recipe fast). The kept model is an "
+                            "ordinary one: predict, validate and the Hub take it (default: fine-tune every weight)")
     train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                        help="score the exponential moving average of the weights, updated after every step with this "
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
@@ -378,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    """ValueError for a model, learning rate or dropout the sweep cannot use."""
+    """ValueError for a model, learning rate or dropout the sweep cannot use, or --frozen without --init."""
     unknown = [m for m in args.model if m not in SERIES_MODELS]
     if unknown:
         raise ValueError(f"unknown model(s) {unknown}; expected one or several of {', '.join(SERIES_MODELS)}")
@@ -389,6 +395,9 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--jumbo-multiplier sets J of the Jumbo models ({', '.join(JUMBO_MODELS)}) and the "
                          f"registers matched to it (patchtst_registers); --model names none of them "
                          f"({', '.join(args.model)})")
+    if args.frozen and not args.init:
+        raise ValueError("--frozen fits a ridge head on a pretrained encoder's features: give the encoder with "
+                         "--init PATH (a folder jumbokit series-pretrain wrote)")
     for value in args.lr or []:
         if value <= 0:
             raise ValueError(f"--lr must be > 0, got {value:g}")
@@ -463,7 +472,8 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> Sweep
                        mixed_precision=args.mixed_precision, recipe=args.recipe,
                        steps=steps, step_scale=pick("step_scale"), augment=augment, mixup_alpha=args.mixup or 0.2,
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
-                       pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), init=args.init, seeds=pick("seeds"),
+                       pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), init=args.init, frozen=args.frozen,
+                       seeds=pick("seeds"),
                        ema_decay=args.ema,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
                        jumbo_multiplier=args.jumbo_multiplier, layer_scale=args.layer_scale, pos_embed=args.pos_embed,

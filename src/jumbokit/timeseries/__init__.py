@@ -21,7 +21,9 @@ One module per job:
   pool (each run trains with :class:`jumbokit.training.local.LocalAccelerator`, one process alone).
 - ``augment``: series augmentation (jitter, scaling, magnitude/time warping, window slicing, mixup).
 - ``pretrain``: ``pretrain_series``, masked-patch self-supervised pretraining of a series encoder; ``pool``: the
-  cross-dataset pretraining pool (other sets' training splits).
+  cross-dataset pretraining pool (other sets' training splits); ``encoder_pretrain``: one encoder pretrained across
+  sets (``jumbokit series-pretrain``) and ``tstrain --init``; ``ridge_head``: that encoder frozen, its head a ridge
+  classifier of its features (``tstrain --frozen``).
 - ``models.rocket``: the hybrid ``patchtst_jumbo_rocket`` (MiniRocket features in the first Jumbo segment).
 - ``estimator``: ``PatchTSTClassifier``, an aeon classifier.
 

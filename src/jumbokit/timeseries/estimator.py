@@ -172,6 +172,10 @@ class PatchTSTClassifier(BaseClassifier):
         ``tstrain --init``: every series (in ``fit`` and at prediction) resampled to the encoder's length, the
         network starting from its weights with a head of its own; ``model``, ``patches``, ``conv_stem`` and
         ``dim`` must be the encoder's (e.g. ``patches=16, conv_stem=32``).
+    frozen : bool, default=False
+        With ``init``: keep the pretrained encoder frozen and fit only its head, as ``tstrain --frozen``: a ridge
+        classifier of the encoder's features of the training series (penalty by leave-one-out error), no gradient
+        step (``lr``, ``dropout``, ``epochs``, ``steps`` and ``augment`` are not used).
     fuse : str or None, default=None
         Late fusion with a ROCKET-family classifier fitted on the same raw training series, as ``tstrain --fuse``:
         one of ``"minirocket"``, ``"multirocket"``, ``"hydra"``, ``"multirocket_hydra"`` (aeon's transformers with
@@ -245,8 +249,8 @@ class PatchTSTClassifier(BaseClassifier):
                  pos_embed: str = "learn",
                  layers: int | None = None, drop_path: float = 0.0, dim: int | None = None,
                  unequal_length: str = "pad", save_last_model: bool = False, file_path: str = "./",
-                 last_file_name: str = "last_model", init: str | None = None, fuse: str | None = None,
-                 fuse_weight: float | str = "auto") -> None:
+                 last_file_name: str = "last_model", init: str | None = None, frozen: bool = False,
+                 fuse: str | None = None, fuse_weight: float | str = "auto") -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -283,6 +287,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.file_path = file_path
         self.last_file_name = last_file_name
         self.init = init
+        self.frozen = frozen
         self.fuse = fuse
         self.fuse_weight = fuse_weight
         self.normalize = normalize

@@ -179,6 +179,7 @@ class SweepConfig:
     pretrain_lr: float = 1e-3
     pretrain_on: str | None = None  # comma-separated sets whose TRAINING splits pretrain each target (itself left out)
     init: str | None = None  # a pretrained series encoder (jumbokit series-pretrain) every run starts from
+    frozen: bool = False  # with init: the encoder frozen, its head a ridge classifier of its features (ridge_head)
     seeds: int = 1  # runs per grid point, with seeds seed, seed+1, ...
     ema_decay: float = 0.0  # > 0: score the exponential moving average of the weights (TrainConfig.ema_decay)
     grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
@@ -225,6 +226,12 @@ class SweepConfig:
             ("pretrain_lr", self.pretrain_lr, self.pretrain_lr > 0, "> 0"),
             ("init", self.init, not self.init or not self.pretrain_epochs,
              "None with pretrain_epochs (start from the pretrained encoder or pretrain on the set, not both)"),
+            ("frozen", self.frozen, self.frozen in (False, True), "True or False"),
+            ("frozen", self.frozen, not self.frozen or bool(self.init),
+             "False without init (a ridge head reads the features of a pretrained encoder)"),
+            ("frozen", self.frozen, not self.frozen or (self.branches == 1 and not self.model.trunk_head),
+             f"False with branches={self.branches}, trunk_head={self.model.trunk_head} (one head is fitted, on the "
+             "plain encoder)"),
             ("pretrain_on", self.pretrain_on, not self.pretrain_on or self.pretrain_epochs > 0,
              "None without pretrain_epochs (pretraining is off)"),
             ("mixup_alpha", self.mixup_alpha, self.mixup_alpha > 0, "> 0"),

@@ -40,6 +40,7 @@ __all__ = [
     "series_loss",
     "run_length",
     "fit_series_model",
+    "fit_frozen",
     "pretrain_model",
     "train_run",
     "train_run_model",
@@ -298,9 +299,12 @@ def run_length(data: ClassificationData, cfg: SweepConfig) -> tuple[int, int, in
 
 def fit_series_model(model: nn.Module, data: ClassificationData, lr: float, cfg: SweepConfig, seed: int,
                      progress: bool = False, accelerator: Any = None, cpu: bool = False) -> FittedModel:
-    """Train ``model`` on ``data.train`` for the length ``cfg`` sets (fixed steps, or epochs of the protocol)."""
+    """Train ``model`` on ``data.train`` for the length ``cfg`` sets (fixed steps, or epochs of the protocol); with
+    ``cfg.frozen``, fit its head alone as a ridge classifier of the frozen encoder's features (:func:`fit_frozen`)."""
     from ..training import fit
 
+    if cfg.frozen:
+        return fit_frozen(model, data, cfg)
     batch, steps, epochs, fixed_steps = run_length(data, cfg)
     loader = series_loader(data.train, batch, shuffle=True, seed=seed, steps=fixed_steps)
     fit_epochs = 1 if fixed_steps is not None else epochs
@@ -318,6 +322,23 @@ def fit_series_model(model: nn.Module, data: ClassificationData, lr: float, cfg:
         model = model.reparameterize()  # the plain model that is scored (and would be deployed)
     return FittedModel(model=model, history=result.history, train_loss=float(result.final.get("train_loss", math.nan)),
                        batch=batch, epochs=epochs, steps=steps, seconds=seconds)
+
+
+def fit_frozen(model: nn.Module, data: ClassificationData, cfg: SweepConfig) -> FittedModel:
+    """``model``'s encoder frozen, its head fitted as a ridge classifier of the encoder's features of
+    ``data.train`` (:func:`~jumbokit.timeseries.ridge_head.fit_ridge_head`): no optimizer step, one pass over the
+    training series. The history holds the fit's one record (the penalty chosen, the features' width)."""
+    from .ridge_head import fit_ridge_head
+
+    batch = cfg.batch_for(len(data.train), data.channels)
+    start = time.perf_counter()
+    chosen = fit_ridge_head(model, data.train.x, data.train.y, batch_size=256)
+    seconds = time.perf_counter() - start
+    train_acc, train_loss = scores(torch.softmax(torch.from_numpy(chosen["train_logits"]), -1).numpy(), data.train.y)
+    history = [{"ridge_alpha": chosen["alpha"], "features": chosen["features"], "train_loss": train_loss,
+                "train_top1": 100.0 * train_acc}]
+    return FittedModel(model=model.eval(), history=history, train_loss=train_loss, batch=batch, epochs=1, steps=0,
+                       seconds=seconds)
 
 
 def pretrain_model(model: nn.Module, data: ClassificationData, cfg: SweepConfig, seed: int, progress: bool = False,
@@ -371,6 +392,8 @@ def train_run_model(data: ClassificationData, model_name: str, lr: float, dropou
         extra["pretrained"] = True
     elif cfg.init:
         extra["init"] = init
+    if cfg.frozen:
+        extra["ridge_alpha"] = fitted.history[0]["ridge_alpha"]
     run = RunResult(
         dataset=data.name, model=model_name, lr=float(lr), dropout=float(dropout), val_top1=100.0 * val_acc,
         test_top1=100.0 * test_acc, val_loss=val_loss, train_loss=fitted.train_loss, epochs=fitted.epochs, steps=fitted.steps,

@@ -175,12 +175,24 @@ def _check_init(models: Sequence[str], cfg: SweepConfig, data: ClassificationDat
     """ValueError, before anything is written, when a model of the sweep cannot take the pretrained encoder's
     weights (another model, width or front end than the encoder's)."""
     from .encoder_pretrain import encoder_state, load_into
+    from .ridge_head import check_frozen_model
 
     paths = init_paths(cfg.init, models)
     states = {path: encoder_state(path) for path in dict.fromkeys(paths.values())}  # one folder read once
     for model, path in paths.items():
-        load_into(new_run_model(data, model, cfg.for_dataset(data.train.x), 0.0, cfg.seed), states[path],
-                  source=f"the encoder {path} ({model})")
+        net = load_into(new_run_model(data, model, cfg.for_dataset(data.train.x), 0.0, cfg.seed), states[path],
+                        source=f"the encoder {path} ({model})")
+        if cfg.frozen:
+            check_frozen_model(net, model)
+
+
+def _check_frozen(cfg: SweepConfig, lrs: Sequence[float], dropouts: Sequence[float]) -> None:
+    """ValueError for a grid of frozen runs: a ridge head takes no learning rate, dropout or seed, so every point of
+    a grid would be the same run."""
+    if cfg.frozen and (len(lrs) > 1 or len(dropouts) > 1 or cfg.seeds > 1):
+        raise ValueError(f"a frozen encoder's ridge head is fitted once: no learning rate, dropout or seed enters it, "
+                         f"so give one of each (asked: {len(lrs)} learning rate(s), {len(dropouts)} dropout(s), "
+                         f"{cfg.seeds} seed(s)); e.g. --recipe fast, or --lr 1e-3 --dropout 0 --seeds 1")
 
 
 def _check_references(models: Sequence[str], cfg: SweepConfig) -> None:
@@ -208,6 +220,7 @@ def plan_sweep(datasets: Sequence[str], models: Sequence[str], cfg: SweepConfig,
     baselines += [b for b in fused if b not in baselines]
     _check_hybrids(models, cfg)
     _check_references(models, cfg)
+    _check_frozen(cfg, lrs, dropouts)
     out_dir = Path(out_dir)
     store.check_out_dir(out_dir, cfg.identity())
     loaded = _load_all(datasets, models, cfg, data_dir, skip_short)
