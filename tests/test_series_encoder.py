@@ -263,3 +263,21 @@ def test_the_estimator_fits_a_frozen_encoders_ridge_head(encoder):
     (record,) = clf.history_
     assert record["features"] == 16 and record["train_top1"] == pytest.approx(
         100.0 * float((clf.predict(data.train.x) == labels).mean()))
+
+
+def test_a_ridge_head_refuses_non_finite_features_and_a_single_class(encoder, monkeypatch):
+    from jumbokit.timeseries import ridge_head
+
+    model = _run_model(encoder, num_classes=2)
+    x, y = np.zeros((6, 1, 32), dtype=np.float32), np.array([0, 1, 0, 1, 0, 1])
+    head = model.head.weight.detach().clone()
+    with pytest.raises(ValueError, match="two classes or more, got 1"):
+        ridge_head.fit_ridge_head(model, x, np.zeros(6, dtype=int))
+    with pytest.raises(ValueError, match=r"class codes in 0\.\.1 \(the head's classes\), got 0\.\.2"):
+        ridge_head.fit_ridge_head(model, x, np.array([0, 1, 2, 0, 1, 2]))
+    features = np.ones((6, 16), dtype=np.float32)
+    features[[1, 4], 3] = np.nan
+    monkeypatch.setattr(ridge_head, "encoder_features", lambda *args, **kwargs: features)
+    with pytest.raises(ValueError, match=r"non-finite features for 2 of 6 training series \(first: \[1, 4\]\)"):
+        ridge_head.fit_ridge_head(model, x, y)
+    assert model.head.weight.equal(head)  # nothing written into the head on a refusal

@@ -103,5 +103,5 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"of {len(record['sets'])} set(s), {record['steps']} steps of {record['batch_size']}, final masked-patch "
           f"loss {record['final_loss']:.4f}, {record['cpu_seconds']:.0f} CPU s ({time.perf_counter() - start:.0f} s)")
     print(f"wrote {path} and {args.out / CORPUS_FILE}; fine-tune with: tstrain --dataset NAME --init {args.out}"
-          + (f" --dim {args.dim}" if args.dim else ""))
+          + (f" --dim {args.dim}" if args.dim else "") + " (add --frozen for a ridge head on its frozen features)")
     return {"out": str(args.out), "record": record}

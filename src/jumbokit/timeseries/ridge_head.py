@@ -70,6 +70,11 @@ def fit_ridge_head(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: i
     if len(np.unique(y)) < 2:
         raise ValueError(f"a ridge head needs training series of two classes or more, got {len(np.unique(y))}")
     features = encoder_features(model, x, batch_size)
+    bad = ~np.isfinite(features).all(axis=1)
+    if bad.any():
+        raise ValueError(f"the frozen encoder gives non-finite features for {int(bad.sum())} of {len(x)} training "
+                         f"series (first: {np.flatnonzero(bad)[:5].tolist()}); drop or fill series without observed "
+                         "values")
     scale = features.astype(np.float64).std(axis=0)
     scale[scale < 1e-12] = 1.0  # a constant feature: its weight stays 0 after the ridge's centring
     ridge = FeatureRidgeClassifierCV().fit((features / scale).astype(np.float32), y)
