@@ -40,7 +40,8 @@ def check_frozen_model(model: nn.Module, name: str = "the model") -> None:
 
 @torch.no_grad()
 def encoder_features(model: nn.Module, x: np.ndarray | torch.Tensor, batch_size: int = 256) -> np.ndarray:
-    """The features (n, F) float32 that ``model``'s linear head reads, of series x (n, C, L) in eval mode."""
+    """The features (n, F) float32 that ``model``'s linear head reads, of series x (n, C, L) in eval mode (the
+    batching of ``run.predict_proba``, which this module cannot import: ``run`` imports it)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -56,7 +57,7 @@ def fit_ridge_head(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: i
     (n, C, L) with class codes y (n,) in 0..K-1 (K = the head's outputs); every other weight is left as it is.
 
     A class without a training series gets the score of a -1 code everywhere. Returns what the fit chose and gave:
-    ``{"alpha", "features" (their width), "classes_seen", "train_logits" (n, K): the head's logits of x}``."""
+    ``{"alpha", "features" (their width), "train_logits" (n, K): the head's logits of x}``."""
     from .fusion import RIDGE_TEMPERATURE
     from .rocket_classifiers import FeatureRidgeClassifierCV
 
@@ -90,5 +91,4 @@ def fit_ridge_head(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: i
         model.head.weight.copy_(torch.from_numpy(RIDGE_TEMPERATURE * weight))
         model.head.bias.copy_(torch.from_numpy(RIDGE_TEMPERATURE * bias))
     train_logits = features.astype(np.float64) @ (RIDGE_TEMPERATURE * weight).T + RIDGE_TEMPERATURE * bias
-    return {"alpha": ridge.alpha_, "features": int(features.shape[1]), "classes_seen": len(ridge.classes_),
-            "train_logits": train_logits}
+    return {"alpha": ridge.alpha_, "features": int(features.shape[1]), "train_logits": train_logits}
