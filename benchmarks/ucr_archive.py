@@ -113,7 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="aeon classifiers on the same splits, comma-separated (default: %(default)s)")
     p.add_argument("--recipe", default="small-data", choices=list(RECIPES),
                    help="tstrain's recipe (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="the one seed of every run (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="the first seed of every set's runs (default: %(default)s)")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="runs per set with seeds --seed, --seed+1, ... (tstrain --seeds K --ensemble K): each model "
+                        "is then the run best on validation, and a column MODEL_ensK adds the mean probabilities of "
+                        "the K runs (default: %(default)s)")
     p.add_argument("--steps", default=None,
                    help="optimizer steps per run instead of the recipe's (default: the recipe's)")
     p.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present (default: off)")
@@ -195,8 +199,8 @@ def archive_sets(data_dir: Path, names: str | None) -> list[str]:
 
 def tstrain_argv(args: argparse.Namespace) -> list[str]:
     """tstrain's flags for every set (each set adds ``--dataset NAME --out OUT/NAME``)."""
-    argv = ["--data-dir", str(args.data_dir), "--model", args.model, "--recipe", args.recipe, "--seeds", "1",
-            "--ensemble", "1", "--seed", str(args.seed), "--no-progress"]
+    argv = ["--data-dir", str(args.data_dir), "--model", args.model, "--recipe", args.recipe,
+            "--seeds", str(args.seeds), "--ensemble", str(args.seeds), "--seed", str(args.seed), "--no-progress"]
     argv += ["--baseline", args.baseline] if args.baseline else []
     argv += ["--steps", str(args.steps)] if args.steps else []
     argv += ["--threads", str(args.threads)] if args.threads else []
@@ -241,6 +245,22 @@ def run_sets(sets: list[str], argv: list[str], out: Path) -> tuple[dict, dict]:
     return rows, costs
 
 
+def ensemble_label(model: str, k: int) -> str:
+    return f"{model}_ens{k}"
+
+
+def add_ensembles(rows: dict, models: list[str], k: int) -> None:
+    """Beside each trained model's row (the run best on validation), a row ``MODEL_ensK``: the mean probabilities
+    of its K seeds (tstrain's ensemble), scored as any model."""
+    for per_set in rows.values():
+        for model in models:
+            row = per_set.get(model)
+            if row is None or row.get("ens_test_top1") is None:
+                continue
+            per_set[ensemble_label(model, k)] = dict(row, model=ensemble_label(model, k),
+                                                     test_top1=row["ens_test_top1"], val_top1=row["ens_val_top1"])
+
+
 def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict, models: list[str],
                 result: dict, published: dict | None = None, everything: dict | None = None,
                 pairs: list[dict] | None = None, reference_commands: dict[str, str] | None = None,
@@ -257,7 +277,8 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
                for s in rows]
     fmt = ({m: ".1f" for m in [*models, *labels]} | {"CPU s": ".0f", "peak MiB": ".0f"}
            | {f"{m} wall s": ".0f" for m in models})
-    lines = [f"# UCR 2018 archive: {args.model} ({args.recipe}, seed {args.seed}) vs {args.baseline or 'no baselines'}",
+    seeds = f"seed {args.seed}" if args.seeds == 1 else f"seeds {args.seed}-{args.seed + args.seeds - 1}"
+    lines = [f"# UCR 2018 archive: {args.model} ({args.recipe}, {seeds}) vs {args.baseline or 'no baselines'}",
              "", f"`{command}`", ""]
     for path, reference_command in (reference_commands or {}).items():
         lines += [f"Columns read from an earlier record, not run again (same seed and split): "
@@ -304,6 +325,7 @@ def main(argv=None) -> dict:
     if bad:  # before any set runs; the names themselves are checked once the rows are read
         raise SystemExit(f"--pair expects A:B and --group two or more names A,B,...; got {', '.join(bad)}")
     labels = [m for m in args.model.split(",") if m]
+    labels += [ensemble_label(m, args.seeds) for m in labels] if args.seeds > 1 else []
     for spec in args.reference_record:  # before any set runs (a label clashing with a fused row is caught later)
         path, names = parse_reference(spec)
         if not path.is_file():
@@ -313,12 +335,16 @@ def main(argv=None) -> dict:
     if twice:
         raise SystemExit(f"--reference-record: {', '.join(twice)} would be two columns (a --model, or a label of "
                          "another record); give it another label, MODEL=LABEL")
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds expects a number of runs per set >= 1, got {args.seeds}")
     sets = archive_sets(args.data_dir, args.datasets)
     variant = f"{args.recipe}_s{args.seed}"
     out = args.out or Path("runs") / "bench_ucr_archive" / variant
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/ucr_archive.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     rows, costs = run_sets(sets, tstrain_argv(args), out)
+    if args.seeds > 1:
+        add_ensembles(rows, [m for m in args.model.split(",") if m], args.seeds)
     reference_commands: dict[str, str] = {}
     for spec in args.reference_record:
         earlier, command_there = reference_rows(spec, args.seed, sets)
@@ -349,7 +375,8 @@ def main(argv=None) -> dict:
     text = report_text(args, command, rows, costs, models, result, published, everything, pairs, reference_commands,
                        groups)
     record = {"benchmark": "ucr_archive", "command": command, "recipe": args.recipe, "seed": args.seed,
-              "tstrain_args": tstrain_argv(args), "machine": machine_record(), **result,
+              "run_seeds": list(range(args.seed, args.seed + args.seeds)), "tstrain_args": tstrain_argv(args),
+              "machine": machine_record(), **result,
               "per_set": {s: {"models": rows[s], **costs[s]} for s in rows},
               "total_cpu_seconds": sum(c["cpu_seconds"] for c in costs.values()), "published": published,
               "every_model": everything, "pairs": pairs, "groups": groups,

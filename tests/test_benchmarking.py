@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from jumbokit.benchmarking import machine_record, result_path, results_folder, time_interleaved, write_result
 from jumbokit.benchmarking import records, stats
@@ -28,7 +29,8 @@ def test_time_interleaved_warms_up_then_alternates_the_order_of_each_round():
 
 def test_machine_record_has_one_shape():
     record = machine_record(threads=3, device="H100 (fp32)")
-    assert set(record) == {"cpu", "cores", "threads", "python", "torch", "device", "date"}
+    assert set(record) == {"cpu", "cpu_model", "cpu_kernels", "cores", "threads", "python", "torch", "device", "date"}
+    assert record["cpu_kernels"] == torch.backends.cpu.get_cpu_capability() and record["cpu_kernels"]
     assert record["threads"] == 3 and record["device"] == "H100 (fp32)"
     assert machine_record(device="cpu")["device"] == "cpu"
 
@@ -47,7 +49,8 @@ def test_write_result_writes_the_stamped_json_and_its_markdown_copy(tmp_path):
     assert stamp["command"].startswith("python ") and str(Path.cwd()) not in path.read_text()  # no local paths
     assert records.portable_argv(["/usr/bin/python3", str(Path.cwd() / "b.py"), "/elsewhere/x"]) == [
         "python3", "b.py", "/elsewhere/x"]
-    assert set(stamp["machine"]) == {"cpu", "cores", "threads", "python", "torch", "device", "date"}
+    assert set(stamp["machine"]) == {"cpu", "cpu_model", "cpu_kernels", "cores", "threads", "python", "torch", "device",
+                                     "date"}
     commit, dirty = records.git_state()
     assert stamp["commit"] == commit and stamp["dirty"] == dirty
     if commit is not None:  # run from a checkout

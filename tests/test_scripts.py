@@ -717,6 +717,46 @@ def test_ucr_archive_benchmark_ranks_models_against_minirocket_and_resumes(tmp_p
     assert proc.returncode != 0 and "patchtst would be two columns" in proc.stderr
 
 
+@pytest.mark.multiprocess
+def test_ucr_archive_seeds_add_the_ensemble_column(tmp_path):
+    """--seeds 2: tstrain runs seeds 0 and 1 of the set in one process; the model's column is the run best on
+    validation and MODEL_ens2 the mean probabilities of both (tstrain's own ensemble), stamped with both seeds."""
+    _write_ucr_tsv(tmp_path / "ucr", "Odd", ("-1", "1"), 24, np.random.default_rng(0))
+    out = tmp_path / "ens.json"
+    cmd = [sys.executable, "benchmarks/ucr_archive.py", "--data-dir", str(tmp_path / "ucr"), "--model", "patchtst",
+           "--baseline", "", "--steps", "2", "--seeds", "2", "--cpu", "--threads", "1", "--out",
+           str(tmp_path / "sweep"), "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out.read_text())
+    summary = json.loads((tmp_path / "sweep" / "Odd" / "results.json").read_text())["summary"]
+    (row,) = [r for r in summary if r["model"] == "patchtst"]
+    assert row["runs"] == 2 and sorted(p.name for p in (tmp_path / "sweep").glob("Odd/runs/Odd/patchtst/*.json")) \
+        == ["lr0.001_do0.1.json", "lr0.001_do0.1_s1.json"]
+    models = record["per_set"]["Odd"]["models"]
+    assert models["patchtst"]["test_top1"] == row["test_top1"]
+    assert models["patchtst_ens2"]["test_top1"] == row["ens_test_top1"] is not None
+    assert record["run_seeds"] == [0, 1] and record["stamp"]["seeds"] == [0, 1]
+    assert "seeds 0-1" in out.with_suffix(".md").read_text()
+    proc = subprocess.run([*cmd[:cmd.index("--seeds") + 1], "0", *cmd[cmd.index("--seeds") + 2:]], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "--seeds expects a number of runs per set >= 1, got 0" in proc.stderr
+
+
+def test_ucr_archive_ensemble_rows_score_the_ensemble():
+    """add_ensembles: a trained model's row gains MODEL_ensK scored by the ensemble's accuracy; baselines and rows
+    without an ensemble gain nothing."""
+    archive = _script("ucr_archive")
+    rows = {"A": {"patchtst": {"test_top1": 80.0, "val_top1": 70.0, "ens_test_top1": 85.0, "ens_val_top1": 75.0},
+                  "minirocket": {"test_top1": 90.0, "val_top1": 88.0, "ens_test_top1": 90.0, "ens_val_top1": 88.0}},
+            "B": {"patchtst": {"test_top1": 60.0, "val_top1": 60.0, "ens_test_top1": None, "ens_val_top1": None}}}
+    archive.add_ensembles(rows, ["patchtst"], 3)
+    assert rows["A"]["patchtst_ens3"] == {"test_top1": 85.0, "val_top1": 75.0, "ens_test_top1": 85.0,
+                                          "ens_val_top1": 75.0, "model": "patchtst_ens3"}
+    assert rows["A"]["patchtst"]["test_top1"] == 80.0 and "minirocket_ens3" not in rows["A"]
+    assert set(rows["B"]) == {"patchtst"}
+
+
 def _script(name: str):
     """A benchmark script of benchmarks/ loaded as a module (its main called in this process, without a child's
     imports)."""

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import jumbokit
 from jumbokit.cli import run_front_door
@@ -50,6 +51,7 @@ def test_a_saved_encoder_loads_and_records_its_corpus(encoder):
     record = json.loads((encoder / ep.CORPUS_FILE).read_text())
     assert record["sets"] == {"GunPoint": 50, "Trace": 100} and record["splits"] == "train"
     assert record["steps"] == 2 and record["length"] == 32 and np.isfinite(record["final_loss"])
+    assert record["cpu_kernels"] == torch.backends.cpu.get_cpu_capability() and record["torch"] == torch.__version__
     model = jumbokit.load(encoder)
     assert model.num_classes == 0 and model.pretrained_cfg["seq_len"] == 32
     assert model.pretrained_cfg["unequal_length"] == "resample" and ep.encoder_length(encoder) == 32

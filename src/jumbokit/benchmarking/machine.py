@@ -6,7 +6,19 @@ import datetime
 import os
 import platform
 
-__all__ = ["machine_record"]
+__all__ = ["cpu_model", "machine_record"]
+
+
+def cpu_model() -> str | None:
+    """The processor's name from ``/proc/cpuinfo`` (Linux), else None."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def machine_record(threads: int | None = None, device: str | None = None) -> dict[str, object]:
@@ -23,7 +35,10 @@ def machine_record(threads: int | None = None, device: str | None = None) -> dic
     Returns
     -------
     dict
-        ``cpu``, ``cores`` (usable by this process), ``threads``, ``python``, ``torch``, ``device``, ``date`` (UTC).
+        ``cpu``, ``cpu_model`` (the processor's name where the system tells it), ``cpu_kernels`` (the instruction
+        set torch dispatches its CPU kernels to, e.g. ``AVX2``: two machines with different ones give floats that
+        differ in the last bits, which long training runs amplify), ``cores`` (usable by this process),
+        ``threads``, ``python``, ``torch``, ``device``, ``date`` (UTC).
     """
     import torch
 
@@ -32,7 +47,8 @@ def machine_record(threads: int | None = None, device: str | None = None) -> dic
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
         device = torch.cuda.get_device_name(torch.device(device)) if torch.cuda.is_available() else device
-    return {"cpu": platform.processor() or platform.machine(), "cores": cores,
+    return {"cpu": platform.processor() or platform.machine(), "cpu_model": cpu_model(),
+            "cpu_kernels": torch.backends.cpu.get_cpu_capability(), "cores": cores,
             "threads": torch.get_num_threads() if threads is None else threads, "python": platform.python_version(),
             "torch": torch.__version__, "device": device,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}

@@ -85,7 +85,9 @@ def pretrain_encoder(names: Sequence[str], *, model: str = "patchtst_jumbo", len
               "splits": "train", "steps": int(result.steps), "batch_size": int(min(batch_size, len(x))),
               "lr": float(lr), "mask_ratio": float(mask_ratio), "seed": int(seed), "dim": dim,
               "options": ENCODER_OPTIONS, "final_loss": float(result.loss), "seconds": float(result.seconds),
-              "cpu_seconds": time.process_time() - cpu_start}
+              "cpu_seconds": time.process_time() - cpu_start,
+              # what decides the floats: the same command on other CPU kernels gives another encoder
+              "torch": torch.__version__, "cpu_kernels": torch.backends.cpu.get_cpu_capability()}
     return result.model.eval(), record
 
 
