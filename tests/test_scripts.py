@@ -757,6 +757,35 @@ def test_ucr_archive_ensemble_rows_score_the_ensemble():
     assert set(rows["B"]) == {"patchtst"}
 
 
+def test_encoder_selection_chooses_on_validation_accuracy_only(tmp_path):
+    """Two tiny encoders fine-tuned on one set (2 steps a run, the accuracies mean nothing): every (set, seed) run
+    of each read back, the choice the higher mean validation accuracy (the first on a tie), test beside it."""
+    from jumbokit.timeseries import encoder_pretrain as ep
+
+    for seed in (0, 1):
+        model, record = ep.pretrain_encoder(["GunPoint"], length=32, steps=2, batch_size=8, cpu=True, dim=16,
+                                            seed=seed)
+        ep.save_encoder(model, tmp_path / f"enc{seed}", record)
+    selection = _script("encoder_selection")
+    record = selection.main(["--encoder", f"a={tmp_path / 'enc0'}", "--encoder", f"b={tmp_path / 'enc1'}",
+                             "--datasets", "ItalyPowerDemand", "--model", "patchtst_jumbo", "--seeds", "2", "--cpu",
+                             "--threads", "1", "--tstrain-args=--dim 16 --steps 2", "--out", str(tmp_path / "sweeps"),
+                             "--json", str(tmp_path / "selection.json")])
+    assert [(r["set"], r["seed"]) for r in record["runs"]] == [("ItalyPowerDemand", 0), ("ItalyPowerDemand", 1)]
+    for label in ("a", "b"):
+        for split in ("val", "test"):
+            runs = [r[f"{label} {split}"] for r in record["runs"]]
+            assert record["means"][label][split] == pytest.approx(np.mean(runs))
+    val = {label: record["means"][label]["val"] for label in ("a", "b")}
+    assert record["chosen"] == ("b" if val["b"] > val["a"] else "a")
+    assert record["paired_val"]["b"]["mean_difference"] == pytest.approx(val["b"] - val["a"])
+    assert "did not enter the choice" in (tmp_path / "selection.md").read_text()
+    with pytest.raises(SystemExit, match="expected two or more encoders"):
+        selection.main(["--encoder", f"a={tmp_path / 'enc0'}", "--datasets", "ItalyPowerDemand"])
+    with pytest.raises(SystemExit, match="expects LABEL=PATH"):
+        selection.main(["--encoder", str(tmp_path / "enc0"), "--encoder", "b=x", "--datasets", "ItalyPowerDemand"])
+
+
 def _script(name: str):
     """A benchmark script of benchmarks/ loaded as a module (its main called in this process, without a child's
     imports)."""

@@ -1,0 +1,144 @@
+"""Choose between pretrained series encoders on validation halves only.
+
+Fine-tunes one tstrain model from each encoder (``tstrain --init``) on the same sets, recipe and seeds, then reads
+every run's validation accuracy (the official test set's validation half: tstrain's paper split) and takes the
+encoder with the higher mean over all (set, seed) runs; a tie keeps the first encoder given (name the cheaper one
+first). The test halves are reported beside it, apart, and never enter the choice. The sets must be kept out of
+whatever the chosen encoder is later evaluated on (e.g. the corpus sets outside the archive that is scored).
+
+    python benchmarks/encoder_selection.py --encoder 10k=runs/series_encoder_ucr384_patchtst \\
+        --encoder 20k=runs/series_encoder_ucr384_patchtst_20k --model patchtst --recipe fast --seeds 3 \\
+        --datasets ItalyPowerDemand,OSULeaf,PLAID,PickupGestureWiimoteZ,PigCVP,Trace --cpu --threads 1
+
+Each encoder's sweep is a tstrain sweep directory ``OUT/LABEL`` (resumed when it exists). Writes JSON and a markdown
+copy (``benchmarks/results/encoder_selection.json``, or --json): per set and seed each encoder's validation and
+test accuracy, the means, the paired difference of validation accuracy over the runs, and the choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from jumbokit.benchmarking import machine_record, result_path, results_folder, stats, write_result
+from jumbokit.timeseries.protocol import RECIPES
+from jumbokit.training.rundir import markdown_table
+
+RESULTS = results_folder(__file__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--encoder", action="append", default=[], metavar="LABEL=PATH", required=True,
+                   help="a pretrained series encoder (series-pretrain's folder) and its label; two or more, the "
+                        "first kept on a tie")
+    p.add_argument("--datasets", required=True, help="comma-separated sets scored on their validation halves")
+    p.add_argument("--data-dir", default=None, help="tstrain's --data-dir (default: tstrain's)")
+    p.add_argument("--model", default="patchtst", help="the tstrain model fine-tuned (default: %(default)s)")
+    p.add_argument("--recipe", default="fast", choices=list(RECIPES), help="tstrain's recipe (default: %(default)s)")
+    p.add_argument("--seeds", type=int, default=3, help="runs per set, seeds 0, 1, ... (default: %(default)s)")
+    p.add_argument("--cpu", action="store_true", help="train on CPU even when a GPU is present (default: off)")
+    p.add_argument("--threads", type=int, default=None, help="tstrain's --threads (default: tstrain's)")
+    p.add_argument("--tstrain-args", default="", help="more tstrain flags, written with '=': "
+                                                      "--tstrain-args='--steps 100' (default: none)")
+    p.add_argument("--out", type=Path, default=Path("runs") / "encoder_selection",
+                   help="folder of one tstrain sweep per encoder, OUT/LABEL (default: %(default)s)")
+    p.add_argument("--json", type=Path, default=None,
+                   help="result file (default: benchmarks/results/encoder_selection.json)")
+    return p
+
+
+def parse_encoders(specs: list[str]) -> dict[str, Path]:
+    """``LABEL=PATH`` items -> {label: path}, each folder checked; SystemExit naming what is wrong."""
+    encoders: dict[str, Path] = {}
+    for spec in specs:
+        label, sep, path = spec.partition("=")
+        if not sep or not label or not path:
+            raise SystemExit(f"--encoder expects LABEL=PATH, got {spec!r}")
+        if label in encoders:
+            raise SystemExit(f"--encoder: the label {label} is given twice")
+        if not (Path(path) / "model.safetensors").is_file():
+            raise SystemExit(f"--encoder {spec}: no pretrained encoder (model.safetensors) in {path}")
+        encoders[label] = Path(path)
+    if len(encoders) < 2:
+        raise SystemExit(f"--encoder: expected two or more encoders to choose between, got {len(encoders)}")
+    return encoders
+
+
+def run_accuracies(sweep: Path, model: str) -> dict[tuple[str, int], dict[str, float]]:
+    """{(set, seed offset): {"val": %, "test": %}} of every run of ``model`` in a tstrain sweep directory."""
+    from jumbokit.timeseries import store
+
+    runs = {}
+    for path in (sweep / "runs").glob(f"*/{model}/*.json"):
+        record = json.loads(path.read_text())
+        runs[(record["dataset"], store.job_order(path)[0])] = {"val": float(record["val_top1"]),
+                                                              "test": float(record["test_top1"])}
+    return runs
+
+
+def main(argv=None) -> dict:
+    args = build_parser().parse_args(argv)
+    encoders = parse_encoders(args.encoder)
+    sets = [n for n in args.datasets.split(",") if n]
+    if args.seeds < 1 or not sets:
+        raise SystemExit(f"expected --seeds >= 1 and one set or more, got --seeds {args.seeds}, --datasets "
+                         f"{args.datasets!r}")
+    from jumbokit.cli import tstrain_main
+
+    command = "python benchmarks/encoder_selection.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    runs = {}
+    for label, path in encoders.items():
+        flags = ["--dataset", ",".join(sets), "--model", args.model, "--recipe", args.recipe, "--seeds",
+                 str(args.seeds), "--init", str(path), "--out", str(args.out / label), "--no-progress"]
+        flags += ["--data-dir", args.data_dir] if args.data_dir else []
+        flags += ["--threads", str(args.threads)] if args.threads else []
+        flags += (["--cpu"] if args.cpu else []) + shlex.split(args.tstrain_args)
+        print(f"{label}: tstrain {shlex.join(flags)}", flush=True)
+        if tstrain_main(flags) != 0:
+            raise SystemExit(f"tstrain failed for the encoder {label}")
+        runs[label] = run_accuracies(args.out / label, args.model)
+    keys = sorted(set.intersection(*(set(r) for r in runs.values())))
+    labels = list(encoders)
+    means = {label: {split: statistics.fmean(runs[label][k][split] for k in keys) for split in ("val", "test")}
+             for label in labels}
+    best = max(means[label]["val"] for label in labels)
+    chosen = next(label for label in labels if means[label]["val"] == best)  # the first on a tie
+    first = labels[0]
+    paired = {}
+    for label in labels[1:]:
+        test = stats.paired_test(np.array([runs[label][k]["val"] for k in keys]),
+                                 np.array([runs[first][k]["val"] for k in keys]))
+        paired[label] = {"mean_difference": test.mean, "ci95": [test.low, test.high], "t_test_p": test.p}
+    rows = [{"set": s, "seed": seed, **{f"{label} {split}": runs[label][(s, seed)][split]
+                                         for split in ("val", "test") for label in labels}} for s, seed in keys]
+    lines = [f"# Encoder selection on validation halves: {', '.join(labels)}", "", f"`{command}`", "",
+             f"{args.model} fine-tuned from each encoder ({args.recipe} recipe, {args.seeds} seed(s)) on "
+             f"{len(sets)} set(s), {len(keys)} runs each. Chosen by mean validation accuracy: **{chosen}**"
+             + (" (a tie keeps the first)" if sum(means[label]["val"] == best for label in labels) > 1 else "")
+             + ". Test accuracies are reported apart and did not enter the choice.", "",
+             markdown_table([{"encoder": label, "path": str(encoders[label]), "mean val %": means[label]["val"],
+                              "mean test % (not used)": means[label]["test"]} for label in labels],
+                            formats={"mean val %": ".2f", "mean test % (not used)": ".2f"}), ""]
+    for label, test in paired.items():
+        low, high = test["ci95"]
+        lines.append(f"- {label} - {first}, validation accuracy over {len(keys)} runs: {test['mean_difference']:+.2f} "
+                     f"points (95% interval {low:+.2f} to {high:+.2f})")
+    lines += ["", markdown_table(rows, formats={key: ".1f" for key in rows[0] if key not in ("set", "seed")}), ""]
+    text = "\n".join(lines)
+    record = {"benchmark": "encoder_selection", "command": command, "model": args.model, "recipe": args.recipe,
+              "seeds": list(range(args.seeds)), "sets": sets, "encoders": {k: str(v) for k, v in encoders.items()},
+              "means": means, "paired_val": paired, "chosen": chosen, "runs": rows, "machine": machine_record()}
+    print(text)
+    write_result(args.json or result_path(RESULTS, "encoder_selection"), record, text)
+    return record
+
+
+if __name__ == "__main__":
+    main()
