@@ -1,10 +1,12 @@
-"""Choose between pretrained series encoders on validation halves only.
+"""Choose between pretrained series encoders, or ways of fine-tuning them, on validation halves only.
 
 Fine-tunes one tstrain model from each encoder (``tstrain --init``) on the same sets, recipe and seeds, then reads
 every run's validation accuracy (the official test set's validation half: tstrain's paper split) and takes the
-encoder with the higher mean over all (set, seed) runs; a tie keeps the first encoder given (name the cheaper one
-first). The test halves are reported beside it, apart, and never enter the choice. The sets must be kept out of
-whatever the chosen encoder is later evaluated on (e.g. the corpus sets outside the archive that is scored).
+arm with the higher mean over all (set, seed) runs; a tie keeps the first given (name the cheaper one first). An
+arm is an encoder with a label; ``--args LABEL=FLAGS`` gives one arm tstrain flags of its own (e.g. a longer
+fine-tuning, ``--step-scale 0.5``), so one encoder can enter twice under two labels. The test halves are reported
+beside it, apart, and never enter the choice. The sets must be kept out of whatever the chosen arm is later
+evaluated on (e.g. the corpus sets outside the archive that is scored).
 
     python benchmarks/encoder_selection.py --encoder 10k=runs/series_encoder_ucr384_patchtst \\
         --encoder 20k=runs/series_encoder_ucr384_patchtst_20k --model patchtst --recipe fast --seeds 3 \\
@@ -38,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoder", action="append", default=[], metavar="LABEL=PATH", required=True,
                    help="a pretrained series encoder (series-pretrain's folder) and its label; two or more, the "
                         "first kept on a tie")
+    p.add_argument("--args", action="append", default=[], metavar="LABEL=FLAGS",
+                   help="tstrain flags of one arm alone, after --tstrain-args, e.g. '10k_long=--step-scale 0.5' "
+                        "(default: none)")
     p.add_argument("--datasets", required=True, help="comma-separated sets scored on their validation halves")
     p.add_argument("--data-dir", default=None, help="tstrain's --data-dir (default: tstrain's)")
     p.add_argument("--model", default="patchtst", help="the tstrain model fine-tuned (default: %(default)s)")
@@ -71,6 +76,17 @@ def parse_encoders(specs: list[str]) -> dict[str, Path]:
     return encoders
 
 
+def parse_arm_args(specs: list[str], labels: list[str]) -> dict[str, list[str]]:
+    """``LABEL=FLAGS`` items -> {label: tstrain flags}; SystemExit for a label that is not an encoder's."""
+    flags: dict[str, list[str]] = {label: [] for label in labels}
+    for spec in specs:
+        label, sep, text = spec.partition("=")
+        if not sep or label not in flags:
+            raise SystemExit(f"--args expects LABEL=FLAGS with LABEL among {', '.join(labels)}, got {spec!r}")
+        flags[label] += shlex.split(text)
+    return flags
+
+
 def run_accuracies(sweep: Path, model: str) -> dict[tuple[str, int], dict[str, float]]:
     """{(set, seed offset): {"val": %, "test": %}} of every run of ``model`` in a tstrain sweep directory."""
     from jumbokit.timeseries import store
@@ -86,6 +102,7 @@ def run_accuracies(sweep: Path, model: str) -> dict[tuple[str, int], dict[str, f
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     encoders = parse_encoders(args.encoder)
+    arm_flags = parse_arm_args(args.args, list(encoders))
     sets = [n for n in args.datasets.split(",") if n]
     if args.seeds < 1 or not sets:
         raise SystemExit(f"expected --seeds >= 1 and one set or more, got --seeds {args.seeds}, --datasets "
@@ -99,7 +116,7 @@ def main(argv=None) -> dict:
                  str(args.seeds), "--init", str(path), "--out", str(args.out / label), "--no-progress"]
         flags += ["--data-dir", args.data_dir] if args.data_dir else []
         flags += ["--threads", str(args.threads)] if args.threads else []
-        flags += (["--cpu"] if args.cpu else []) + shlex.split(args.tstrain_args)
+        flags += (["--cpu"] if args.cpu else []) + shlex.split(args.tstrain_args) + arm_flags[label]
         print(f"{label}: tstrain {shlex.join(flags)}", flush=True)
         if tstrain_main(flags) != 0:
             raise SystemExit(f"tstrain failed for the encoder {label}")
@@ -123,7 +140,8 @@ def main(argv=None) -> dict:
              f"{len(sets)} set(s), {len(keys)} runs each. Chosen by mean validation accuracy: **{chosen}**"
              + (" (a tie keeps the first)" if sum(means[label]["val"] == best for label in labels) > 1 else "")
              + ". Test accuracies are reported apart and did not enter the choice.", "",
-             markdown_table([{"encoder": label, "path": str(encoders[label]), "mean val %": means[label]["val"],
+             markdown_table([{"arm": label, "encoder": str(encoders[label]),
+                              "its own flags": shlex.join(arm_flags[label]), "mean val %": means[label]["val"],
                               "mean test % (not used)": means[label]["test"]} for label in labels],
                             formats={"mean val %": ".2f", "mean test % (not used)": ".2f"}), ""]
     for label, test in paired.items():
@@ -134,6 +152,7 @@ def main(argv=None) -> dict:
     text = "\n".join(lines)
     record = {"benchmark": "encoder_selection", "command": command, "model": args.model, "recipe": args.recipe,
               "seeds": list(range(args.seeds)), "sets": sets, "encoders": {k: str(v) for k, v in encoders.items()},
+              "arm_flags": arm_flags,
               "means": means, "paired_val": paired, "chosen": chosen, "runs": rows, "machine": machine_record()}
     print(text)
     write_result(args.json or result_path(RESULTS, "encoder_selection"), record, text)

@@ -769,8 +769,11 @@ def test_encoder_selection_chooses_on_validation_accuracy_only(tmp_path):
     selection = _script("encoder_selection")
     record = selection.main(["--encoder", f"a={tmp_path / 'enc0'}", "--encoder", f"b={tmp_path / 'enc1'}",
                              "--datasets", "ItalyPowerDemand", "--model", "patchtst_jumbo", "--seeds", "2", "--cpu",
-                             "--threads", "1", "--tstrain-args=--dim 16 --steps 2", "--out", str(tmp_path / "sweeps"),
-                             "--json", str(tmp_path / "selection.json")])
+                             "--threads", "1", "--tstrain-args=--dim 16 --steps 2", "--args", "b=--dropout 0.2",
+                             "--out", str(tmp_path / "sweeps"), "--json", str(tmp_path / "selection.json")])
+    assert record["arm_flags"] == {"a": [], "b": ["--dropout", "0.2"]}  # an arm's own flags reach its runs alone
+    assert {json.loads(f.read_text())["dropout"] for f in (tmp_path / "sweeps" / "b").glob("runs/*/*/*.json")} == {0.2}
+    assert {json.loads(f.read_text())["dropout"] for f in (tmp_path / "sweeps" / "a").glob("runs/*/*/*.json")} == {0.1}
     assert [(r["set"], r["seed"]) for r in record["runs"]] == [("ItalyPowerDemand", 0), ("ItalyPowerDemand", 1)]
     for label in ("a", "b"):
         for split in ("val", "test"):
@@ -782,6 +785,9 @@ def test_encoder_selection_chooses_on_validation_accuracy_only(tmp_path):
     assert "did not enter the choice" in (tmp_path / "selection.md").read_text()
     with pytest.raises(SystemExit, match="expected two or more encoders"):
         selection.main(["--encoder", f"a={tmp_path / 'enc0'}", "--datasets", "ItalyPowerDemand"])
+    with pytest.raises(SystemExit, match="--args expects LABEL=FLAGS with LABEL among a, b"):
+        selection.main(["--encoder", f"a={tmp_path / 'enc0'}", "--encoder", f"b={tmp_path / 'enc1'}", "--args",
+                        "c=--lr 1", "--datasets", "ItalyPowerDemand"])
     with pytest.raises(SystemExit, match="expects LABEL=PATH"):
         selection.main(["--encoder", str(tmp_path / "enc0"), "--encoder", "b=x", "--datasets", "ItalyPowerDemand"])
 
