@@ -21,17 +21,11 @@ from typing import Any
 
 import torch
 
-from jumbokit.benchmarking import machine_record, results_folder, time_interleaved, write_result
+from jumbokit.benchmarking import machine_record, results_folder, write_result
+from jumbokit.benchmarking.steps import gemm_gflops
 from jumbokit.training.rundir import markdown_table
 
 RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
-
-def gemm_gflops(size: int, repeats: int = 20) -> float:
-    """fp32 GFLOP/s of a (size x size) @ (size x size) matmul, best of ``repeats``."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    timing = time_interleaved({"gemm": lambda: a @ b}, repeats, warmup=3)["gemm"]
-    return 2 * size**3 / timing.fastest / 1e9
-
 
 def step_flops(model: torch.nn.Module, images: torch.Tensor) -> tuple[int, int]:
     """(forward FLOPs, backward FLOPs) of one MAE step on ``images``."""

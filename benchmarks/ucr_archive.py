@@ -51,19 +51,18 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from jumbokit.benchmarking import machine_record, peak_rss_mib, result_path, results_folder, stats, write_result
+from jumbokit.benchmarking import machine_record, result_path, results_folder, stats, write_result
 from jumbokit.benchmarking.archive import (compare, group_figures, memory_line, pair_line, pair_stats, summary_table,
                                            target_lines)
+from jumbokit.benchmarking.tstrain import tstrain_child
 from jumbokit.timeseries.fusion import SEPARATOR
 from jumbokit.timeseries.protocol import RECIPES
 from jumbokit.timeseries.ucr_tsv import has_tsv_split_files
@@ -205,19 +204,6 @@ def tstrain_argv(args: argparse.Namespace) -> list[str]:
     argv += ["--steps", str(args.steps)] if args.steps else []
     argv += ["--threads", str(args.threads)] if args.threads else []
     return argv + (["--cpu"] if args.cpu else []) + shlex.split(args.tstrain_args)
-
-
-def tstrain_child(argv: list[str]) -> tuple[float, float]:
-    """``tstrain argv`` in a child process of this Python (its printed lines dropped, its errors shown): (its CPU
-    seconds, user + system, and its peak resident memory in MiB), read from the kernel when it exits. SystemExit
-    when it fails."""
-    code = "import sys; from jumbokit.cli import tstrain_main; sys.exit(tstrain_main(sys.argv[1:]))"
-    child = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise SystemExit(f"tstrain {' '.join(argv)} failed (exit {child.returncode})")
-    return usage.ru_utime + usage.ru_stime, peak_rss_mib(usage)
 
 
 def run_sets(sets: list[str], argv: list[str], out: Path) -> tuple[dict, dict]:

@@ -792,6 +792,72 @@ def test_encoder_selection_chooses_on_validation_accuracy_only(tmp_path):
         selection.main(["--encoder", str(tmp_path / "enc0"), "--encoder", "b=x", "--datasets", "ItalyPowerDemand"])
 
 
+@pytest.mark.multiprocess
+def test_recipe_cost_measures_each_arm_in_its_own_process_and_reads_ledgers_back(tmp_path):
+    """Two arms on two generated sets (2 and 4 steps a run): each (set, arm) in a fresh process with CPU seconds and
+    peak memory from the kernel, the arms' order rotating; ratios against the first arm; a second call measures
+    nothing again; bad arms are refused before anything runs."""
+    rng = np.random.default_rng(0)
+    _write_ucr_tsv(tmp_path / "ucr", "Odd", ("-1", "1"), 24, rng)
+    _write_ucr_tsv(tmp_path / "ucr", "Even", ("3", "8"), 32, rng)
+    cost = _script("recipe_cost")
+    assert cost.arm_order(["a", "b", "c"], 0) == ["a", "b", "c"]
+    assert cost.arm_order(["a", "b", "c"], 4) == ["b", "c", "a"]
+    argv = ["--data-dir", str(tmp_path / "ucr"), "--datasets", "Odd,Even",
+            "--arm", "short=--model patchtst --recipe fast --steps 2",
+            "--arm", "long=--model patchtst --recipe fast --steps 4",
+            "--cpu", "--threads", "1", "--out", str(tmp_path / "cost"), "--json", str(tmp_path / "cost.json")]
+    record = cost.main(argv)
+    for name in ("Odd", "Even"):
+        for arm, steps in (("short", 2), ("long", 4)):
+            row = record["per_set"][name][arm]
+            assert row["cpu_seconds"] > row["train_seconds"] > 0 and 100 < row["peak_rss_mib"] < 8192
+            (run,) = (tmp_path / "cost" / arm / name).glob("runs/*/patchtst/*.json")
+            assert json.loads(run.read_text())["steps"] == steps
+    cpu = {arm: [record["per_set"][s][arm]["cpu_seconds"] for s in ("Odd", "Even")] for arm in ("short", "long")}
+    ratio = record["ratios"]["long"]["cpu_seconds"]
+    assert ratio["ratio_of_totals"] == pytest.approx(sum(cpu["long"]) / sum(cpu["short"]))
+    assert ratio["geometric_mean"] == pytest.approx(np.exp(np.mean(np.log(np.array(cpu["long"]) / cpu["short"]))))
+    assert ratio["ci95"][0] < ratio["geometric_mean"] < ratio["ci95"][1]
+    assert "long / short, CPU seconds" in (tmp_path / "cost.md").read_text()
+    ledgers = sorted(p.stat().st_mtime_ns for p in (tmp_path / "cost").glob("*/*/cost.json"))
+    assert len(ledgers) == 4 and cost.main(argv)["per_set"] == record["per_set"]
+    assert sorted(p.stat().st_mtime_ns for p in (tmp_path / "cost").glob("*/*/cost.json")) == ledgers
+    for arms, message in ((["--arm", "a=--steps 2"], "expected two or more arms"),
+                          (["--arm", "a=--steps 2", "--arm", "a=--steps 3"], "the label a is given twice"),
+                          (["--arm", "a=--steps 2", "--arm", "b=--out x"], "--out belong"),
+                          (["--arm", "a", "--arm", "b=--steps 2"], "expects LABEL=FLAGS")):
+        with pytest.raises(SystemExit, match=message):
+            cost.main(["--datasets", "Odd", *arms, "--out", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()
+
+
+def test_tstrain_step_times_the_phases_and_sorts_operators_by_kind(tmp_path):
+    """The step of a tstrain run on a bundled set at two batch sizes: every phase timed, FLOPs counted, the
+    profile's operators summed by kind into the step; flags the script owns and bad batch sizes are refused."""
+    step = _script("tstrain_step")
+    assert [step.kind_of(n) for n in ("aten::addmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
+                                      "aten::bernoulli_", "aten::convolution_backward", "aten::gelu_backward",
+                                      "Optimizer.step#AdamW.step", "aten::native_layer_norm", "aten::fill_")] == \
+        ["matmul", "attention", "dropout", "convolution + pooling", "activation", "optimizer", "normalisation", "other"]
+    record = step.main(["--dataset", "ItalyPowerDemand", "--model", "patchtst", "--tstrain-args=--recipe fast --dim 16",
+                        "--batch-sizes", "8,4", "--steps", "2", "--warmup", "1", "--profile-steps", "2",
+                        "--gemm", "64", "--json", str(tmp_path / "step.json")])
+    assert [r["batch"] for r in record["rows"]] == [8, 4]
+    for row in record["rows"]:
+        phases = [row[f"ms_{p}"] for p in ("data", "forward", "backward", "optimizer")]
+        assert min(phases) > 0 and row["ms_step"] == pytest.approx(sum(phases)) and row["gflop_step"] > 0
+    assert record["rows"][0]["gflop_step"] == pytest.approx(2 * record["rows"][1]["gflop_step"], rel=0.01)
+    profile = record["profile"]
+    assert profile["ms_by_kind"]["matmul"] > 0 and profile["ms_by_kind"]["optimizer"] > 0
+    assert sum(profile["ms_by_kind"].values()) >= profile["ms_step_profiled"] * 0.99
+    assert "| matmul |" in (tmp_path / "step.md").read_text()
+    with pytest.raises(SystemExit, match="belong"):
+        step.main(["--dataset", "ItalyPowerDemand", "--tstrain-args=--model patchtst_jumbo"])
+    with pytest.raises(SystemExit, match="--batch-sizes expects comma-separated positive integers"):
+        step.main(["--dataset", "ItalyPowerDemand", "--batch-sizes", "0"])
+
+
 def _script(name: str):
     """A benchmark script of benchmarks/ loaded as a module (its main called in this process, without a child's
     imports)."""

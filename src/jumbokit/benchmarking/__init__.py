@@ -8,7 +8,8 @@ The scripts in ``benchmarks/`` measure; this package holds what they share and w
 - :mod:`~jumbokit.benchmarking.machine`: the machine record every result file carries;
 - :mod:`~jumbokit.benchmarking.records`: result files (``<results>/<benchmark>_<variant>.json``, the folder named by
   the script, and its markdown copy ``.md``), each stamped with its command, git commit, times, CPU seconds, peak memory and seeds;
-- :mod:`~jumbokit.benchmarking.tstrain`: ``tstrain`` run in the calling process, for the time-series benchmarks;
+- :mod:`~jumbokit.benchmarking.tstrain`: ``tstrain`` for the time-series benchmarks, in the calling process or in a
+  child process whose CPU seconds and peak memory are measured;
 - :mod:`~jumbokit.benchmarking.stats`: ranks, Friedman's test, the Nemenyi critical difference, sign tests, the
   paired test that decides whether a target on a difference is met (scipy; aeon draws the critical-difference
   diagram);

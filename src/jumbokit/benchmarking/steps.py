@@ -11,7 +11,17 @@ from typing import Callable
 
 import torch
 
-__all__ = ["jumbo_vs_registers", "mae_step", "train_step"]
+__all__ = ["gemm_gflops", "jumbo_vs_registers", "mae_step", "train_step"]
+
+
+def gemm_gflops(size: int, repeats: int = 20) -> float:
+    """fp32 GFLOP/s of a (size x size) @ (size x size) matmul, best of ``repeats``: what the machine's matmul reaches
+    with the current threads, the yardstick of a step's achieved rate."""
+    from .timing import time_interleaved
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    timing = time_interleaved({"gemm": lambda: a @ b}, repeats, warmup=3)["gemm"]
+    return 2 * size**3 / timing.fastest / 1e9
 
 
 def train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:

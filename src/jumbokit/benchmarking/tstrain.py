@@ -1,12 +1,17 @@
-"""``tstrain`` run in the calling process, for the time-series benchmarks (one sweep directory per arm, one set
-at a time, finished runs reused)."""
+"""``tstrain`` for the time-series benchmarks: run in the calling process (one sweep directory per arm, one set at a
+time, finished runs reused), or in a child process whose CPU seconds and peak memory the kernel reports."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
+import sys
 
-__all__ = ["run_tstrain"]
+from .records import peak_rss_mib
+
+__all__ = ["run_tstrain", "tstrain_child"]
 
 
 def run_tstrain(argv: list[str], quiet: bool = True) -> str:
@@ -25,3 +30,16 @@ def run_tstrain(argv: list[str], quiet: bool = True) -> str:
     if code != 0:
         raise SystemExit(f"tstrain {' '.join(argv)} failed (exit {code})")
     return printed.getvalue()
+
+
+def tstrain_child(argv: list[str]) -> tuple[float, float]:
+    """``tstrain argv`` in a child process of this Python (its printed lines dropped, its errors shown): (its CPU
+    seconds, user + system, and its peak resident memory in MiB), read from the kernel when it exits: the whole
+    process, imports and data included. SystemExit when it fails."""
+    code = "import sys; from jumbokit.cli import tstrain_main; sys.exit(tstrain_main(sys.argv[1:]))"
+    child = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"tstrain {' '.join(argv)} failed (exit {child.returncode})")
+    return usage.ru_utime + usage.ru_stime, peak_rss_mib(usage)
