@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,7 +25,7 @@ from jumbokit.data import (
     parse_dataset_spec,
     read_data_info,
 )
-from jumbokit.data.sources import FolderSource
+from jumbokit.data.folder import FolderSource
 from jumbokit.cli.errors import one_line
 
 torch.set_num_threads(1)
@@ -207,6 +209,23 @@ def test_plain_class_folder_is_a_training_split_only(image_tree):
     for split in ("val", "test"):
         with pytest.raises(SplitNotFoundError, match=f"class folders only.*--{split}-split 0.1"):
             build_dataset(f"folder:{root}", split, "eval", img_size=8)
+
+
+def test_image_extensions_are_torchvisions_and_a_series_process_imports_neither_torchvision_nor_timm():
+    """The data package spells out ImageFolder's extensions (so importing it does not import torchvision): they stay
+    torchvision's. A tstrain process (imports, data, a 2-step run) leaves torchvision and timm unimported."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS as torchvision_extensions
+
+    from jumbokit.data import IMG_EXTENSIONS
+
+    assert IMG_EXTENSIONS == torchvision_extensions
+    code = ("import sys, tempfile; from jumbokit.cli import tstrain_main; "
+            "tstrain_main(['--dataset', 'ItalyPowerDemand', '--model', 'patchtst', '--recipe', 'fast', '--steps', '2', "
+            "'--dim', '16', '--cpu', '--threads', '1', '--no-progress', '--baseline', '', '--out', tempfile.mkdtemp()]); "
+            "print(sorted(m for m in ('torchvision', 'timm') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_folder_order_classes_sorted_files_by_path_hidden_and_empty_left_out(tmp_path):

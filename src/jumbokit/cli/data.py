@@ -19,9 +19,8 @@ import textwrap
 from dataclasses import fields
 from typing import Any
 
-from ..data.defaults import PAD_FRACTION, SMALL_IMAGE_MAX_SIDE, STATS_SAMPLES
+from ..data.defaults import INTERPOLATIONS, PAD_FRACTION, SMALL_IMAGE_MAX_SIDE, STATS_SAMPLES
 from ..data.settings import DataSettings
-from ..data.transforms import _INTERPOLATIONS
 
 AUGMENTATION_HELP = textwrap.fill(
     "Defaults per dataset: digits keeps its own (crops 0.7-1, MAE 0.5-1; no flip; its statistics; full frame), "
@@ -99,7 +98,7 @@ def _add_augmentation_args(parser: argparse.ArgumentParser) -> None:
     aug.add_argument("--crop-pct", type=float, default=None, metavar="F",
                      help="evaluation: resize to img-size / F, then center-crop img-size (default: 0.875; 1, the "
                           "full frame, for digits and small images)")
-    aug.add_argument("--interpolation", default=None, choices=sorted(_INTERPOLATIONS),
+    aug.add_argument("--interpolation", default=None, choices=sorted(INTERPOLATIONS),
                      help="resize interpolation (default: bicubic)")
 
 

@@ -32,7 +32,7 @@ from .choices import DataChoices, image_statistics, probe_files, resolve_choices
 from .defaults import BUILTIN_KINDS, DEFAULTS
 from .errors import CorruptImageError, DataError, SplitNotFoundError
 from .fashion_mnist import FashionMNISTSource
-from .sources import DigitsSource, FolderSource, HFSource, Holdout, check_split, has_split_dir
+from .sources import DigitsSource, HFSource, Holdout, check_split, has_split_dir
 from .spec import DatasetSpec, parse_dataset_spec
 from .transforms import build_transform, check_task
 
@@ -283,6 +283,8 @@ def _open_source(parsed: DatasetSpec, split: str, img_size: int | None, hf_cache
             return FashionMNISTSource(split, size, parsed.path)
         return DigitsSource(split, size)
     if parsed.kind == "folder":
+        from .folder import FolderSource  # torchvision, imported only for a folder
+
         return FolderSource(parsed.path, split)
     return HFSource(parsed.path, split, parsed.hf_split, cache_dir=hf_cache_dir)
 

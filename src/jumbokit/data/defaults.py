@@ -23,6 +23,7 @@ FASHION_MNIST_STD = (0.3317,)
 BUILTIN_KINDS = ("digits", "fashion-mnist")  # datasets with fixed defaults: no files are probed
 
 SMALL_IMAGE_MAX_SIDE = 64  # files up to this many pixels on the longer side get the small-image defaults
+INTERPOLATIONS = ("bicubic", "bilinear", "nearest")  # resize filters (torchvision InterpolationMode names)
 PROBE_FILES = 16  # files opened to detect small images and their channels
 STATS_SAMPLES = 1000  # training images the small-image normalisation is computed from
 STATS_SEED = 0  # fixed, so that every run and evaluation of the same data gets the same statistics

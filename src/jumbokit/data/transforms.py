@@ -17,14 +17,12 @@ import torch
 from torchvision import transforms as T
 from torchvision.transforms import InterpolationMode
 
+from .defaults import INTERPOLATIONS
+
 TASKS = ("mae", "supervised", "eval")
 TRAIN_CROPS = ("rrc", "pad", "none")
 
-_INTERPOLATIONS = {
-    "bicubic": InterpolationMode.BICUBIC,
-    "bilinear": InterpolationMode.BILINEAR,
-    "nearest": InterpolationMode.NEAREST,
-}
+_INTERPOLATIONS = {name: InterpolationMode[name.upper()] for name in INTERPOLATIONS}
 
 
 def _interpolation(name: str) -> InterpolationMode:

@@ -23,7 +23,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from timm.data.mixup import mixup_target
 
 from .models.scale import observed_mean_var
 
@@ -220,5 +219,7 @@ class SeriesMixup:
         partner = x.flip(0)
         partner = torch.where(torch.isnan(partner), x, partner)
         mixed = lam * x + (1.0 - lam) * partner
+        from timm.data.mixup import mixup_target  # here, not at import: timm costs a tstrain process seconds
+
         target = mixup_target(y, self.num_classes, lam, self.smoothing)  # timm's: mixed with the batch reversed
         return mixed, target.to(x.dtype)
