@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from jumbokit.benchmarking import machine_record, results_folder, write_result
-from jumbokit.benchmarking.steps import gemm_gflops
+from jumbokit.benchmarking.steps import gemm_gflops, phase_times
 from jumbokit.training.rundir import markdown_table
 
 RESULTS = results_folder(__file__)  # this script's results folder, the default of its output
@@ -60,28 +59,19 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                                    betas=tuple(recipe.betas)))
     loader = make_loader(train, args.batch_size, seed=recipe.seed)
 
-    phases: dict[str, list[float]] = {"data": [], "forward": [], "backward": [], "optimizer": []}
-    batches = iter(())
-    epoch = 0
-    for step in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
+    batches, epoch = iter(()), 0
+
+    def next_batch():
+        nonlocal batches, epoch
         batch = next(batches, None)
         if batch is None:
             loader.sampler.set_epoch(epoch)
             epoch += 1
             batches = iter(loader)
             batch = next(batches)
-        t1 = time.perf_counter()
-        loss = model(batch[0]).loss
-        t2 = time.perf_counter()
-        loss.backward()
-        t3 = time.perf_counter()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        t4 = time.perf_counter()
-        if step >= args.warmup:
-            for name, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                phases[name].append(dt)
+        return batch
+
+    phases, batch = phase_times(next_batch, lambda b: model(b[0]).loss, optimizer, args.warmup, args.steps)
 
     forward_flops, backward_flops = step_flops(model, batch[0])
     gemm = gemm_gflops(args.gemm)

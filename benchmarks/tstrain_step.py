@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from jumbokit.benchmarking import machine_record, result_path, results_folder, write_result
-from jumbokit.benchmarking.steps import gemm_gflops
+from jumbokit.benchmarking.steps import gemm_gflops, phase_times
 from jumbokit.training.rundir import markdown_table
 
 RESULTS = results_folder(__file__)
@@ -129,22 +129,7 @@ def timed_steps(parts: dict[str, Any], batch_size: int, warmup: int, steps: int)
 
     model, optimizer, loss_fn = parts["model"], parts["optimizer"], parts["loss"]
     batches = iter(series_loader(parts["data"].train, batch_size, shuffle=True, seed=0, steps=warmup + steps))
-    phases: dict[str, list[float]] = {"data": [], "forward": [], "backward": [], "optimizer": []}
-    batch = None
-    for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        batch = next(batches)
-        t1 = time.perf_counter()
-        loss, _ = loss_fn(model, batch)
-        t2 = time.perf_counter()
-        loss.backward()
-        t3 = time.perf_counter()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        t4 = time.perf_counter()
-        if i >= warmup:
-            for name, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                phases[name].append(dt)
+    phases, batch = phase_times(lambda: next(batches), lambda b: loss_fn(model, b)[0], optimizer, warmup, steps)
     forward_flops, backward_flops = step_flops(model, loss_fn, batch)
     medians = {name: statistics.median(values) for name, values in phases.items()}
     compute = medians["forward"] + medians["backward"]

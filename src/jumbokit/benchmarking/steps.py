@@ -7,11 +7,11 @@ only (no data sets, no aeon): ``gpu_suite.py`` runs from a source checkout with 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-__all__ = ["gemm_gflops", "jumbo_vs_registers", "mae_step", "train_step"]
+__all__ = ["gemm_gflops", "jumbo_vs_registers", "mae_step", "phase_times", "train_step"]
 
 
 def gemm_gflops(size: int, repeats: int = 20) -> float:
@@ -22,6 +22,32 @@ def gemm_gflops(size: int, repeats: int = 20) -> float:
     a, b = torch.randn(size, size), torch.randn(size, size)
     timing = time_interleaved({"gemm": lambda: a @ b}, repeats, warmup=3)["gemm"]
     return 2 * size**3 / timing.fastest / 1e9
+
+
+def phase_times(next_batch: Callable[[], Any], loss_of: Callable[[Any], torch.Tensor],
+                optimizer: torch.optim.Optimizer, warmup: int, steps: int) -> tuple[dict[str, list[float]], Any]:
+    """Seconds of each phase of ``steps`` training steps after ``warmup`` untimed ones: ``data`` (``next_batch()``),
+    ``forward`` (``loss_of(batch)``), ``backward``, ``optimizer`` (step and zeroing). Returns the phases' times and
+    the last batch."""
+    import time
+
+    phases: dict[str, list[float]] = {"data": [], "forward": [], "backward": [], "optimizer": []}
+    batch = None
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        batch = next_batch()
+        t1 = time.perf_counter()
+        loss = loss_of(batch)
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        t4 = time.perf_counter()
+        if i >= warmup:
+            for name, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                phases[name].append(dt)
+    return phases, batch
 
 
 def train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
