@@ -30,7 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-from jumbokit.benchmarking import machine_record, result_path, results_folder, write_result
+import numpy as np
+
+from jumbokit.benchmarking import machine_record, result_path, results_folder, stats, write_result
 from jumbokit.benchmarking.tstrain import tstrain_child
 from jumbokit.training.rundir import atomic_write_json, markdown_table
 
@@ -104,16 +106,10 @@ def measure(name: str, label: str, flags: list[str], args: argparse.Namespace) -
 
 def ratio_summary(reference: list[float], other: list[float]) -> dict:
     """``other`` against ``reference`` over sets: the ratio of the totals, and the geometric mean of the per-set
-    ratios with a 95% t-interval over the sets' log ratios (None for fewer than two sets)."""
-    from scipy import stats as scipy_stats
-
-    logs = [math.log(o / r) for r, o in zip(reference, other)]
-    mean = statistics.fmean(logs)
-    interval = None
-    if len(logs) > 1:
-        half = scipy_stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-        interval = [math.exp(mean - half), math.exp(mean + half)]
-    return {"ratio_of_totals": sum(other) / sum(reference), "geometric_mean": math.exp(mean), "ci95": interval}
+    ratios with the 95% interval of the paired test over the sets' log ratios (None for fewer than two sets)."""
+    test = stats.paired_test(np.log(other), np.log(reference))
+    interval = [math.exp(test.low), math.exp(test.high)] if len(reference) > 1 else None
+    return {"ratio_of_totals": sum(other) / sum(reference), "geometric_mean": math.exp(test.mean), "ci95": interval}
 
 
 def report(args: argparse.Namespace, command: str, arms: dict[str, list[str]], sets: list[str],
