@@ -93,8 +93,10 @@ def tstrain_run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--tstrain-args: {', '.join(owned)} belong(s) to this script's own flags")
     try:
         settings = sweep_settings(["--dataset", args.dataset, "--model", args.model, *flags])
-    except (ValueError, SystemExit) as err:
+    except ValueError as err:
         raise SystemExit(f"--tstrain-args {args.tstrain_args!r}: tstrain refuses them ({err})") from None
+    except SystemExit:  # argparse has printed tstrain's own message
+        raise SystemExit(f"--tstrain-args {args.tstrain_args!r}: tstrain refuses them (its message above)") from None
     cfg = settings.config
     length = init_length(init_paths(cfg.init, [args.model])) if cfg.init else None
     data = load_dataset(args.dataset, protocol=cfg.protocol, split_seed=cfg.split_seed, data_dir=args.data_dir,
