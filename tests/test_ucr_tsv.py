@@ -104,3 +104,22 @@ def test_data_dir_resolution(archive, capsys):
     assert tstrain_main(["--dataset", "ECG200", "--data-dir", str(archive), "--model", "patchtst", "--epochs", "1",
                          "--lr", "1e-3", "--dropout", "0.1", "--out", str(out), "--no-progress", "--cpu"]) == 0
     assert "ECG200" in (out / "results.csv").read_text()
+
+
+def test_a_tstrain_process_on_tsv_files_leaves_the_heavy_readers_unimported(archive, tmp_path):
+    """A set read from ``.tsv`` files needs neither aeon's dataset module nor scipy.stats nor scikit-learn (pandas
+    and seconds of imports each process would pay): a tstrain run on one (data, a 2-step run, the summary's ranks,
+    its reports) leaves them unimported, and its summary still ranks the model."""
+    import subprocess
+    import sys
+
+    heavy = ("aeon.datasets", "scipy.stats", "sklearn", "pandas")
+    code = ("import sys; from jumbokit.cli import tstrain_main; "
+            f"tstrain_main(['--dataset', 'DistalPhalanxTW', '--data-dir', {str(archive)!r}, '--model', 'patchtst', "
+            "'--recipe', 'fast', '--steps', '2', '--dim', '16', '--cpu', '--threads', '1', '--no-progress', "
+            f"'--baseline', '', '--out', {str(tmp_path / 'run')!r}]); "
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    assert "DistalPhalanxTW" in (tmp_path / "run" / "results.csv").read_text()

@@ -1,6 +1,6 @@
 """Rank statistics for comparing models over datasets (Demsar 2006), on scipy; aeon draws the diagram.
 
-Ranks come from ``jumbokit.timeseries.results.rank_values`` (scipy's ``rankdata``: rank 1 = the highest accuracy,
+Ranks come from ``jumbokit.timeseries.results.rank_values`` (rank 1 = the highest accuracy,
 ties share the mean rank). Friedman's test asks whether the mean ranks of three or more models differ at all; the
 Nemenyi critical difference is the gap two mean ranks must exceed to differ at level ``alpha``; a two-sided sign
 test compares one pair over the draws where they do not tie.

