@@ -436,6 +436,37 @@ def test_grad_clip_reaches_training_and_is_stored_only_when_set(tmp_path):
         ts_protocol.SweepConfig(grad_clip=-1)
 
 
+def test_early_stopping_scores_the_validation_half_and_its_steps_are_a_budget(tmp_path, capsys):
+    """--early-stop reaches training: the run ends on or before its budget (the recipe's steps) at a scoring step,
+    records where, and the report says so; it is refused where the validation split is the test split, with a
+    frozen encoder, and for bad numbers."""
+    out = tmp_path / "stop"
+    assert tstrain_main(tiny(out, "--steps", "40", "--early-stop", "1", "--eval-every", "5",
+                             "--early-stop-from", "10")) == 0
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert (sweep["early_stop"], sweep["eval_every"], sweep["early_stop_from"]) == (1, 5, 10)
+    [record] = [json.loads(p.read_text()) for p in (out / "runs" / "ItalyPowerDemand" / "patchtst").glob("*.json")]
+    stop = record["extra"]["early_stop"]
+    assert stop["budget_steps"] == 40 and record["steps"] == stop["last_step"] <= 40
+    assert stop["best_step"] >= 10 and stop["best_step"] % 5 == 0
+    assert stop["stopped"] == (stop["last_step"] < 40)
+    assert "Early stopping: the validation half scored every 5 steps from step 10" in (out / "report.md").read_text()
+    assert ts_protocol.SweepConfig().identity()["early_stop"] == 0
+    bad = tmp_path / "bad"
+    for args, message in [(["--protocol", "official", "--early-stop", "2"], "early_stop must be 0 with "
+                                                                             "protocol='official'"),
+                          (["--early-stop", "2", "--branches", "2"], "early_stop must be 0 with branches=2")]:
+        assert tstrain_main(tiny(bad, *args)) == 2
+        assert message in capsys.readouterr().err and not bad.exists()
+    for args, message in [(["--early-stop", "-1"], "--early-stop: expected a non-negative integer, got -1"),
+                          (["--eval-every", "0"], "--eval-every: expected a positive integer, got 0")]:
+        with pytest.raises(SystemExit):
+            tstrain_main(tiny(bad, *args))
+        assert message in capsys.readouterr().err
+    with pytest.raises(ValueError, match="early_stop must be 0 with frozen"):
+        ts_protocol.SweepConfig(early_stop=2, init="runs/encoder", frozen=True)
+
+
 def test_label_smoothing_reaches_the_loss_and_is_stored_only_when_set(tmp_path):
     from jumbokit.timeseries.run import series_loss
 

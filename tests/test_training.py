@@ -536,3 +536,81 @@ def test_config_differences_flattens_nested_configs_and_ignores_regularisation()
         "encoder.dim: saved 96 vs now 64"]
     many = config_differences({f"k{i}": i for i in range(9)}, {f"k{i}": -i - 1 for i in range(9)}, limit=2)
     assert many[-1] == "+7 more" and len(many) == 3
+
+
+# ----------------------------------------------------------------------------------------------- early stopping
+
+
+@pytest.fixture(scope="module")
+def digits8_val():
+    return build_dataset("digits", "val", "eval", img_size=8, max_samples=64)
+
+
+def test_a_stopping_rule_that_never_fires_changes_nothing(digits8, digits8_val):
+    """Scoring reads no random numbers and the schedule keeps the budget's length: a rule that cannot stop and
+    keeps the last weights ends on exactly the weights of the run without it, after every step of the budget."""
+    from jumbokit.training import EarlyStop
+
+    plain = fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(), quiet(epochs=2)).model
+    rule = EarlyStop(every=5, patience=1000, restore_best=False)
+    result = fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(), quiet(epochs=2),
+                 eval_loaders={"val": make_loader(digits8_val, 16, train=False)}, early_stop=rule)
+    for k, v in params_of(plain).items():
+        torch.testing.assert_close(params_of(result.model)[k], v, rtol=0, atol=0)
+    summary = result.final["early_stop"]
+    assert summary["stopped"] is False and summary["last_step"] == summary["budget_steps"] == 12
+    assert summary["scorings"] == 3  # steps 5 and 10, and the last step (12) so the final weights compete
+
+
+def test_a_run_stops_after_its_patience_and_ends_on_the_best_weights(digits8, digits8_val):
+    """With a learning rate that wrecks the model after its first steps, the scorings stop improving: training ends
+    `patience` scorings after the best one, and the model returned scores the best value on the split."""
+    from jumbokit.training import EarlyStop
+
+    rule = EarlyStop(every=2, patience=2)
+    val_loader = make_loader(digits8_val, 16, train=False)
+    result = fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(),
+                 quiet(epochs=20, lr=5.0, warmup_epochs=0), eval_loaders={"val": val_loader}, early_stop=rule)
+    summary = result.final["early_stop"]
+    assert summary["stopped"] is True and summary["last_step"] < summary["budget_steps"] == 120
+    assert summary["last_step"] == summary["best_step"] + 2 * rule.every  # two scorings past the best, then out
+    assert summary["last_step"] % rule.every == 0 and result.final["step"] == summary["last_step"]
+    again = evaluate_classifier(result.model, val_loader)["loss"]
+    assert again == pytest.approx(summary["best_val_loss"], rel=1e-5)
+
+
+def test_no_scoring_before_the_rules_start(digits8, digits8_val):
+    """``start`` (Keras' start_from_epoch): the steps before it are neither scored nor kept as the best."""
+    from jumbokit.training import EarlyStop
+
+    rule = EarlyStop(every=5, patience=1000, start=7)
+    result = fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(), quiet(epochs=2),
+                 eval_loaders={"val": make_loader(digits8_val, 16, train=False)}, early_stop=rule)
+    summary = result.final["early_stop"]
+    assert summary["scorings"] == 2 and summary["best_step"] in (10, 12)  # steps 10 and 12 (the last)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(every=5, patience=1, start=-1), "start must be an integer >= 0"),
+    (dict(every=0, patience=1), "every must be an integer >= 1"),
+    (dict(every=5, patience=0), "patience must be an integer >= 1"),
+    (dict(every=5, patience=2, metric="f1"), "metric must be one of loss, top1"),
+])
+def test_bad_stopping_rules_are_refused(kwargs, message):
+    from jumbokit.training import EarlyStop
+
+    with pytest.raises(ValueError, match=message):
+        EarlyStop(**kwargs)
+
+
+def test_a_stopping_rule_fit_cannot_follow_is_refused_before_anything_is_written(digits8, digits8_val, tmp_path):
+    from jumbokit.training import EarlyStop
+
+    rule = EarlyStop(every=2, patience=2)
+    with pytest.raises(ValueError, match=r"scores the split 'val': pass it in eval_loaders \(got \['test'\]\)"):
+        fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(), quiet(epochs=1),
+            eval_loaders={"test": make_loader(digits8_val, 16, train=False)}, early_stop=rule)
+    with pytest.raises(ValueError, match="not in checkpoints"):
+        fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(), quiet(epochs=1),
+            out_dir=tmp_path / "run", eval_loaders={"val": make_loader(digits8_val, 16, train=False)}, early_stop=rule)
+    assert not (tmp_path / "run").exists()

@@ -352,6 +352,17 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
     train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                        help="score the exponential moving average of the weights, updated after every step with this "
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
+    train.add_argument("--early-stop", type=_non_negative_int, default=0, metavar="PATIENCE",
+                       help="stop on the validation half: score it every --eval-every optimizer steps and stop after "
+                            "PATIENCE scorings in a row without a lower validation loss; the run keeps the weights "
+                            "of its best scoring. The steps the run would take (recipe, --steps) become its budget, "
+                            "and the learning-rate schedule spans the budget. Needs the paper's split (--protocol "
+                            "paper) (default: 0, off)")
+    train.add_argument("--eval-every", type=_positive_int, default=50, metavar="STEPS",
+                       help="with --early-stop: optimizer steps between scorings of the validation half (default: 50)")
+    train.add_argument("--early-stop-from", type=_non_negative_int, default=0, metavar="STEP",
+                       help="with --early-stop: the first step scored; none before it, so the noisy first steps of "
+                            "warm-up and peak learning rate neither stop a run nor give its best weights (default: 0)")
     train.add_argument("--weight-decay", type=_finite_float("a weight decay", "0.05"), default=0.02,
                        metavar="WD", help="AdamW's decoupled weight decay of the weight matrices (not of norms, "
                                           "biases, tokens and position embeddings) (default: 0.02)")
@@ -475,7 +486,8 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> Sweep
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), init=args.init, frozen=args.frozen,
                        seeds=pick("seeds"),
-                       ema_decay=args.ema,
+                       ema_decay=args.ema, early_stop=args.early_stop, eval_every=args.eval_every,
+                       early_stop_from=args.early_stop_from,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
                        jumbo_multiplier=args.jumbo_multiplier, layer_scale=args.layer_scale, pos_embed=args.pos_embed,
                        layers=args.layers, drop_path=args.drop_path, weight_decay=args.weight_decay,

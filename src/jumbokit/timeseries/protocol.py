@@ -187,6 +187,11 @@ class SweepConfig:
     seeds: int = 1  # runs per grid point, with seeds seed, seed+1, ...
     ema_decay: float = 0.0  # > 0: score the exponential moving average of the weights (TrainConfig.ema_decay)
     grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
+    # > 0: score the validation half every eval_every steps from step early_stop_from on, stop after this many
+    # scorings without a lower validation loss, keep the best scoring's weights; the run's steps are its budget (0 = off)
+    early_stop: int = 0
+    eval_every: int = 50
+    early_stop_from: int = 0
     label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the class, eps spread over all classes
     jumbo_pool: str = "segments"  # the Jumbo models' feature: "segments" | "jumbo" | "jumbo+mean" (JUMBO_POOLS)
     jumbo_multiplier: int = JUMBO_MULTIPLIER  # J of the Jumbo models; registers are matched to it (Proposition 1)
@@ -242,6 +247,18 @@ class SweepConfig:
             ("seeds", self.seeds, self.seeds >= 1, ">= 1"),
             ("ema_decay", self.ema_decay, 0 <= self.ema_decay < 1, "in [0, 1) (0 = off)"),
             ("grad_clip", self.grad_clip, self.grad_clip is None or self.grad_clip > 0, "None (off) or a norm > 0"),
+            ("early_stop", self.early_stop, is_integer(self.early_stop) and self.early_stop >= 0,
+             "an integer >= 0 (scorings; 0 = off)"),
+            ("eval_every", self.eval_every, is_integer(self.eval_every) and self.eval_every >= 1, "an integer >= 1"),
+            ("early_stop_from", self.early_stop_from, is_integer(self.early_stop_from) and self.early_stop_from >= 0,
+             "an integer >= 0 (a step)"),
+            ("early_stop", self.early_stop, not self.early_stop or self.protocol == "seed",
+             f"0 with protocol={self.protocol!r} (its validation split is the test split: stopping on it would "
+             "choose on the test set)"),
+            ("early_stop", self.early_stop, not self.early_stop or not self.frozen,
+             "0 with frozen (a ridge head takes no gradient step to stop)"),
+            ("early_stop", self.early_stop, not self.early_stop or self.branches == 1,
+             f"0 with branches={self.branches} (the branches must have joined before the model is scored)"),
             ("label_smoothing", self.label_smoothing, 0 <= self.label_smoothing < 1, "in [0, 1) (0 = off)"),
             ("jumbo_pool", self.jumbo_pool, self.jumbo_pool in JUMBO_POOLS, f"one of {', '.join(JUMBO_POOLS)}"),
             ("jumbo_multiplier", self.jumbo_multiplier,

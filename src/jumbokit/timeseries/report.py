@@ -214,6 +214,11 @@ def training_text(cfg: SweepConfig) -> str:
         text += f"; mixup alpha {cfg.mixup_alpha:g})." if "mixup" in cfg.augment else ")."
     if cfg.ema_decay:
         text += f" Scored: the exponential moving average of the weights (decay {cfg.ema_decay:g})."
+    if cfg.early_stop:
+        text += (f" Early stopping: the validation half scored every {cfg.eval_every} steps from step "
+                 f"{cfg.early_stop_from}, training stopped after "
+                 f"{cfg.early_stop} scorings without a lower validation loss (the steps above are the budget), the "
+                 "best scoring's weights kept.")
     if cfg.pretrain_epochs:
         source = (f"the training splits of {cfg.pretrain_on.replace(',', ', ')} (each target left out)"
                   if cfg.pretrain_on else "the training split")

@@ -311,17 +311,27 @@ def fit_series_model(model: nn.Module, data: ClassificationData, lr: float, cfg:
     if cfg.branches > 1:
         model.join_warmup_steps = max(1, steps // 2)  # joined by mid-training, then trained joined
     tcfg = train_config(cfg, lr, fit_epochs, progress=progress, cpu=cpu, seed=seed)
-    # a training split without NaN is declared so: no step reads its batch back to look (a GPU sync); same result
-    missing = None if bool(np.isnan(data.train.x).any()) else False
+    stopping: dict[str, Any] = {}
+    if cfg.early_stop:  # the validation half scored every eval_every steps; the run's steps are its budget
+        from ..training import EarlyStop
+
+        stopping = dict(early_stop=EarlyStop(every=cfg.eval_every, patience=cfg.early_stop,
+                                             start=cfg.early_stop_from),
+                        eval_loaders={"val": series_loader(data.val, 256, shuffle=False)})
+    # splits the model reads without NaN are declared so: no step reads its batch back to look (a GPU sync)
+    read = [data.train.x] + ([data.val.x] if stopping else [])
+    missing = None if any(bool(np.isnan(x).any()) for x in read) else False
     start = time.perf_counter()
     with declared_missing(model, missing):
-        result = fit(model, loader, series_loss(cfg, data.num_classes, seed), tcfg, accelerator=accelerator)
+        result = fit(model, loader, series_loss(cfg, data.num_classes, seed), tcfg, accelerator=accelerator,
+                     **stopping)
     seconds = time.perf_counter() - start
     model = result.model
     if cfg.branches > 1:
         model = model.reparameterize()  # the plain model that is scored (and would be deployed)
+    ran = int(result.final["early_stop"]["last_step"]) if stopping else steps
     return FittedModel(model=model, history=result.history, train_loss=float(result.final.get("train_loss", math.nan)),
-                       batch=batch, epochs=epochs, steps=steps, seconds=seconds)
+                       batch=batch, epochs=math.ceil(epochs * ran / steps), steps=ran, seconds=seconds)
 
 
 def fit_frozen(model: nn.Module, data: ClassificationData, cfg: SweepConfig) -> FittedModel:
@@ -394,6 +404,9 @@ def train_run_model(data: ClassificationData, model_name: str, lr: float, dropou
         extra["init"] = init
     if cfg.frozen:
         extra["ridge_alpha"] = fitted.history[0]["ridge_alpha"]
+    if cfg.early_stop:
+        stopped = fitted.history[-1]["early_stop"]
+        extra["early_stop"] = {k: stopped[k] for k in ("best_step", "last_step", "budget_steps", "stopped")}
     run = RunResult(
         dataset=data.name, model=model_name, lr=float(lr), dropout=float(dropout), val_top1=100.0 * val_acc,
         test_top1=100.0 * test_acc, val_loss=val_loss, train_loss=fitted.train_loss, epochs=fitted.epochs, steps=fitted.steps,

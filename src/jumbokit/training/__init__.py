@@ -16,6 +16,7 @@ from .config import OPTIMIZERS, PRECISIONS, SCHEDULES, TrainConfig
 from .ema import WeightEMA
 from .evaluate import evaluate_classifier, topk_correct
 from .losses import classification_loss
+from .early_stop import EarlyStop
 from .loop import FitResult, fit
 from .meters import MetricWindow, RunningMean
 from .optim import (
@@ -35,5 +36,5 @@ __all__ = [
     "csv_text", "markdown_table", "to_json", "OPTIMIZERS", "PRECISIONS", "SCHEDULES", "configure_threads",
     "ThreadChoice", "configure_tf32", "WeightEMA", "Checkpointer", "TrainerState", "StepPlan",
     "MetricWindow", "RunningMean", "Progress", "find_latest_run", "read_data_record", "resolve_precision",
-    "evaluate_loaders", "process_seed",
+    "evaluate_loaders", "process_seed", "EarlyStop",
 ]

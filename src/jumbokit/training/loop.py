@@ -2,7 +2,8 @@
 
 Per optimizer step: ``update_join(step)`` (progressive-join models), learning rate from the warm-up + cosine
 schedule, ``loss_fn(model, batch)``, backward (mixed precision, gradient accumulation, DDP through Accelerate),
-gradient clipping, optimizer step, weight average. Per epoch: ``eval_loaders`` on every process (combined with
+gradient clipping, optimizer step, weight average; with an ``EarlyStop`` rule, a scoring on a held-out split every
+so many steps (``early_stop``: training ends when it stops improving, on the best scoring's weights). Per epoch: ``eval_loaders`` on every process (combined with
 ``gather_for_metrics``), ``eval_fn`` on the main process, a ``metrics.jsonl`` line, an atomic checkpoint. At the
 end: ``model.safetensors`` + ``model_config.json``. Switches of the ``TrainConfig``: gradient checkpointing and
 ``torch.compile`` of the model (``compute``), layer-wise lr decay (``optim``), accelerate's trackers.
@@ -33,6 +34,7 @@ from .accelerator import launch_state, make_accelerator  # noqa: F401  (launch_s
 from .checkpoint import Checkpointer, TrainerState, save_final_model
 from .compute import compile_model, enable_grad_checkpointing
 from .config import TrainConfig
+from .early_stop import EarlyStop, Stopper
 from .distributed import FullModel, check_sharding, evaluate_loaders, seed_process
 from .ema import WeightEMA
 from .losses import LossFn
@@ -76,6 +78,8 @@ class _Fit:
     checkpointer: Checkpointer | None
     progress: Progress
     lr: float
+    stopper: Stopper | None = None
+    stop_evals: "_Evals | None" = None
 
     def scored(self) -> nn.Module:
         """What ``eval_fn`` and ``on_epoch_end`` see on the main process: the weight average when there is one,
@@ -115,6 +119,7 @@ def fit(
     run_config: dict[str, Any] | None = None,
     resume_record: dict[str, Any] | None = None,
     on_epoch_end: Callable[[int, nn.Module, dict], None] | None = None,
+    early_stop: EarlyStop | None = None,
 ) -> FitResult:
     """Train ``model`` on ``train_loader`` with ``loss_fn`` for ``cfg.epochs`` epochs.
 
@@ -145,6 +150,10 @@ def fit(
             line always holds time, checkpoint, epoch, step, num_processes, epochs, total_steps.
         on_epoch_end: ``on_epoch_end(epoch, model, record)`` on the main process (plots, samples); the model
             is the one ``eval_fn`` sees.
+        early_stop: score ``eval_loaders[early_stop.split]`` every ``early_stop.every`` optimizer steps from step
+            ``early_stop.start`` on (and after the last one) and stop once ``patience`` scorings did not beat the best; the model ends on the best
+            scoring's weights (:mod:`.early_stop`). The final record gets ``early_stop`` (best step and value, where
+            training ended). Not with checkpoints (the best weights are kept in memory) nor under FSDP.
     Returns:
         FitResult(history, final, model (unwrapped; the weight average with ``cfg.ema_decay`` > 0; under FSDP the
         whole model on the main process and the sharded module on the others), accelerator).
@@ -153,6 +162,7 @@ def fit(
         enable_grad_checkpointing(model)
     if cfg.layer_decay is not None and params is None:
         check_layer_decay(model, cfg.layer_decay)
+    _check_early_stop(early_stop, eval_loaders, cfg, out_dir)
     acc = accelerator or make_accelerator(cfg, out_dir)
     check_sharding(acc, cfg.ema_decay)
     run = RunDir(out_dir, enabled=acc.is_main_process) if out_dir is not None else None
@@ -180,18 +190,61 @@ def fit(
                    eval_forward, on_epoch_end)
     f = _Fit(acc, cfg, model, unwrapped, whole, optimizer, loader, loss_fn, plan, state, ema, run, checkpointer,
              progress, lr=optimizer.param_groups[0]["lr"])
+    if early_stop is not None:
+        if whole.sharded:
+            raise ValueError("early stopping keeps the best weights of the whole model on every process; it does "
+                             "not run under FSDP")
+        f.stopper = Stopper(early_stop)
+        f.stop_evals = _Evals(None, {early_stop.split: evals.loaders[early_stop.split]}, evals.forward, None)
     try:
         for epoch in range(state.epoch, cfg.epochs):
             started = time.time()
             epoch_loss = _train_epoch(f, epoch)
             history.append(_end_epoch(f, epoch, epoch_loss, started, evals))
+            if f.stopper is not None and f.stopper.stopped:
+                break
     except ValueError:  # bad input (an unreadable image, a wrong shape) met before a fresh run's first checkpoint
         progress.close()
         if run is not None and checkpoint is None and not run.checkpoints():
             run.discard_start()
         raise
     progress.close()
+    if f.stopper is not None:
+        _end_early_stop(f, history)
     return _finish(f, history)
+
+
+def _check_early_stop(rule: EarlyStop | None, eval_loaders: dict | None, cfg: TrainConfig, out_dir) -> None:
+    """ValueError, before anything is written, for an early-stopping rule ``fit`` cannot follow."""
+    if rule is None:
+        return
+    if not isinstance(rule, EarlyStop):
+        raise TypeError(f"early_stop must be an EarlyStop, got {type(rule).__name__}")
+    if rule.split not in (eval_loaders or {}):
+        raise ValueError(f"early stopping scores the split {rule.split!r}: pass it in eval_loaders (got "
+                         f"{sorted(eval_loaders or {})})")
+    if out_dir is not None and (cfg.checkpoint_every or cfg.checkpoint_steps):
+        raise ValueError("early stopping keeps the best weights in memory, not in checkpoints: train with "
+                         "checkpoint_every=0 and checkpoint_steps=0, or without out_dir")
+
+
+def _score_for_stop(f: _Fit) -> None:
+    """The early-stopping scoring at the current step, on every process (the same numbers everywhere), of the
+    module that is scored and returned (the weight average when there is one)."""
+    metrics = _evaluate_everywhere(f, f.stop_evals)
+    f.stopper.observe(f.state.step, metrics, f.ema.module if f.ema is not None else f.unwrapped)
+    if f.run is not None:
+        f.run.append_metrics({"kind": "early_stop", "step": f.state.step, f.stopper.rule.key: f.stopper.scorings[-1][1]})
+
+
+def _end_early_stop(f: _Fit, history: list[dict]) -> None:
+    """After the last step: score it too when it was not (so the final weights compete), go back to the best
+    scoring's weights, and add the rule's summary to the last record."""
+    if f.stopper.last_step != f.state.step:
+        _score_for_stop(f)
+    f.stopper.restore(f.ema.module if f.ema is not None else f.unwrapped)
+    if history:
+        history[-1]["early_stop"] = f.stopper.summary(f.plan.total_steps)
 
 
 def _open_run(acc, cfg: TrainConfig, run: RunDir | None, plan: StepPlan, fingerprint: dict, ema: WeightEMA | None,
@@ -245,6 +298,8 @@ def _train_epoch(f: _Fit, epoch: int) -> RunningMean:
         window.add(loss, logs)
         if acc.sync_gradients:
             _after_optimizer_step(f, epoch, window, epoch_loss)
+            if f.stopper is not None and f.stopper.stopped:
+                break
     return epoch_loss
 
 
@@ -271,6 +326,8 @@ def _after_optimizer_step(f: _Fit, epoch: int, window: MetricWindow, epoch_loss:
         state.epoch_loss = epoch_loss.sums(acc)
         check_finite(sum(state.epoch_loss), f"in epoch {epoch + 1} before step {state.step}", cfg.lr)
         f.checkpointer.save(state, end_of_epoch=False)
+    if f.stopper is not None and f.stopper.due(state.step):
+        _score_for_stop(f)
 
 
 def _end_epoch(f: _Fit, epoch: int, epoch_loss: RunningMean, started: float, evals: _Evals) -> dict[str, Any]:
