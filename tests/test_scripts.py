@@ -781,8 +781,21 @@ def test_encoder_selection_chooses_on_validation_accuracy_only(tmp_path):
             assert record["means"][label][split] == pytest.approx(np.mean(runs))
     val = {label: record["means"][label]["val"] for label in ("a", "b")}
     assert record["chosen"] == ("b" if val["b"] > val["a"] else "a")
-    assert record["paired_val"]["b"]["mean_difference"] == pytest.approx(val["b"] - val["a"])
+    assert record["paired"]["b"]["mean_difference"] == pytest.approx(val["b"] - val["a"])
+    assert record["means"]["a"]["steps"] == 2 and record["means"]["a"]["train_seconds"] > 0
     assert "did not enter the choice" in (tmp_path / "selection.md").read_text()
+    # chosen on the test halves (arms that read the validation half while training): the same sweeps, read again
+    again = selection.main(["--encoder", f"a={tmp_path / 'enc0'}", "--encoder", f"b={tmp_path / 'enc1'}",
+                            "--datasets", "ItalyPowerDemand", "--model", "patchtst_jumbo", "--seeds", "2", "--cpu",
+                            "--threads", "1", "--tstrain-args=--dim 16 --steps 2", "--args", "b=--dropout 0.2",
+                            "--out", str(tmp_path / "sweeps"), "--json", str(tmp_path / "on_test.json"),
+                            "--choose-on", "test"])
+    test = {label: again["means"][label]["test"] for label in ("a", "b")}
+    assert again["runs"] == record["runs"] and again["choose_on"] == "test"
+    assert again["chosen"] == ("b" if test["b"] > test["a"] else "a")
+    assert again["paired"]["b"]["split"] == "test"
+    assert again["paired"]["b"]["mean_difference"] == pytest.approx(test["b"] - test["a"])
+    assert "Test halves chose" in (tmp_path / "on_test.md").read_text()
     with pytest.raises(SystemExit, match="expected two or more encoders"):
         selection.main(["--encoder", f"a={tmp_path / 'enc0'}", "--datasets", "ItalyPowerDemand"])
     with pytest.raises(SystemExit, match="--args expects LABEL=FLAGS with LABEL among a, b"):
