@@ -358,7 +358,8 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                             "PATIENCE scorings in a row without a lower validation loss; the run keeps the weights "
                             "of its best scoring. The steps the run would take (recipe, --steps) become its budget, "
                             "and the learning-rate schedule spans the budget. Needs the paper's split (--protocol "
-                            "paper); 0 turns it off. With --frozen the recipe's is off (nothing to stop) (fine-tune: 5; others: 0, off)")
+                            "paper); 0 turns it off. With --frozen the recipe's is off (nothing to stop) "
+                            "(fine-tune: 5; others: 0, off)")
     train.add_argument("--eval-every", type=_positive_int, default=None, metavar="STEPS",
                        help="with --early-stop: optimizer steps between scorings of the validation half (every "
                             "recipe: 50)")

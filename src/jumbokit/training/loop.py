@@ -3,10 +3,11 @@
 Per optimizer step: ``update_join(step)`` (progressive-join models), learning rate from the warm-up + cosine
 schedule, ``loss_fn(model, batch)``, backward (mixed precision, gradient accumulation, DDP through Accelerate),
 gradient clipping, optimizer step, weight average; with an ``EarlyStop`` rule, a scoring on a held-out split every
-so many steps (``early_stop``: training ends when it stops improving, on the best scoring's weights). Per epoch: ``eval_loaders`` on every process (combined with
-``gather_for_metrics``), ``eval_fn`` on the main process, a ``metrics.jsonl`` line, an atomic checkpoint. At the
-end: ``model.safetensors`` + ``model_config.json``. Switches of the ``TrainConfig``: gradient checkpointing and
-``torch.compile`` of the model (``compute``), layer-wise lr decay (``optim``), accelerate's trackers.
+so many steps (``early_stop``: training ends when it stops improving, on the best scoring's weights). Per epoch:
+``eval_loaders`` on every process (combined with ``gather_for_metrics``), ``eval_fn`` on the main process, a
+``metrics.jsonl`` line, an atomic checkpoint. At the end: ``model.safetensors`` + ``model_config.json``. Switches
+of the ``TrainConfig``: gradient checkpointing and ``torch.compile`` of the model (``compute``), layer-wise lr decay
+(``optim``), accelerate's trackers.
 
 The loop stays short because its parts are collaborators: ``resume`` (find, check and restore a checkpoint;
 the run's records), ``meters`` (running means kept on the device), ``checkpoint`` (``Checkpointer``),
@@ -151,9 +152,9 @@ def fit(
         on_epoch_end: ``on_epoch_end(epoch, model, record)`` on the main process (plots, samples); the model
             is the one ``eval_fn`` sees.
         early_stop: score ``eval_loaders[early_stop.split]`` every ``early_stop.every`` optimizer steps from step
-            ``early_stop.start`` on (and after the last one) and stop once ``patience`` scorings did not beat the best; the model ends on the best
-            scoring's weights (:mod:`.early_stop`). The final record gets ``early_stop`` (best step and value, where
-            training ended). Not with checkpoints (the best weights are kept in memory) nor under FSDP.
+            ``early_stop.start`` on (and after the last one) and stop once ``patience`` scorings did not beat the best;
+            the model ends on the best scoring's weights (:mod:`.early_stop`). The final record gets ``early_stop``
+            (best step and value, where training ended). Not with checkpoints (the best weights are kept in memory) nor under FSDP.
     Returns:
         FitResult(history, final, model (unwrapped; the weight average with ``cfg.ema_decay`` > 0; under FSDP the
         whole model on the main process and the sharded module on the others), accelerator).
@@ -191,11 +192,7 @@ def fit(
     f = _Fit(acc, cfg, model, unwrapped, whole, optimizer, loader, loss_fn, plan, state, ema, run, checkpointer,
              progress, lr=optimizer.param_groups[0]["lr"])
     if early_stop is not None:
-        if whole.sharded:
-            raise ValueError("early stopping keeps the best weights of the whole model on every process; it does "
-                             "not run under FSDP")
-        f.stopper = Stopper(early_stop)
-        f.stop_evals = _Evals(None, {early_stop.split: evals.loaders[early_stop.split]}, evals.forward, None)
+        _start_early_stop(f, early_stop, evals)
     try:
         for epoch in range(state.epoch, cfg.epochs):
             started = time.time()
@@ -228,21 +225,41 @@ def _check_early_stop(rule: EarlyStop | None, eval_loaders: dict | None, cfg: Tr
                          "checkpoint_every=0 and checkpoint_steps=0, or without out_dir")
 
 
+def _start_early_stop(f: _Fit, rule: EarlyStop, evals: "_Evals") -> None:
+    """The run's stopper, scoring the rule's split of the prepared ``evals`` (refused under FSDP)."""
+    if f.whole.sharded:
+        raise ValueError("early stopping keeps the best weights of the whole model on every process; it does not "
+                         "run under FSDP")
+    f.stopper = Stopper(rule)
+    f.stop_evals = _Evals(None, {rule.split: evals.loaders[rule.split]}, evals.forward, None)
+
+
+def _stop_target(f: _Fit) -> nn.Module:
+    """The module early stopping scores, keeps and restores: the weight average when there is one."""
+    return f.ema.module if f.ema is not None else f.unwrapped
+
+
 def _score_for_stop(f: _Fit) -> None:
     """The early-stopping scoring at the current step, on every process (the same numbers everywhere), of the
     module that is scored and returned (the weight average when there is one)."""
     metrics = _evaluate_everywhere(f, f.stop_evals)
-    f.stopper.observe(f.state.step, metrics, f.ema.module if f.ema is not None else f.unwrapped)
+    f.stopper.observe(f.state.step, metrics, _stop_target(f))
     if f.run is not None:
-        f.run.append_metrics({"kind": "early_stop", "step": f.state.step, f.stopper.rule.key: f.stopper.scorings[-1][1]})
+        step, value = f.stopper.scorings[-1]
+        f.run.append_metrics({"kind": "early_stop", "step": step, f.stopper.rule.key: value})
 
 
 def _end_early_stop(f: _Fit, history: list[dict]) -> None:
-    """After the last step: score it too when it was not (so the final weights compete), go back to the best
-    scoring's weights, and add the rule's summary to the last record."""
+    """After the last step: score it too when it was not (so the final weights compete; the epoch's own evaluation of
+    the split at that step is taken rather than scored twice), go back to the best scoring's weights, and add the
+    rule's summary to the last record."""
+    last = history[-1] if history else {}
     if f.stopper.last_step != f.state.step:
-        _score_for_stop(f)
-    f.stopper.restore(f.ema.module if f.ema is not None else f.unwrapped)
+        if last.get("step") == f.state.step and f.stopper.rule.key in last:
+            f.stopper.observe(f.state.step, last, _stop_target(f))
+        else:
+            _score_for_stop(f)
+    f.stopper.restore(_stop_target(f))
     if history:
         history[-1]["early_stop"] = f.stopper.summary(f.plan.total_steps)
 
