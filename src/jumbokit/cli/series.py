@@ -359,14 +359,14 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                             "of its best scoring. The steps the run would take (recipe, --steps) become its budget, "
                             "and the learning-rate schedule spans the budget. Needs the paper's split (--protocol "
                             "paper); 0 turns it off. With --frozen the recipe's is off (nothing to stop) "
-                            "(fine-tune: 5; others: 0, off)")
+                            "(paper: 0, off; fine-tune: 5; the other recipes: 0)")
     train.add_argument("--eval-every", type=_positive_int, default=None, metavar="STEPS",
-                       help="with --early-stop: optimizer steps between scorings of the validation half (every "
-                            "recipe: 50)")
+                       help="with --early-stop: optimizer steps between scorings of the validation half "
+                            "(default: 50, in every recipe)")
     train.add_argument("--early-stop-from", type=_non_negative_int, default=None, metavar="STEP",
                        help="with --early-stop: the first step scored; none before it, so the noisy first steps of "
                             "warm-up and peak learning rate neither stop a run nor give its best weights "
-                            "(fine-tune: 250; others: 0)")
+                            "(paper: 0; fine-tune: 250; the other recipes: 0)")
     train.add_argument("--weight-decay", type=_finite_float("a weight decay", "0.05"), default=0.02,
                        metavar="WD", help="AdamW's decoupled weight decay of the weight matrices (not of norms, "
                                           "biases, tokens and position embeddings) (default: 0.02)")
