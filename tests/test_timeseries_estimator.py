@@ -144,3 +144,52 @@ def test_estimator_fuses_a_rocket_classifier_and_predict_reads_the_saved_folder(
     holes[0, 0, 5] = np.nan
     with pytest.raises(ValueError, match="missing values before their end"):
         PatchTSTClassifier(model="patchtst", steps=1, fuse="minirocket", fuse_weight=0.5).fit(holes, y)
+
+
+def test_estimator_stops_on_a_held_out_share_of_the_training_series(monkeypatch, tmp_path):
+    """early_stop: a stratified share of the training series is held out (never trained on), the network stops on it
+    within its budget and keeps the best scoring's step, which save/load keep; without it, every series trains and
+    the budget runs out; bad settings are refused before training."""
+    from aeon.datasets import load_arrow_head
+
+    from jumbokit.timeseries import run
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    X, y = load_arrow_head(split="train")
+    seen = []
+    fit_series_model = run.fit_series_model
+
+    def recording(net, data, *args, **kwargs):
+        seen.append((data.train.x, data.train.y, data.val.x, data.val.y))
+        return fit_series_model(net, data, *args, **kwargs)
+
+    monkeypatch.setattr(run, "fit_series_model", recording)
+    kw = dict(model="patchtst", patches=4, steps=40, batch_size=8, random_state=0, lr=3e-2)  # a rate that stops
+    clf = PatchTSTClassifier(early_stop=1, eval_every=5, early_stop_from=5, validation_fraction=0.25, **kw).fit(X, y)
+    train_x, train_y, val_x, val_y = seen[-1]
+    assert len(train_x) + len(val_x) == len(X) and len(val_x) == 9
+    assert np.bincount(val_y).tolist() == [3, 3, 3] and np.bincount(train_y).sum() == 27
+    rows = {row.tobytes() for row in train_x}
+    assert not any(row.tobytes() in rows for row in val_x)  # held out: never trained on
+    record = clf.history_[-1]["early_stop"]
+    assert record["budget_steps"] == 40 and record["last_step"] == clf.n_steps_ <= 40
+    assert record["stopped"] and clf.best_step_ == record["best_step"] and clf.best_step_ % 5 == 0
+    assert clf.n_steps_ == clf.best_step_ + 5 < 40  # patience 1: stopped one scoring after the best
+    clf.save(tmp_path / "stopped")
+    again = PatchTSTClassifier.load(tmp_path / "stopped")
+    assert (again.n_steps_, again.best_step_) == (clf.n_steps_, clf.best_step_)
+    np.testing.assert_array_equal(again.predict_proba(X[:5]), clf.predict_proba(X[:5]))
+
+    plain = PatchTSTClassifier(**kw).fit(X, y)
+    assert len(seen[-1][0]) == len(X) and plain.n_steps_ == 40 and plain.best_step_ is None
+
+    one = y.copy()
+    one[np.flatnonzero(y == y[0])[1:]] = y[np.flatnonzero(y != y[0])[0]]  # the first class keeps one series
+    for params, labels, message in (
+            (dict(validation_fraction=0.0), y, "expected validation_fraction to be a number between 0 and 1"),
+            (dict(validation_fraction=1.0), y, "expected validation_fraction to be a number between 0 and 1"),
+            (dict(early_stop=-1), y, "early_stop must be an integer >= 0"),
+            (dict(early_stop=2), one, "needs two or more series of each class, got a class with 1; fit with "
+                                      "early_stop=0")):
+        with pytest.raises(ValueError, match=message):
+            PatchTSTClassifier(**dict(kw, **params)).fit(X, labels)

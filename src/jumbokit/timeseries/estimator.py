@@ -133,6 +133,20 @@ class PatchTSTClassifier(BaseClassifier):
     ema_decay : float, default=0.0
         > 0: predict with the exponential moving average of the weights (updated after every step with this
         decay, e.g. 0.998) instead of the last weights.
+    early_stop : int, default=0
+        > 0: hold out ``validation_fraction`` of the training series (stratified by class; never trained on),
+        score them every ``eval_every`` optimizer steps from step ``early_stop_from`` on, stop after this many
+        scorings in a row without a lower validation loss, and keep the weights of the best scoring. The steps the
+        run would take (``steps`` or ``epochs``) become its budget and the learning-rate schedule spans it, as
+        ``tstrain --early-stop`` does on its validation half (its ``--recipe fine-tune``: ``early_stop=5,
+        eval_every=50, early_stop_from=250`` on a budget of ``steps=1500`` from a pretrained 384-step encoder).
+        0 = off.
+    eval_every : int, default=50
+        With ``early_stop``: optimizer steps between scorings of the held-out series.
+    early_stop_from : int, default=0
+        With ``early_stop``: the first step scored (none before it).
+    validation_fraction : float, default=0.25
+        With ``early_stop``: the share of the training series held out (at least one series of each class).
     label_smoothing : float, default=0.0
         Train on targets of 1 - eps for the class and eps spread over all classes (0 = plain cross-entropy).
     grad_clip : float or None, default=None
@@ -206,6 +220,10 @@ class PatchTSTClassifier(BaseClassifier):
         The fitted ROCKET-family classifier of ``fuse``.
     fuse_weight_ : float
         The network's share in the fused probabilities (1.0 without ``fuse``).
+    n_steps_ : int
+        Optimizer steps the network took (fewer than its budget when ``early_stop`` stopped it).
+    best_step_ : int or None
+        With ``early_stop``: the step whose weights were kept; None without.
 
     See Also
     --------
@@ -250,7 +268,8 @@ class PatchTSTClassifier(BaseClassifier):
                  layers: int | None = None, drop_path: float = 0.0, dim: int | None = None,
                  unequal_length: str = "pad", save_last_model: bool = False, file_path: str = "./",
                  last_file_name: str = "last_model", init: str | None = None, frozen: bool = False,
-                 fuse: str | None = None, fuse_weight: float | str = "auto") -> None:
+                 fuse: str | None = None, fuse_weight: float | str = "auto", early_stop: int = 0,
+                 eval_every: int = 50, early_stop_from: int = 0, validation_fraction: float = 0.25) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -290,6 +309,10 @@ class PatchTSTClassifier(BaseClassifier):
         self.frozen = frozen
         self.fuse = fuse
         self.fuse_weight = fuse_weight
+        self.early_stop = early_stop
+        self.eval_every = eval_every
+        self.early_stop_from = early_stop_from
+        self.validation_fraction = validation_fraction
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
@@ -300,6 +323,9 @@ class PatchTSTClassifier(BaseClassifier):
         if self.model not in PATCHTST_MODELS + REFERENCE_MODELS:
             raise ValueError(f"expected model to be one of {PATCHTST_MODELS + REFERENCE_MODELS}, got {self.model!r}")
         weight = self._checked_fusion()
+        if not 0.0 < float(self.validation_fraction) < 1.0:
+            raise ValueError(f"expected validation_fraction to be a number between 0 and 1 (exclusive), got "
+                             f"{self.validation_fraction!r}")
         x = self._equal_length(X, self._encoder_length())
         check_series(x, "X")
         self.normalizer_ = fit_normalizer(x, self.normalize)
@@ -314,13 +340,16 @@ class PatchTSTClassifier(BaseClassifier):
                 weight = self._choose_fuse_weight(x, raw, codes, seed)
             self.rocket_ = self._fit_rocket(raw, codes, seed)
             self.fuse_weight_ = float(weight)
-        self.network_, self.history_ = self._fit_network(x, codes, seed)
+        fitted = self._fit_network(x, codes, seed)
+        self.network_, self.history_, self.n_steps_ = fitted.model.eval(), fitted.history, fitted.steps
+        self.best_step_ = fitted.history[-1]["early_stop"]["best_step"] if self.early_stop else None
         if self.save_last_model:
             self._save(Path(self.file_path) / self.last_file_name)
         return self
 
-    def _fit_network(self, x: np.ndarray, codes: np.ndarray, seed: int) -> tuple[Any, list]:
-        """The network trained on prepared series x with class codes: (it in eval mode, its history)."""
+    def _fit_network(self, x: np.ndarray, codes: np.ndarray, seed: int) -> Any:
+        """The network trained on prepared series x with class codes (a ``FittedModel``); with ``early_stop``,
+        trained on all but a held-out ``validation_fraction`` of them, which it is stopped on."""
         from .data import ClassificationData, SeriesSplit
         from .models.config import SeriesModelConfig
         from .protocol import SweepConfig
@@ -332,8 +361,16 @@ class PatchTSTClassifier(BaseClassifier):
         settings = _as_field_types(SweepConfig, {k: v for k, v in params.items() if k != "model"})
         cfg = SweepConfig(model=SeriesModelConfig(**_as_field_types(SeriesModelConfig, params)), **settings,
                           seed=seed).for_dataset(x)
-        split = SeriesSplit(x, codes, np.full(len(codes), x.shape[2]))
-        data = ClassificationData(name="X", train=split, val=split, test=split, classes=self.classes_,
+
+        def split(index: np.ndarray) -> SeriesSplit:
+            return SeriesSplit(x[index], codes[index], np.full(len(index), x.shape[2]))
+
+        train = val = split(np.arange(len(codes)))
+        if cfg.early_stop:
+            fit_idx, val_idx = self._held_out(codes, float(self.validation_fraction), seed, "early_stop",
+                                              "fit with early_stop=0")
+            train, val = split(fit_idx), split(val_idx)
+        data = ClassificationData(name="X", train=train, val=val, test=val, classes=self.classes_,
                                   protocol="official")
         with warnings.catch_warnings():
             warnings.simplefilter("always" if self.verbose else "ignore")
@@ -345,8 +382,20 @@ class PatchTSTClassifier(BaseClassifier):
         with nullcontext() if self.verbose else quiet_training():
             if cfg.pretrain_epochs:
                 pretrain_model(net, data, cfg, seed, progress=bool(self.verbose))
-            fitted = fit_series_model(net, data, float(self.lr), cfg, seed, progress=bool(self.verbose))
-        return fitted.model.eval(), fitted.history
+            return fit_series_model(net, data, float(self.lr), cfg, seed, progress=bool(self.verbose))
+
+    def _held_out(self, codes: np.ndarray, fraction: float, seed: int, use: str,
+                  way_out: str) -> tuple[np.ndarray, np.ndarray]:
+        """(fitted on, held out): positions of the training series, ``fraction`` of every class held out (at least
+        one series of each); ValueError naming ``use`` and ``way_out`` when a class has fewer than two series."""
+        from sklearn.model_selection import train_test_split
+
+        fewest = int(np.bincount(codes).min())
+        if fewest < 2:
+            raise ValueError(f"{use} holds out {fraction:g} of every class's training series and needs two or more "
+                             f"series of each class, got a class with {fewest}; {way_out}")
+        held = max(fraction, len(self.classes_) / len(codes))
+        return train_test_split(np.arange(len(codes)), test_size=held, stratify=codes, random_state=seed)
 
     # ------------------------------------------------------------------ a pretrained encoder and late fusion
     def _encoder_length(self) -> int | None:
@@ -395,17 +444,11 @@ class PatchTSTClassifier(BaseClassifier):
     def _choose_fuse_weight(self, x: np.ndarray, raw: np.ndarray, codes: np.ndarray, seed: int) -> float:
         """The network's share chosen as tstrain chooses it on its validation half (``choose_weight``), here on a
         stratified quarter of the training series, both models fitted on the other three quarters."""
-        from sklearn.model_selection import train_test_split
-
         from .fusion import choose_weight
         from .run import predict_proba
 
-        if np.bincount(codes).min() < 2:
-            raise ValueError("fuse_weight='auto' holds out a quarter of every class and needs two or more training "
-                             "series of each; pass a number for fuse_weight")
-        held = max(0.25, len(self.classes_) / len(codes))
-        fit_idx, val_idx = train_test_split(np.arange(len(codes)), test_size=held, stratify=codes, random_state=seed)
-        net, _ = self._fit_network(x[fit_idx], codes[fit_idx], seed)
+        fit_idx, val_idx = self._held_out(codes, 0.25, seed, "fuse_weight='auto'", "pass a number for fuse_weight")
+        net = self._fit_network(x[fit_idx], codes[fit_idx], seed).model.eval()
         rocket = self._fit_rocket(raw[fit_idx], codes[fit_idx], seed)
         proba = predict_proba(net, x[val_idx], batch_size=256)
         ridge = self._rocket_proba(rocket, raw[val_idx])
@@ -460,7 +503,8 @@ class PatchTSTClassifier(BaseClassifier):
         save_model(self.network_, path, data_config=data_config)
         record = {"estimator": type(self).__name__, "params": self.get_params(deep=False),
                   "classes": self.classes_.tolist(), "classes_dtype": self.classes_.dtype.str,
-                  "metadata": self.metadata_, "seq_len": self.seq_len_, "history": self.history_}
+                  "metadata": self.metadata_, "seq_len": self.seq_len_, "history": self.history_,
+                  "n_steps": self.n_steps_, "best_step": self.best_step_}
         if getattr(self, "rocket_", None) is not None:
             from .fusion import FUSION_FILE, ROCKET_FILE, fusion_record
             from .rocket_classifiers import save_rocket
@@ -496,6 +540,7 @@ class PatchTSTClassifier(BaseClassifier):
         clf.metadata_ = record["metadata"]
         clf.seq_len_ = int(record["seq_len"])
         clf.history_ = record["history"]
+        clf.n_steps_, clf.best_step_ = record.get("n_steps"), record.get("best_step")  # absent in older folders
         clf.rocket_, clf.fuse_weight_ = None, 1.0
         if "fuse_weight" in record:
             from .fusion import ROCKET_FILE
