@@ -575,6 +575,9 @@ def test_a_run_stops_after_its_patience_and_ends_on_the_best_weights(digits8, di
     assert summary["stopped"] is True and summary["last_step"] < summary["budget_steps"] == 120
     assert summary["last_step"] == summary["best_step"] + 2 * rule.every  # two scorings past the best, then out
     assert summary["last_step"] % rule.every == 0 and result.final["step"] == summary["last_step"]
+    steps, values = zip(*summary["curve"])
+    assert steps == tuple(range(rule.every, summary["last_step"] + 1, rule.every))
+    assert min(values) == summary["best_val_loss"] and steps[values.index(min(values))] == summary["best_step"]
     again = evaluate_classifier(result.model, val_loader)["loss"]
     assert again == pytest.approx(summary["best_val_loss"], rel=1e-5)
 
@@ -588,6 +591,7 @@ def test_no_scoring_before_the_rules_start(digits8, digits8_val):
                  eval_loaders={"val": make_loader(digits8_val, 16, train=False)}, early_stop=rule)
     summary = result.final["early_stop"]
     assert summary["scorings"] == 2 and summary["best_step"] in (10, 12)  # steps 10 and 12 (the last)
+    assert [step for step, _ in summary["curve"]] == [10, 12]
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -97,7 +97,8 @@ class Stopper:
 
     def summary(self, total_steps: int) -> dict[str, Any]:
         """What the run's final record says of the rule: the best step and value, where training ended (the
-        budget when it never stopped), the number of scorings."""
+        budget when it never stopped), the number of scorings and each one as [step, value] (the validation curve,
+        from which a stricter rule's stop can be read without training again)."""
         return {"rule": asdict(self.rule), "best_step": self.best_step, f"best_{self.rule.key}": self.best,
                 "stopped": self.stopped, "last_step": self.last_step, "budget_steps": total_steps,
-                "scorings": len(self.scorings)}
+                "scorings": len(self.scorings), "curve": [[step, value] for step, value in self.scorings]}
