@@ -193,6 +193,28 @@ def test_bad_series_inputs_get_one_line_and_no_file(sweep, tmp_path, jumbokit_cl
         assert not out.exists() and not list(tmp_path.glob(".pred.csv*"))
 
 
+def test_an_early_stopped_run_is_kept_with_its_best_weights_and_predicts_the_reported_accuracy(tmp_path):
+    """A run stopped on the validation half keeps the best scoring's weights: the kept model, read by predict from
+    the official test file, scores the reported test accuracy on the test half's rows."""
+    import json
+
+    from jumbokit.cli import tstrain_main
+    from jumbokit.recipes import predict
+
+    out = tmp_path / "sweep"
+    assert tstrain_main(["--dataset", "GunPoint", "--model", "patchtst", "--steps", "40", "--batch-size", "16",
+                         "--lr", "3e-2", "--dropout", "0.1", "--early-stop", "1", "--eval-every", "5",
+                         "--out", str(out), "--no-progress", "--cpu"]) == 0
+    [record] = [json.loads(p.read_text()) for p in (out / "runs" / "GunPoint" / "patchtst").glob("*.json")]
+    stop = record["extra"]["early_stop"]
+    assert stop["stopped"] and stop["best_step"] < stop["last_step"] < 40  # stopped, and not on its last weights
+    reported = json.loads((out / "results.json").read_text())["summary"][0]["test_top1"]
+    rows = predict.main(["--checkpoint", str(out), str(_gunpoint_test_file()), "--out", str(tmp_path / "p.csv"),
+                         "--no-progress"])["rows"]
+    half = [rows[i] for i in load_dataset("GunPoint").test_index]
+    assert 100.0 * sum(r["top1_label"] == r["label"] for r in half) / len(half) == pytest.approx(reported, abs=1e-9)
+
+
 def test_official_protocol_predict_on_the_test_file_gives_the_reported_accuracy(tmp_path):
     """The official protocol tests on the whole official test split: predict on the test file as it is."""
     import json
