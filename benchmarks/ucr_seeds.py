@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pair", action="append", default=[], metavar="A:B",
                    help="a paired comparison over the sets on the seed means, and seed by seed, repeatable "
                         "(default: none)")
+    p.add_argument("--reference", action="append", default=[], metavar="SEEDS_RECORD:MODEL=ALIAS",
+                   help="a column from another record of this script (another recipe over seeds): MODEL's accuracy "
+                        "in each of the records it read, named ALIAS here, so pairs with it are paired seed by seed "
+                        "too, repeatable, e.g. benchmarks/results/ucr_archive_fast_init10k_long_seeds.json:"
+                        "patchtst=patchtst@500 (default: none)")
     p.add_argument("--json", type=Path, default=None,
                    help="result file (default: benchmarks/results/ucr_archive_<recipe>_seeds.json)")
     return p
@@ -91,20 +96,42 @@ def load_records(paths: list[Path]) -> list[dict]:
     return records
 
 
-def seed_rows(records: list[dict]) -> tuple[dict, dict]:
+def load_reference(spec: str) -> tuple[list[dict], str, str]:
+    """``SEEDS_RECORD:MODEL=ALIAS`` as (the per-seed records that seeds record read, MODEL, ALIAS); SystemExit for a
+    bad spec, a file that is not such a record, or MODEL absent from its records."""
+    path, _, column = spec.rpartition(":")
+    model, _, alias = column.partition("=")
+    if not path or not model or not alias:
+        raise SystemExit(f"--reference expects SEEDS_RECORD:MODEL=ALIAS, got {spec!r}")
+    try:
+        seeds_record = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"--reference {path}: expected a JSON record of benchmarks/ucr_seeds.py ({err})") from None
+    if seeds_record.get("benchmark") != "ucr_seeds":
+        raise SystemExit(f"--reference {path}: expected a record of benchmarks/ucr_seeds.py, got benchmark "
+                         f"{seeds_record.get('benchmark')!r}")
+    records = load_records([Path(p) for p in seeds_record["records"]])
+    if not any(model in row["models"] for r in records for row in r["per_set"].values()):
+        raise SystemExit(f"--reference {path}: no model {model!r} in the records it read")
+    return records, model, alias
+
+
+def seed_rows(records: list[dict], references: list[tuple[list[dict], str, str]] = ()) -> tuple[dict, dict]:
     """({set: {model: {"test_top1": mean over seeds, "wall_seconds": mean, "seeds": n}}} over the sets every
-    record holds, {model: {seed: {set: accuracy}}})."""
+    record holds, {model: {seed: {set: accuracy}}}); each reference (records, MODEL, ALIAS) adds the column ALIAS,
+    MODEL's accuracy in those records at their seeds."""
     sets = [s for s in records[0]["per_set"] if all(s in r["per_set"] for r in records)]
     by_seed: dict[str, dict[int, dict[str, float]]] = {}
-    for record in records:
-        for s in sets:
-            for model, row in record["per_set"][s]["models"].items():
-                by_seed.setdefault(model, {}).setdefault(record["seed"], {})[s] = row["test_top1"]
     walls: dict[tuple[str, str], list[float]] = {}
-    for record in records:
-        for s in sets:
-            for model, row in record["per_set"][s]["models"].items():
-                walls.setdefault((s, model), []).append(row.get("wall_seconds") or 0.0)
+    for source, only, alias in [(records, None, None), *references]:
+        for record in source:
+            for s in (s for s in sets if s in record["per_set"]):
+                for model, row in record["per_set"][s]["models"].items():
+                    if only is not None and model != only:
+                        continue
+                    name = alias or model
+                    by_seed.setdefault(name, {}).setdefault(record["seed"], {})[s] = row["test_top1"]
+                    walls.setdefault((s, name), []).append(row.get("wall_seconds") or 0.0)
     rows = {}
     for s in sets:
         rows[s] = {}
@@ -155,7 +182,7 @@ def costs_by_seed(records: list[dict], sets: list[str]) -> tuple[list[dict], dic
 
 def report_text(command: str, records: list[dict], rows: dict, spreads: dict, headline: dict, everything: dict,
                 pairs: list[dict], seeded_pairs: list[list[dict]], costs: list[dict], peaks: dict,
-                groups: list[dict] | None = None) -> str:
+                groups: list[dict] | None = None, references: list[tuple[list[dict], str, str]] = ()) -> str:
     seeds = [r["seed"] for r in records]
     models = everything["models"]
     title = f"{headline['models'][0]} ({records[0]['recipe']})"
@@ -163,6 +190,8 @@ def report_text(command: str, records: list[dict], rows: dict, spreads: dict, he
              "", f"`{command}`", "", "The records, one per seed:", "",
              *[f"- seed {r['seed']}: `{r['path']}` (`{r['command'][:200]}{'...' if len(r['command']) > 200 else ''}`)"
                for r in records],
+             *[f"- column {alias}: {model} of `{', '.join(r['path'] for r in source)}` (seeds "
+               f"{', '.join(str(r['seed']) for r in source)})" for source, model, alias in references],
              "", f"{len(rows)} sets every record holds. Test accuracy on the paper's split (the official test set "
              "halved into validation and test, the same halves at every seed). A model's accuracy on a set is its "
              "mean over the seeds that ran it; the spread is the standard deviation over seeds of the archive mean.",
@@ -207,7 +236,8 @@ def main(argv=None) -> dict:
     if bad:
         raise SystemExit(f"--pair expects A:B and --group two or more names A,B,...; got {', '.join(bad)}")
     records = load_records(args.records)
-    rows, by_seed = seed_rows(records)
+    references = [load_reference(spec) for spec in args.reference]
+    rows, by_seed = seed_rows(records, references)
     models = list(by_seed)
     headline = args.headline or records[0]["models"][0]
     named = [headline, *(m for spec in args.pair for m in spec.split(":", 1))]
@@ -228,9 +258,11 @@ def main(argv=None) -> dict:
     json_path = args.json or result_path(RESULTS, "ucr_archive", f"{records[0]['recipe']}_seeds")
     group_figures(groups, json_path, ", mean over seeds")
     text = report_text(command, records, rows, spreads, result, everything, pairs, seeded_pairs, costs, peaks,
-                       groups)
+                       groups, references)
     record = {"benchmark": "ucr_seeds", "command": command, "records": [r["path"] for r in records],
               "seeds": [r["seed"] for r in records], "recipe": records[0]["recipe"], "machine": machine_record(),
+              "references": {alias: {"model": model, "records": [r["path"] for r in source]}
+                             for source, model, alias in references},
               **result, "spread": spreads, "every_model": everything, "groups": groups, "pairs": pairs,
               "pairs_per_seed": seeded_pairs,
               "cost_per_seed": costs, "peak_rss_mib": {s: c["peak_rss_mib"] for s, c in peaks.items()},

@@ -946,6 +946,39 @@ def test_ucr_seeds_averages_each_set_over_seeds_and_reports_the_spread(tmp_path)
     assert not (tmp_path / "x.json").exists()
 
 
+def test_ucr_seeds_takes_a_column_of_another_seeds_record_seed_by_seed(tmp_path):
+    """--reference: a model of another recipe's seeds record, read from the records that record read, becomes a
+    column paired seed by seed (seed 0 with seed 0, seed 1 with seed 1) and on the seed means; bad specs refused."""
+    sets = ["A", "B", "C"]
+    script = _script("ucr_seeds")
+    paths = {}
+    for recipe, base in (("old", 70.0), ("new", 75.0)):
+        for seed in (0, 1):
+            record = _archive_record(seed, {s: {"fused": base + seed * 2 + i, "minirocket": 80.0}
+                                            for i, s in enumerate(sets)})
+            record["recipe"] = recipe
+            paths[recipe, seed] = tmp_path / f"{recipe}{seed}.json"
+            paths[recipe, seed].write_text(json.dumps(record))
+    old = tmp_path / "old_seeds.json"
+    script.main([str(paths["old", 0]), str(paths["old", 1]), "--json", str(old)])
+    out = tmp_path / "new_seeds.json"
+    script.main([str(paths["new", 0]), str(paths["new", 1]), "--reference", f"{old}:fused=fused@old",
+                 "--pair", "fused:fused@old", "--json", str(out)])
+    record = json.loads(out.read_text())
+    assert record["references"]["fused@old"]["model"] == "fused"
+    assert record["per_set"]["B"]["fused@old"] == {"test_top1": pytest.approx(72.0), "seeds": 2,
+                                                   "wall_seconds": pytest.approx(1.0)}  # (71 + 73) / 2
+    assert [p["mean_difference"] for p in record["pairs_per_seed"][0]] == pytest.approx([5.0, 5.0])
+    assert record["pairs"][0]["mean_difference"] == pytest.approx(5.0)
+    assert "column fused@old: fused of" in out.with_suffix(".md").read_text()
+    for spec, message in ((f"{old}:fused", "expects SEEDS_RECORD:MODEL=ALIAS"),
+                          (f"{paths['old', 0]}:fused=x", "expected a record of benchmarks/ucr_seeds.py"),
+                          (f"{old}:nothing=x", "no model 'nothing'")):
+        with pytest.raises(SystemExit, match=message):
+            script.main([str(paths["new", 0]), "--reference", spec, "--json", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_numba_compile_benchmark_reports_cold_and_warm_seconds(tmp_path):
     """Hydra (torch, nothing for numba to compile) through the cold / warm children: both measured, a record and
     its markdown written; an unknown classifier refused before any child runs."""
