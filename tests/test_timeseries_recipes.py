@@ -466,7 +466,8 @@ def test_early_stopping_scores_the_validation_half_and_its_steps_are_a_budget(tm
     assert stop["budget_steps"] == 40 and record["steps"] == stop["last_step"] <= 40
     assert stop["best_step"] >= 10 and stop["best_step"] % 5 == 0
     assert stop["stopped"] == (stop["last_step"] < 40)
-    assert [step for step, _ in stop["curve"]] == list(range(10, stop["last_step"] + 1, 5))  # the validation curve
+    assert [point["step"] for point in stop["curve"]] == list(range(10, stop["last_step"] + 1, 5))  # the curve
+    assert {"val_loss", "val_top1"} <= set(stop["curve"][0])
     assert "Early stopping: the validation half scored every 5 steps from step 10" in (out / "report.md").read_text()
     assert ts_protocol.SweepConfig().identity()["early_stop"] == 0
     bad = tmp_path / "bad"

@@ -575,9 +575,11 @@ def test_a_run_stops_after_its_patience_and_ends_on_the_best_weights(digits8, di
     assert summary["stopped"] is True and summary["last_step"] < summary["budget_steps"] == 120
     assert summary["last_step"] == summary["best_step"] + 2 * rule.every  # two scorings past the best, then out
     assert summary["last_step"] % rule.every == 0 and result.final["step"] == summary["last_step"]
-    steps, values = zip(*summary["curve"])
-    assert steps == tuple(range(rule.every, summary["last_step"] + 1, rule.every))
-    assert min(values) == summary["best_val_loss"] and steps[values.index(min(values))] == summary["best_step"]
+    steps = [point["step"] for point in summary["curve"]]
+    losses = [point["val_loss"] for point in summary["curve"]]
+    assert steps == list(range(rule.every, summary["last_step"] + 1, rule.every))
+    assert min(losses) == summary["best_val_loss"] and steps[losses.index(min(losses))] == summary["best_step"]
+    assert all(0.0 <= point["val_top1"] <= 100.0 for point in summary["curve"])  # every number scored, kept
     again = evaluate_classifier(result.model, val_loader)["loss"]
     assert again == pytest.approx(summary["best_val_loss"], rel=1e-5)
 
@@ -591,7 +593,7 @@ def test_no_scoring_before_the_rules_start(digits8, digits8_val):
                  eval_loaders={"val": make_loader(digits8_val, 16, train=False)}, early_stop=rule)
     summary = result.final["early_stop"]
     assert summary["scorings"] == 2 and summary["best_step"] in (10, 12)  # steps 10 and 12 (the last)
-    assert [step for step, _ in summary["curve"]] == [10, 12]
+    assert [point["step"] for point in summary["curve"]] == [10, 12]
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -65,7 +65,7 @@ class Stopper:
     stale: int = 0  # scorings in a row that did not beat the best
     stopped: bool = False
     last_step: int = -1
-    scorings: list[tuple[int, float]] = field(default_factory=list)
+    scorings: list[dict[str, float]] = field(default_factory=list)  # {"step", and each number scored on the split}
     best_state: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     def due(self, step: int) -> bool:
@@ -79,7 +79,9 @@ class Stopper:
             raise KeyError(f"early stopping scores {self.rule.key!r}, but the evaluation gave "
                            f"{sorted(k for k in metrics if k.startswith(self.rule.split))}")
         value = float(metrics[self.rule.key])
-        self.scorings.append((step, value))
+        prefix = f"{self.rule.split}_"
+        self.scorings.append({"step": step, **{k: float(v) for k, v in metrics.items()
+                                               if k.startswith(prefix) and isinstance(v, (int, float))}})
         self.last_step = step
         sign = METRICS[self.rule.metric]
         if math.isnan(self.best) or sign * (value - self.best) > self.rule.min_delta:
@@ -97,8 +99,9 @@ class Stopper:
 
     def summary(self, total_steps: int) -> dict[str, Any]:
         """What the run's final record says of the rule: the best step and value, where training ended (the
-        budget when it never stopped), the number of scorings and each one as [step, value] (the validation curve,
-        from which a stricter rule's stop can be read without training again)."""
+        budget when it never stopped), the number of scorings and each one (the curve: the step and every number
+        scored on the split, e.g. ``val_loss`` and ``val_top1``, from which another rule's stop can be read up to
+        where this run ended, without training again)."""
         return {"rule": asdict(self.rule), "best_step": self.best_step, f"best_{self.rule.key}": self.best,
                 "stopped": self.stopped, "last_step": self.last_step, "budget_steps": total_steps,
-                "scorings": len(self.scorings), "curve": [[step, value] for step, value in self.scorings]}
+                "scorings": len(self.scorings), "curve": list(self.scorings)}

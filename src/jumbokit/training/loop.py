@@ -245,8 +245,7 @@ def _score_for_stop(f: _Fit) -> None:
     metrics = _evaluate_everywhere(f, f.stop_evals)
     f.stopper.observe(f.state.step, metrics, _stop_target(f))
     if f.run is not None:
-        step, value = f.stopper.scorings[-1]
-        f.run.append_metrics({"kind": "early_stop", "step": step, f.stopper.rule.key: value})
+        f.run.append_metrics({"kind": "early_stop", **f.stopper.scorings[-1]})
 
 
 def _end_early_stop(f: _Fit, history: list[dict]) -> None:
