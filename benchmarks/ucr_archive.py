@@ -247,6 +247,25 @@ def add_ensembles(rows: dict, models: list[str], k: int) -> None:
                                                      test_top1=row["ens_test_top1"], val_top1=row["ens_val_top1"])
 
 
+def steps_lines(rows: dict, models: list[str]) -> list[str]:
+    """One line per model whose rows say how many optimizer steps its runs took (and, stopped early, which step's
+    weights the chosen run kept): mean, median and range over the sets."""
+    lines = []
+    for m in models:
+        steps = [rows[s][m]["steps"] for s in rows if rows[s].get(m, {}).get("steps") is not None]
+        if not steps:
+            continue
+        line = (f"- {m}: {statistics.fmean(steps):,.0f} optimizer steps a run (mean over {len(steps)} sets; median "
+                f"{statistics.median(steps):,.0f}, {min(steps):,.0f} to {max(steps):,.0f})")
+        best = [rows[s][m]["best_step"] for s in rows if rows[s].get(m, {}).get("best_step") is not None]
+        if best:
+            first = min(best)
+            line += (f"; the chosen run's kept weights from step {statistics.median(best):,.0f} (median), step "
+                     f"{first:,} on {best.count(first)} sets")
+        lines.append(line + ".")
+    return ["## Optimizer steps", "", *lines, ""] if lines else []
+
+
 def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict, models: list[str],
                 result: dict, published: dict | None = None, everything: dict | None = None,
                 pairs: list[dict] | None = None, reference_commands: dict[str, str] | None = None,
@@ -295,6 +314,7 @@ def report_text(args: argparse.Namespace, command: str, rows: dict, costs: dict,
     if pairs:
         lines += ["## Paired over the sets", "", *[f"- {pair_line(pair)}" for pair in pairs], ""]
     lines += target_lines(rows, result, everything or result) + [""]
+    lines += steps_lines(rows, models)
     lines += ["## Per set (test top-1 %; CPU s and peak MiB: the set's tstrain process, all models; wall s: each "
               "model's record)", "", memory_line(costs), ""]
     if published:

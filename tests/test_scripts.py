@@ -946,6 +946,17 @@ def test_ucr_seeds_averages_each_set_over_seeds_and_reports_the_spread(tmp_path)
     assert not (tmp_path / "x.json").exists()
 
 
+def test_ucr_archive_reports_the_steps_runs_took_where_rows_say():
+    """The steps line: mean, median and range of a model's steps over the sets, and the kept weights' step."""
+    script = _script("ucr_archive")
+    rows = {"A": {"m": {"steps": 500.0, "best_step": 250}, "minirocket": {}},
+            "B": {"m": {"steps": 1500.0, "best_step": 1450}}, "C": {"m": {"steps": 700.0, "best_step": 250}}}
+    [line] = [x for x in script.steps_lines(rows, ["m", "minirocket"]) if x.startswith("- ")]
+    assert line == ("- m: 900 optimizer steps a run (mean over 3 sets; median 700, 500 to 1,500); the chosen run's "
+                    "kept weights from step 250 (median), step 250 on 2 sets.")
+    assert script.steps_lines({"A": {"minirocket": {}}}, ["minirocket"]) == []
+
+
 def test_ucr_seeds_takes_a_column_of_another_seeds_record_seed_by_seed(tmp_path):
     """--reference: a model of another recipe's seeds record, read from the records that record read, becomes a
     column paired seed by seed (seed 0 with seed 0, seed 1 with seed 1) and on the seed means; bad specs refused."""

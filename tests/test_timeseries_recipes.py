@@ -469,6 +469,9 @@ def test_early_stopping_scores_the_validation_half_and_its_steps_are_a_budget(tm
     assert [point["step"] for point in stop["curve"]] == list(range(10, stop["last_step"] + 1, 5))  # the curve
     assert {"val_loss", "val_top1"} <= set(stop["curve"][0])
     assert "Early stopping: the validation half scored every 5 steps from step 10" in (out / "report.md").read_text()
+    [row] = json.loads((out / "results.json").read_text())["summary"]
+    assert row["steps"] == record["steps"] and row["best_step"] == stop["best_step"]  # the summary says where
+    assert "best_step" in (out / "results.csv").read_text().splitlines()[0]
     assert ts_protocol.SweepConfig().identity()["early_stop"] == 0
     bad = tmp_path / "bad"
     for args, message in [(["--protocol", "official", "--early-stop", "2"], "early_stop must be 0 with "

@@ -248,6 +248,8 @@ def _write_csv(path: Path, rows: Sequence[SummaryRow], ensemble: int) -> None:
         fields += ["ens_test_top1", "ens_val_top1", "ens_k"]
     if any(r.padded is not None for r in rows):
         fields += ["wall_seconds", "padded"]
+    if any(r.best_step is not None for r in rows):
+        fields += ["steps", "best_step"]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()

@@ -33,7 +33,7 @@ __all__ = [
 
 # written only where set: ensembles, baselines and pretraining add them to a row
 _OPTIONAL = ("full_test_top1", "ens_test_top1", "ens_val_top1", "ens_k", "padded", "pretrain_seconds",
-             "fusion_weight")
+             "fusion_weight", "steps", "best_step")
 
 
 @dataclass
@@ -67,6 +67,8 @@ class SummaryRow:
     padded: bool | None = None  # baselines: series zero-padded to equal length
     pretrain_seconds: float | None = None
     fusion_weight: float | None = None  # fused rows: the transformer's share, chosen on validation
+    steps: float | None = None  # models: optimizer steps a run took, mean over the runs (early stopping cuts them)
+    best_step: int | None = None  # models stopped early: the step whose weights the chosen run kept
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict for results.json (the optional fields only where set)."""
@@ -165,6 +167,11 @@ def _model_row(dataset: str, model: str, items: list[dict], ens: dict | None,
         step_ms=float(np.mean([r["step_ms"] for r in items])), params=best["params"], patch_len=best["patch_len"],
         stride=best["stride"], num_patches=best["num_patches"], global_tokens=best["global_tokens"],
         wall_seconds=wall, pretrain_seconds=pretrain_seconds)
+    if all("steps" in r for r in items):
+        row.steps = float(np.mean([r["steps"] for r in items]))
+    stopped = (best.get("extra") or {}).get("early_stop")
+    if stopped:
+        row.best_step = int(stopped["best_step"])
     if ens is not None:
         row.ens_test_top1, row.ens_val_top1, row.ens_k = ens["test_top1"], ens["val_top1"], ens["k"]
     return row
