@@ -347,30 +347,25 @@ def test_fast_recipe_is_small_data_at_a_fifth_of_the_steps_one_run_per_set():
         PatchTSTClassifier(steps="many").fit(series, labels)
 
 
-def test_fine_tune_recipe_is_fast_with_a_budget_its_runs_stop_on_the_validation_half():
-    """fine-tune = fast with small-data's steps times 1.5 as a budget, each run stopped on its validation half
-    (5 scorings every 50 steps from step 250); off with --frozen, a one-line way out where it cannot run."""
+def test_fine_tune_recipe_is_fast_at_two_and_a_half_times_its_steps_and_no_recipe_stops_early():
+    """fine-tune = fast at 2.5x its steps (500 a run); early stopping is a flag of every recipe, off unless given."""
     fast, tune = ts_protocol.RECIPES["fast"], ts_protocol.RECIPES["fine-tune"]
-    assert {k: tune[k] for k in tune if tune[k] != fast[k]} == {"step_scale": 1.5, "early_stop": 5,
-                                                                 "early_stop_from": 250}
-    assert all(ts_protocol.RECIPES[name]["early_stop"] == 0 for name in ts_protocol.RECIPES if name != "fine-tune")
+    assert {k: tune[k] for k in tune if tune[k] != fast[k]} == {"step_scale": 0.5}
 
     def settings(*extra):
         return flags.settings_from_args(flags.build_parser().parse_args(["--dataset", "Trace", *extra]))
 
     chosen = settings("--recipe", "fine-tune")
     cfg = chosen.config
-    assert (cfg.recipe, cfg.step_scale, cfg.seeds, chosen.ensemble) == ("fine-tune", 1.5, 1, 1)
-    assert (cfg.early_stop, cfg.eval_every, cfg.early_stop_from) == (5, 50, 250)
-    assert (cfg.steps_for(384), cfg.steps_for(2000)) == (1500, 4500)
-    assert settings("--recipe", "fine-tune", "--early-stop", "0").config.early_stop == 0  # the whole budget
-    assert settings("--recipe", "fine-tune", "--init", "runs/enc", "--frozen").config.early_stop == 0
-    assert settings("--recipe", "fast", "--early-stop", "3").config.early_stop_from == 0
-    with pytest.raises(ValueError, match=r"--protocol official holds no validation half .*: pass --early-stop 0 "
-                                         r"\(the whole budget of steps\) or --protocol paper"):
-        settings("--recipe", "fine-tune", "--protocol", "official")
-    with pytest.raises(ValueError, match="pass --early-stop 0 .* or --branches 1"):
-        settings("--recipe", "fine-tune", "--branches", "2")
+    assert (cfg.recipe, cfg.step_scale, cfg.seeds, chosen.ensemble) == ("fine-tune", 0.5, 1, 1)
+    assert (cfg.steps_for(384), cfg.steps_for(2000)) == (500, 1500)
+    assert all(settings("--recipe", name).config.early_stop == 0 for name in ts_protocol.RECIPES)
+    stopped = settings("--recipe", "fine-tune", "--step-scale", "1.5", "--early-stop", "5", "--early-stop-from",
+                       "250").config
+    assert (stopped.early_stop, stopped.eval_every, stopped.early_stop_from, stopped.steps_for(384)) == (5, 50, 250,
+                                                                                                        1500)
+    with pytest.raises(ValueError, match="early_stop must be 0 with protocol='official'"):
+        settings("--recipe", "fine-tune", "--protocol", "official", "--early-stop", "5")
 
 
 def test_auto_trunk_width_follows_series_length(tmp_path, monkeypatch):

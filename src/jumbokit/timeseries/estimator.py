@@ -138,9 +138,8 @@ class PatchTSTClassifier(BaseClassifier):
         score them every ``eval_every`` optimizer steps from step ``early_stop_from`` on, stop after this many
         scorings in a row without a lower validation loss, and keep the weights of the best scoring. The steps the
         run would take (``steps`` or ``epochs``) become its budget and the learning-rate schedule spans it, as
-        ``tstrain --early-stop`` does on its validation half (its ``--recipe fine-tune``: ``early_stop=5,
-        eval_every=50, early_stop_from=250`` on a budget of ``steps=1500`` from a pretrained 384-step encoder).
-        0 = off.
+        ``tstrain --early-stop`` does on its validation half (e.g. ``early_stop=5, eval_every=50,
+        early_stop_from=250`` on a budget of ``steps=1500`` from a pretrained 384-step encoder). 0 = off.
     eval_every : int, default=50
         With ``early_stop``: optimizer steps between scorings of the held-out series.
     early_stop_from : int, default=0
