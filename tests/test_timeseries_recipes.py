@@ -368,6 +368,23 @@ def test_fine_tune_recipe_is_fast_at_two_and_a_half_times_its_steps_and_no_recip
         settings("--recipe", "fine-tune", "--protocol", "official", "--early-stop", "5")
 
 
+def test_lr_cycles_reach_training_and_the_first_cycle_is_the_shorter_run(tmp_path):
+    """--lr-cycles 3 over 60 steps, scored at each cycle's end: the first scoring (step 20) is the validation loss of
+    the 20-step run, as the first cycle is scheduled and fed as that run; the report names the restarts."""
+    assert tstrain_main(tiny(tmp_path / "short", "--steps", "20")) == 0
+    assert tstrain_main(tiny(tmp_path / "cycled", "--steps", "60", "--lr-cycles", "3", "--early-stop", "1",
+                             "--eval-every", "20", "--early-stop-from", "20")) == 0
+
+    def record(name):
+        [path] = (tmp_path / name / "runs" / "ItalyPowerDemand" / "patchtst").glob("*.json")
+        return json.loads(path.read_text())
+
+    curve = record("cycled")["extra"]["early_stop"]["curve"]
+    assert curve[0]["step"] == 20 and curve[0]["val_loss"] == pytest.approx(record("short")["val_loss"], rel=1e-6)
+    assert "3 cycles over the steps" in (tmp_path / "cycled" / "report.md").read_text()
+    assert json.loads((tmp_path / "cycled" / "sweep.json").read_text())["lr_cycles"] == 3
+
+
 def test_auto_trunk_width_follows_series_length(tmp_path, monkeypatch):
     """trunk_width="auto": 32 filters up to 400 steps, 64 beyond, resolved per dataset for the runs' models."""
     assert [ts_protocol.auto_trunk_width(n) for n in (24, 361, 400, 401, 1460)] == [32, 32, 32, 64, 64]

@@ -596,6 +596,31 @@ def test_no_scoring_before_the_rules_start(digits8, digits8_val):
     assert [point["step"] for point in summary["curve"]] == [10, 12]
 
 
+def test_a_cycled_schedule_restarts_and_its_first_cycle_is_the_shorter_run(digits8, digits8_val):
+    """lr_cycles=2 over two epochs: each epoch is scheduled as a one-epoch run (warm-up and decay again), so the
+    weights at the end of the first cycle, scored by an early-stopping rule that never fires, are those of the
+    one-epoch run; the plan's schedule positions and a bad count refused."""
+    from jumbokit.training import EarlyStop, StepPlan
+    from jumbokit.training.evaluate import evaluate_classifier
+
+    short = fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(), quiet(epochs=1,
+                                                                                            warmup_epochs=0.5)).model
+    val_loader = make_loader(digits8_val, 16, train=False)
+    rule = EarlyStop(every=6, start=6, patience=1000, restore_best=False)  # 96 / 16 = 6 steps an epoch
+    cycled = fit(tiny_model(), make_loader(digits8, 16, seed=5), classification_loss(),
+                 quiet(epochs=2, warmup_epochs=0.5, lr_cycles=2), eval_loaders={"val": val_loader}, early_stop=rule)
+    first, last = cycled.final["early_stop"]["curve"]
+    assert first["step"] == 6 and last["step"] == 12
+    assert first["val_loss"] == pytest.approx(evaluate_classifier(short, val_loader)["loss"], rel=1e-6)
+    plan = StepPlan.of(1500, TrainConfig(epochs=1, warmup_fraction=0.1, lr_cycles=3))
+    assert (plan.warmup_steps, plan.cycle_steps) == (150, 500)
+    assert [plan.schedule_at(s) for s in (0, 499, 500, 1499)] == [(0, 500, 50), (499, 500, 50), (0, 500, 50),
+                                                                   (499, 500, 50)]
+    assert StepPlan.of(1500, TrainConfig(epochs=1, warmup_fraction=0.1)).schedule_at(700) == (700, 1500, 150)
+    with pytest.raises(ValueError, match="lr_cycles must be an integer >= 1"):
+        TrainConfig(lr_cycles=0).validate()
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(every=5, patience=1, start=-1), "start must be an integer >= 0"),
     (dict(every=0, patience=1), "every must be an integer >= 1"),

@@ -365,6 +365,12 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                        help="with --early-stop: the first step scored; none before it, so the noisy first steps of "
                             "warm-up and peak learning rate neither stop a run nor give its best weights "
                             "(default: 0)")
+    train.add_argument("--lr-cycles", type=_positive_int, default=1, metavar="N",
+                       help="restart the learning-rate schedule N times over the run's steps (warm restarts): each "
+                            "cycle is warmed up and decayed as a run of its length would be, so the first cycle's "
+                            "weights are those of the shorter run; with --early-stop scoring every cycle "
+                            "(--eval-every and --early-stop-from the cycle's steps), a stop compares only weights "
+                            "taken at the bottom of a decay (default: 1, one schedule)")
     train.add_argument("--weight-decay", type=_finite_float("a weight decay", "0.05"), default=0.02,
                        metavar="WD", help="AdamW's decoupled weight decay of the weight matrices (not of norms, "
                                           "biases, tokens and position embeddings) (default: 0.02)")
@@ -489,7 +495,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> Sweep
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), init=args.init, frozen=args.frozen,
                        seeds=pick("seeds"),
                        ema_decay=args.ema, early_stop=args.early_stop, eval_every=args.eval_every,
-                       early_stop_from=args.early_stop_from,
+                       early_stop_from=args.early_stop_from, lr_cycles=args.lr_cycles,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
                        jumbo_multiplier=args.jumbo_multiplier, layer_scale=args.layer_scale, pos_embed=args.pos_embed,
                        layers=args.layers, drop_path=args.drop_path, weight_decay=args.weight_decay,

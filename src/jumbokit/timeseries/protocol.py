@@ -194,6 +194,9 @@ class SweepConfig:
     early_stop: int = 0
     eval_every: int = 50
     early_stop_from: int = 0
+    # > 1: the learning-rate schedule restarts that many times over the run's steps (TrainConfig.lr_cycles): each
+    # cycle scheduled as a run of its length, so the first cycle's weights are the shorter run's (1 = one schedule)
+    lr_cycles: int = 1
     label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the class, eps spread over all classes
     jumbo_pool: str = "segments"  # the Jumbo models' feature: "segments" | "jumbo" | "jumbo+mean" (JUMBO_POOLS)
     jumbo_multiplier: int = JUMBO_MULTIPLIER  # J of the Jumbo models; registers are matched to it (Proposition 1)
@@ -252,6 +255,8 @@ class SweepConfig:
             ("early_stop", self.early_stop, is_integer(self.early_stop) and self.early_stop >= 0,
              "an integer >= 0 (scorings; 0 = off)"),
             ("eval_every", self.eval_every, is_integer(self.eval_every) and self.eval_every >= 1, "an integer >= 1"),
+            ("lr_cycles", self.lr_cycles, is_integer(self.lr_cycles) and self.lr_cycles >= 1,
+             "an integer >= 1 (1 = one schedule)"),
             ("early_stop_from", self.early_stop_from, is_integer(self.early_stop_from) and self.early_stop_from >= 0,
              "an integer >= 0 (a step)"),
             ("early_stop", self.early_stop, not self.early_stop or self.protocol == "seed",

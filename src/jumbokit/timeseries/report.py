@@ -214,6 +214,9 @@ def training_text(cfg: SweepConfig) -> str:
         text += f"; mixup alpha {cfg.mixup_alpha:g})." if "mixup" in cfg.augment else ")."
     if cfg.ema_decay:
         text += f" Scored: the exponential moving average of the weights (decay {cfg.ema_decay:g})."
+    if cfg.lr_cycles > 1:
+        text += (f" The learning-rate schedule restarts: {cfg.lr_cycles} cycles over the steps, each warmed up and "
+                 "decayed as a run of its length.")
     if cfg.early_stop:
         text += (f" Early stopping: the validation half scored every {cfg.eval_every} steps from step "
                  f"{cfg.early_stop_from}, training stopped after "

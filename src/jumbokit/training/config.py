@@ -15,7 +15,10 @@ class TrainConfig:
 
     Learning rate: ``lr`` is the peak (after warm-up) for every param group (groups may carry their own
     ``lr``); warm-up lasts ``warmup_epochs`` epochs or ``warmup_fraction`` of all steps (the fraction wins when
-    set), then ``schedule`` decays to ``min_lr`` per optimizer step.
+    set), then ``schedule`` decays to ``min_lr`` per optimizer step. ``lr_cycles`` > 1 restarts that schedule (warm
+    restarts, as SGDR): the steps split into that many cycles, each scheduled as a run of its own length would be,
+    so the first cycle's weights are those of the shorter run and a stop at a cycle's end (``early_stop`` scoring
+    every cycle) compares weights taken at the bottom of a decay.
     ``grad_accum`` micro-batches make one optimizer step; ``checkpoint_every`` is in epochs (0 = off) and
     ``checkpoint_steps`` adds mid-epoch checkpoints every that many optimizer steps (0 = off).
     ``resume``: None (fresh), "latest" (newest checkpoint in out_dir; fresh start if none) or a checkpoint /
@@ -43,6 +46,7 @@ class TrainConfig:
     warmup_fraction: float | None = None
     min_lr: float = 1e-8
     schedule: str = "cosine"
+    lr_cycles: int = 1
     grad_clip: float | None = None
     grad_accum: int = 1
     mixed_precision: str = "auto"
@@ -79,6 +83,7 @@ class TrainConfig:
             ("warmup_epochs", self.warmup_epochs >= 0, ">= 0"),
             ("warmup_fraction", self.warmup_fraction is None or 0 <= self.warmup_fraction < 1, "in [0, 1)"),
             ("min_lr", 0 <= self.min_lr <= self.lr, f"in [0, lr={self.lr}]"),
+            ("lr_cycles", isinstance(self.lr_cycles, int) and self.lr_cycles >= 1, "an integer >= 1 (1 = no restart)"),
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "None or > 0"),
             ("grad_accum", self.grad_accum >= 1, "an integer >= 1"),
             ("checkpoint_every", self.checkpoint_every >= 0, ">= 0 (0 = off)"),

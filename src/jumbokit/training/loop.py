@@ -301,7 +301,7 @@ def _train_epoch(f: _Fit, epoch: int) -> RunningMean:
             update_join(state.step)
         if on_step is not None:
             on_step(state.step, f.plan.total_steps)
-        f.lr = set_lr(f.optimizer, state.step, f.plan.total_steps, f.plan.warmup_steps, cfg)
+        f.lr = set_lr(f.optimizer, *f.plan.schedule_at(state.step), cfg)
         with acc.accumulate(f.model):
             loss, logs = f.loss_fn(f.model, batch)
             acc.backward(loss)

@@ -186,6 +186,8 @@ class StepPlan:
     steps_per_epoch: int
     total_steps: int
     warmup_steps: int
+    cycles: int = 1  # learning-rate cycles (``TrainConfig.lr_cycles``, at most one a step)
+    cycle_warmup: int | None = None  # the warm-up of each cycle (None: warmup_steps, one cycle)
 
     @classmethod
     def of(cls, batches: int, cfg: TrainConfig) -> "StepPlan":
@@ -194,7 +196,25 @@ class StepPlan:
             raise ValueError("the training loader yields no batches (dataset smaller than one batch per process?); "
                              "lower the batch size")
         steps_per_epoch = math.ceil(batches / cfg.grad_accum)
-        return cls(batches, steps_per_epoch, cfg.epochs * steps_per_epoch, warmup_steps_for(cfg, steps_per_epoch))
+        total = cfg.epochs * steps_per_epoch
+        cycles = min(cfg.lr_cycles, total)
+        length = math.ceil(total / cycles)  # a cycle's warm-up is that of a run of its length
+        cycle_warmup = (int(round(cfg.warmup_fraction * length)) if cfg.warmup_fraction is not None
+                        else min(length, int(round(cfg.warmup_epochs * steps_per_epoch))))
+        return cls(batches, steps_per_epoch, total, warmup_steps_for(cfg, steps_per_epoch), cycles, cycle_warmup)
+
+    @property
+    def cycle_steps(self) -> int:
+        """Optimizer steps of a learning-rate cycle (the last may be shorter)."""
+        return math.ceil(self.total_steps / self.cycles)
+
+    def schedule_at(self, step: int) -> tuple[int, int, int]:
+        """(step within its learning-rate cycle, the cycle's steps, its warm-up), what :func:`set_lr` schedules:
+        with one cycle, (step, total_steps, warmup_steps)."""
+        if self.cycles == 1:
+            return step, self.total_steps, self.warmup_steps
+        start = min(step // self.cycle_steps, self.cycles - 1) * self.cycle_steps
+        return step - start, min(self.cycle_steps, self.total_steps - start), int(self.cycle_warmup or 0)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, step: int, total_steps: int, warmup_steps: int, cfg: TrainConfig) -> float:
