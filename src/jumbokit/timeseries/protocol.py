@@ -190,7 +190,8 @@ class SweepConfig:
     ema_decay: float = 0.0  # > 0: score the exponential moving average of the weights (TrainConfig.ema_decay)
     grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
     # > 0: score the validation half every eval_every steps from step early_stop_from on, stop after this many
-    # scorings without a lower validation loss, keep the best scoring's weights; the run's steps are its budget (0 = off)
+    # scorings without a lower validation loss, keep the best scoring's weights; the run's steps are its budget
+    # (0 = off)
     early_stop: int = 0
     eval_every: int = 50
     early_stop_from: int = 0
