@@ -383,6 +383,15 @@ def test_lr_cycles_reach_training_and_the_first_cycle_is_the_shorter_run(tmp_pat
     assert curve[0]["step"] == 20 and curve[0]["val_loss"] == pytest.approx(record("short")["val_loss"], rel=1e-6)
     assert "3 cycles over the steps" in (tmp_path / "cycled" / "report.md").read_text()
     assert json.loads((tmp_path / "cycled" / "sweep.json").read_text())["lr_cycles"] == 3
+    assert tstrain_main(tiny(tmp_path / "top1", "--steps", "60", "--lr-cycles", "3", "--early-stop", "1",
+                             "--eval-every", "20", "--early-stop-from", "20", "--early-stop-metric", "top1")) == 0
+    stop = record("top1")["extra"]["early_stop"]
+    accuracy = [point["val_top1"] for point in stop["curve"]]
+    assert json.loads((tmp_path / "top1" / "sweep.json").read_text())["early_stop_metric"] == "top1"
+    assert accuracy[0] == pytest.approx(record("short")["val_top1"])
+    best = next(i for i, a in enumerate(accuracy) if a == max(accuracy))  # the first of the highest is kept
+    assert stop["best_step"] == stop["curve"][best]["step"]
+    assert "without a higher validation accuracy" in (tmp_path / "top1" / "report.md").read_text()
 
 
 def test_auto_trunk_width_follows_series_length(tmp_path, monkeypatch):

@@ -365,6 +365,10 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                        help="with --early-stop: the first step scored; none before it, so the noisy first steps of "
                             "warm-up and peak learning rate neither stop a run nor give its best weights "
                             "(default: 0)")
+    train.add_argument("--early-stop-metric", choices=("loss", "top1"), default="loss",
+                       help="with --early-stop: what a scoring must beat, the validation loss (lower) or top-1 "
+                            "accuracy (higher; a tie does not count, so the earlier weights are kept) "
+                            "(default: loss)")
     train.add_argument("--lr-cycles", type=_positive_int, default=1, metavar="N",
                        help="restart the learning-rate schedule N times over the run's steps (warm restarts): each "
                             "cycle is warmed up and decayed as a run of its length would be, so the first cycle's "
@@ -496,6 +500,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> Sweep
                        seeds=pick("seeds"),
                        ema_decay=args.ema, early_stop=args.early_stop, eval_every=args.eval_every,
                        early_stop_from=args.early_stop_from, lr_cycles=args.lr_cycles,
+                       early_stop_metric=args.early_stop_metric,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
                        jumbo_multiplier=args.jumbo_multiplier, layer_scale=args.layer_scale, pos_embed=args.pos_embed,
                        layers=args.layers, drop_path=args.drop_path, weight_decay=args.weight_decay,

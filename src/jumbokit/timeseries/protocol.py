@@ -190,11 +190,12 @@ class SweepConfig:
     ema_decay: float = 0.0  # > 0: score the exponential moving average of the weights (TrainConfig.ema_decay)
     grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
     # > 0: score the validation half every eval_every steps from step early_stop_from on, stop after this many
-    # scorings without a lower validation loss, keep the best scoring's weights; the run's steps are its budget
-    # (0 = off)
+    # scorings without a better early_stop_metric (a lower loss, or a higher top-1 accuracy), keep the best
+    # scoring's weights; the run's steps are its budget (0 = off)
     early_stop: int = 0
     eval_every: int = 50
     early_stop_from: int = 0
+    early_stop_metric: str = "loss"
     # > 1: the learning-rate schedule restarts that many times over the run's steps (TrainConfig.lr_cycles): each
     # cycle scheduled as a run of its length, so the first cycle's weights are the shorter run's (1 = one schedule)
     lr_cycles: int = 1
@@ -256,6 +257,8 @@ class SweepConfig:
             ("early_stop", self.early_stop, is_integer(self.early_stop) and self.early_stop >= 0,
              "an integer >= 0 (scorings; 0 = off)"),
             ("eval_every", self.eval_every, is_integer(self.eval_every) and self.eval_every >= 1, "an integer >= 1"),
+            ("early_stop_metric", self.early_stop_metric, self.early_stop_metric in ("loss", "top1"),
+             "'loss' or 'top1'"),
             ("lr_cycles", self.lr_cycles, is_integer(self.lr_cycles) and self.lr_cycles >= 1,
              "an integer >= 1 (1 = one schedule)"),
             ("early_stop_from", self.early_stop_from, is_integer(self.early_stop_from) and self.early_stop_from >= 0,

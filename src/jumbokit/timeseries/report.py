@@ -220,7 +220,9 @@ def training_text(cfg: SweepConfig) -> str:
     if cfg.early_stop:
         text += (f" Early stopping: the validation half scored every {cfg.eval_every} steps from step "
                  f"{cfg.early_stop_from}, training stopped after "
-                 f"{cfg.early_stop} scorings without a lower validation loss (the steps above are the budget), the "
+                 f"{cfg.early_stop} scorings without a "
+                 f"{'lower validation loss' if cfg.early_stop_metric == 'loss' else 'higher validation accuracy'} "
+                 "(the steps above are the budget), the "
                  "best scoring's weights kept.")
     if cfg.pretrain_epochs:
         source = (f"the training splits of {cfg.pretrain_on.replace(',', ', ')} (each target left out)"

@@ -316,7 +316,7 @@ def fit_series_model(model: nn.Module, data: ClassificationData, lr: float, cfg:
         from ..training import EarlyStop
 
         stopping = dict(early_stop=EarlyStop(every=cfg.eval_every, patience=cfg.early_stop,
-                                             start=cfg.early_stop_from),
+                                             start=cfg.early_stop_from, metric=cfg.early_stop_metric),
                         eval_loaders={"val": series_loader(data.val, 256, shuffle=False)})
     # splits the model reads without NaN are declared so: no step reads its batch back to look (a GPU sync)
     read = [data.train.x] + ([data.val.x] if stopping else [])
