@@ -146,6 +146,11 @@ class PatchTSTClassifier(BaseClassifier):
         With ``early_stop``: the first step scored (none before it).
     validation_fraction : float, default=0.25
         With ``early_stop``: the share of the training series held out (at least one series of each class).
+    early_stop_metric : {"loss", "top1"}, default="loss"
+        With ``early_stop``: what a scoring must beat, the held-out loss (lower) or top-1 accuracy (higher).
+    lr_cycles : int, default=1
+        Restart the learning-rate schedule this many times over the steps (``tstrain --lr-cycles``): each cycle is
+        warmed up and decayed as a run of its length, so the first cycle's weights are the shorter run's.
     label_smoothing : float, default=0.0
         Train on targets of 1 - eps for the class and eps spread over all classes (0 = plain cross-entropy).
     grad_clip : float or None, default=None
@@ -268,7 +273,8 @@ class PatchTSTClassifier(BaseClassifier):
                  unequal_length: str = "pad", save_last_model: bool = False, file_path: str = "./",
                  last_file_name: str = "last_model", init: str | None = None, frozen: bool = False,
                  fuse: str | None = None, fuse_weight: float | str = "auto", early_stop: int = 0,
-                 eval_every: int = 50, early_stop_from: int = 0, validation_fraction: float = 0.25) -> None:
+                 eval_every: int = 50, early_stop_from: int = 0, validation_fraction: float = 0.25,
+                 early_stop_metric: str = "loss", lr_cycles: int = 1) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -312,6 +318,8 @@ class PatchTSTClassifier(BaseClassifier):
         self.eval_every = eval_every
         self.early_stop_from = early_stop_from
         self.validation_fraction = validation_fraction
+        self.early_stop_metric = early_stop_metric
+        self.lr_cycles = lr_cycles
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose
