@@ -182,8 +182,11 @@ def test_estimator_stops_on_a_held_out_share_of_the_training_series(monkeypatch,
 
     cycled = PatchTSTClassifier(early_stop=1, eval_every=20, early_stop_from=20, lr_cycles=2, early_stop_metric="top1",
                                 **kw).fit(X, y)  # scored at the end of each 20-step cycle, on the held-out accuracy
-    assert [point["step"] for point in cycled.history_[-1]["early_stop"]["curve"]] == [20, 40]  # the budget's end
+    curve = cycled.history_[-1]["early_stop"]["curve"]
+    assert [point["step"] for point in curve] == [20, 40]  # the budget's end
     assert cycled.history_[-1]["early_stop"]["rule"]["metric"] == "top1" and cycled.best_step_ in (20, 40)
+    short = PatchTSTClassifier(early_stop=1, eval_every=20, early_stop_from=20, **dict(kw, steps=20)).fit(X, y)
+    assert curve[0]["val_loss"] == pytest.approx(short.history_[-1]["early_stop"]["curve"][0]["val_loss"], rel=1e-6)
     plain = PatchTSTClassifier(**kw).fit(X, y)
     assert len(seen[-1][0]) == len(X) and plain.n_steps_ == 40 and plain.best_step_ is None
 

@@ -388,6 +388,7 @@ def test_lr_cycles_reach_training_and_the_first_cycle_is_the_shorter_run(tmp_pat
     stop = record("top1")["extra"]["early_stop"]
     accuracy = [point["val_top1"] for point in stop["curve"]]
     assert json.loads((tmp_path / "top1" / "sweep.json").read_text())["early_stop_metric"] == "top1"
+    assert stop["rule"]["metric"] == "top1" and record("cycled")["extra"]["early_stop"]["rule"]["metric"] == "loss"
     assert accuracy[0] == pytest.approx(record("short")["val_top1"])
     best = next(i for i, a in enumerate(accuracy) if a == max(accuracy))  # the first of the highest is kept
     assert stop["best_step"] == stop["curve"][best]["step"]

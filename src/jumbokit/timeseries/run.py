@@ -406,7 +406,8 @@ def train_run_model(data: ClassificationData, model_name: str, lr: float, dropou
         extra["ridge_alpha"] = fitted.history[0]["ridge_alpha"]
     if cfg.early_stop:
         stopped = fitted.history[-1]["early_stop"]
-        extra["early_stop"] = {k: stopped[k] for k in ("best_step", "last_step", "budget_steps", "stopped", "curve")}
+        extra["early_stop"] = {k: stopped[k] for k in ("rule", "best_step", "last_step", "budget_steps", "stopped",
+                                                       "curve")}
     run = RunResult(
         dataset=data.name, model=model_name, lr=float(lr), dropout=float(dropout), val_top1=100.0 * val_acc,
         test_top1=100.0 * test_acc, val_loss=val_loss, train_loss=fitted.train_loss, epochs=fitted.epochs, steps=fitted.steps,

@@ -152,9 +152,10 @@ def fit(
         on_epoch_end: ``on_epoch_end(epoch, model, record)`` on the main process (plots, samples); the model
             is the one ``eval_fn`` sees.
         early_stop: score ``eval_loaders[early_stop.split]`` every ``early_stop.every`` optimizer steps from step
-            ``early_stop.start`` on (and after the last one) and stop once ``patience`` scorings did not beat the best;
-            the model ends on the best scoring's weights (:mod:`.early_stop`). The final record gets ``early_stop``
-            (best step and value, where training ended). Not with checkpoints (the best weights are kept in memory) nor under FSDP.
+            ``early_stop.start`` on (and after the last one) and stop once ``patience`` scorings did not beat the
+            best; the model ends on the best scoring's weights (:mod:`.early_stop`). The final record gets
+            ``early_stop`` (best step and value, where training ended, the curve). Not with checkpoints (the best
+            weights are kept in memory) nor under FSDP.
     Returns:
         FitResult(history, final, model (unwrapped; the weight average with ``cfg.ema_decay`` > 0; under FSDP the
         whole model on the main process and the sharded module on the others), accelerator).

@@ -170,9 +170,10 @@ def epochs_for_min_steps(epochs: int, min_steps: int, steps_per_epoch: int) -> i
     return max(int(epochs), math.ceil(min_steps / max(1, steps_per_epoch)))
 
 
-def warmup_steps_for(cfg: TrainConfig, steps_per_epoch: int) -> int:
-    """Warm-up length in optimizer steps (``warmup_fraction`` of all steps wins over ``warmup_epochs``)."""
-    total = cfg.epochs * steps_per_epoch
+def warmup_steps_for(cfg: TrainConfig, steps_per_epoch: int, total: int | None = None) -> int:
+    """Warm-up length in optimizer steps of a schedule of ``total`` steps (default: the whole run, ``cfg.epochs``
+    epochs): ``warmup_fraction`` of them wins over ``warmup_epochs``."""
+    total = cfg.epochs * steps_per_epoch if total is None else total
     if cfg.warmup_fraction is not None:
         return int(round(cfg.warmup_fraction * total))
     return min(total, int(round(cfg.warmup_epochs * steps_per_epoch)))
@@ -186,8 +187,8 @@ class StepPlan:
     steps_per_epoch: int
     total_steps: int
     warmup_steps: int
-    cycles: int = 1  # learning-rate cycles (``TrainConfig.lr_cycles``, at most one a step)
-    cycle_warmup: int | None = None  # the warm-up of each cycle (None: warmup_steps, one cycle)
+    cycles: int  # learning-rate cycles (``TrainConfig.lr_cycles``, at most one a step)
+    cycle_warmup: int  # the warm-up of each cycle (warmup_steps with one cycle)
 
     @classmethod
     def of(cls, batches: int, cfg: TrainConfig) -> "StepPlan":
@@ -198,9 +199,7 @@ class StepPlan:
         steps_per_epoch = math.ceil(batches / cfg.grad_accum)
         total = cfg.epochs * steps_per_epoch
         cycles = min(cfg.lr_cycles, total)
-        length = math.ceil(total / cycles)  # a cycle's warm-up is that of a run of its length
-        cycle_warmup = (int(round(cfg.warmup_fraction * length)) if cfg.warmup_fraction is not None
-                        else min(length, int(round(cfg.warmup_epochs * steps_per_epoch))))
+        cycle_warmup = warmup_steps_for(cfg, steps_per_epoch, math.ceil(total / cycles))  # a run of a cycle's length
         return cls(batches, steps_per_epoch, total, warmup_steps_for(cfg, steps_per_epoch), cycles, cycle_warmup)
 
     @property
@@ -211,10 +210,8 @@ class StepPlan:
     def schedule_at(self, step: int) -> tuple[int, int, int]:
         """(step within its learning-rate cycle, the cycle's steps, its warm-up), what :func:`set_lr` schedules:
         with one cycle, (step, total_steps, warmup_steps)."""
-        if self.cycles == 1:
-            return step, self.total_steps, self.warmup_steps
         start = min(step // self.cycle_steps, self.cycles - 1) * self.cycle_steps
-        return step - start, min(self.cycle_steps, self.total_steps - start), int(self.cycle_warmup or 0)
+        return step - start, min(self.cycle_steps, self.total_steps - start), self.cycle_warmup
 
 
 def set_lr(optimizer: torch.optim.Optimizer, step: int, total_steps: int, warmup_steps: int, cfg: TrainConfig) -> float:
