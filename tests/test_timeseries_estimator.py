@@ -200,3 +200,19 @@ def test_estimator_stops_on_a_held_out_share_of_the_training_series(monkeypatch,
                                       "early_stop=0")):
         with pytest.raises(ValueError, match=message):
             PatchTSTClassifier(**dict(kw, **params)).fit(X, labels)
+
+
+def test_estimator_takes_layer_decay_as_tstrain_does():
+    """layer_decay=1 trains the plain network exactly; 0.5 slows the lower layers, so the network differs."""
+    from aeon.datasets import load_arrow_head
+
+    from jumbokit.timeseries.estimator import PatchTSTClassifier
+
+    X, y = load_arrow_head(split="train")
+    kw = dict(model="patchtst", patches=4, steps=10, batch_size=8, random_state=0)
+    plain = PatchTSTClassifier(**kw).fit(X, y).predict_proba(X[:8])
+    np.testing.assert_allclose(PatchTSTClassifier(layer_decay=1.0, **kw).fit(X, y).predict_proba(X[:8]), plain,
+                               rtol=1e-5, atol=1e-6)
+    assert not np.allclose(PatchTSTClassifier(layer_decay=0.5, **kw).fit(X, y).predict_proba(X[:8]), plain, atol=1e-4)
+    with pytest.raises(ValueError, match="layer_decay must be None .off. or a rate in .0, 1."):
+        PatchTSTClassifier(layer_decay=1.5, **kw).fit(X, y)

@@ -395,6 +395,50 @@ def test_lr_cycles_reach_training_and_the_first_cycle_is_the_shorter_run(tmp_pat
     assert "without a higher validation accuracy" in (tmp_path / "top1" / "report.md").read_text()
 
 
+def test_layer_decay_reaches_the_optimizer_and_rate_one_is_the_plain_run(tmp_path, monkeypatch):
+    """--layer-decay 0.5 gives PatchTST's stem, three blocks (the last with the final norm) and head the peak rates
+    1e-3 x 0.5^(4..0); --layer-decay 1 trains exactly the plain run (same groups' rates and weight decay)."""
+    from jumbokit.training import loop
+
+    rates = []
+
+    def spy(params, cfg):
+        optimizer = build(params, cfg)
+        rates.append(sorted({group["base_lr"] for group in optimizer.param_groups}))
+        return optimizer
+
+    build = loop.build_optimizer
+    monkeypatch.setattr(loop, "build_optimizer", spy)
+    assert tstrain_main(tiny(tmp_path / "plain", "--steps", "20")) == 0
+    assert tstrain_main(tiny(tmp_path / "one", "--steps", "20", "--layer-decay", "1")) == 0
+    assert tstrain_main(tiny(tmp_path / "half", "--steps", "20", "--layer-decay", "0.5")) == 0
+    assert rates[0] == rates[1] == [pytest.approx(1e-3)]
+    assert rates[2] == pytest.approx([1e-3 * 0.5 ** k for k in range(4, -1, -1)])
+
+    def record(name):
+        [path] = (tmp_path / name / "runs" / "ItalyPowerDemand" / "patchtst").glob("*.json")
+        return json.loads(path.read_text())
+
+    assert record("one")["val_loss"] == pytest.approx(record("plain")["val_loss"], rel=1e-6)
+    assert record("half")["val_loss"] != pytest.approx(record("plain")["val_loss"], rel=1e-4)
+    assert json.loads((tmp_path / "half" / "sweep.json").read_text())["layer_decay"] == 0.5
+    assert "Layer-wise learning-rate decay 0.5" in (tmp_path / "half" / "report.md").read_text()
+
+
+def test_layer_decay_refuses_what_it_cannot_decay(tmp_path, capsys):
+    """A rate outside (0, 1], a model without layers, a frozen encoder: refused before anything is written."""
+    with pytest.raises(SystemExit):
+        flags.build_parser().parse_args(["--dataset", "Trace", "--layer-decay", "0"])
+    assert "expected a rate in (0, 1], e.g. 0.75, got '0'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--model names others without layers to decay .patchtst_jumbo_rocket."):
+        flags.settings_from_args(flags.build_parser().parse_args(
+            ["--dataset", "Trace", "--model", "patchtst,patchtst_jumbo_rocket", "--layer-decay", "0.75"]))
+    with pytest.raises(ValueError, match="layer_decay must be None with frozen"):
+        ts_protocol.SweepConfig(init="enc", frozen=True, layer_decay=0.75)
+    assert tstrain_main(tiny(tmp_path / "bad", "--model", "series_cnn", "--layer-decay", "0.75")) != 0
+    assert not (tmp_path / "bad").exists()
+
+
 def test_auto_trunk_width_follows_series_length(tmp_path, monkeypatch):
     """trunk_width="auto": 32 filters up to 400 steps, 64 beyond, resolved per dataset for the runs' models."""
     assert [ts_protocol.auto_trunk_width(n) for n in (24, 361, 400, 401, 1460)] == [32, 32, 32, 64, 64]

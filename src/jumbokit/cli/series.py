@@ -18,7 +18,7 @@ from ..timeseries.normalize import AUTO_SCALE_SPREAD, NORMALIZATIONS
 from ..timeseries.protocol import (JUMBO_POOLS, LONG_SERIES, LONG_SERIES_STEPS, POS_EMBEDS, RECIPES, SMALL_DATA_STEPS,
                                    SweepConfig, level_scale_fits)
 from .config import add_config_arg, parse_flags
-from .training import add_threads_arg, ema_decay_arg, fraction_arg
+from .training import add_threads_arg, ema_decay_arg, fraction_arg, layer_decay_arg
 
 __all__ = ["build_parser", "PROTOCOLS", "SweepSettings", "settings_from_args", "sweep_settings"]
 
@@ -375,6 +375,11 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
                             "weights are those of the shorter run; with --early-stop scoring every cycle "
                             "(--eval-every and --early-stop-from the cycle's steps), a stop compares only weights "
                             "taken at the bottom of a decay (default: 1, one schedule)")
+    train.add_argument("--layer-decay", type=layer_decay_arg, default=None, metavar="RATE",
+                       help="layer-wise learning-rate decay, as MAE and BEiT fine-tune: the head trains at the full "
+                            "rate, the last block at RATE times it, each block below at RATE times the one above, "
+                            "the patch stem lowest; meant for fine-tuning a pretrained encoder (--init), e.g. 0.75; "
+                            "the PatchTST models only (default: off, one rate for every weight)")
     train.add_argument("--weight-decay", type=_finite_float("a weight decay", "0.05"), default=0.02,
                        metavar="WD", help="AdamW's decoupled weight decay of the weight matrices (not of norms, "
                                           "biases, tokens and position embeddings) (default: 0.02)")
@@ -422,6 +427,10 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.frozen and not args.init:
         raise ValueError("--frozen fits a ridge head on a pretrained encoder's features: give the encoder with "
                          "--init PATH (a folder jumbokit series-pretrain wrote)")
+    if args.layer_decay is not None and set(args.model) - set(PATCHTST_MODELS):
+        raise ValueError(f"--layer-decay sets the learning rate of each layer of the PatchTST models "
+                         f"({', '.join(PATCHTST_MODELS)}); --model names others without layers to decay "
+                         f"({', '.join(sorted(set(args.model) - set(PATCHTST_MODELS)))})")
     for value in args.lr or []:
         if value <= 0:
             raise ValueError(f"--lr must be > 0, got {value:g}")
@@ -499,7 +508,7 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> Sweep
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), init=args.init, frozen=args.frozen,
                        seeds=pick("seeds"),
                        ema_decay=args.ema, early_stop=args.early_stop, eval_every=args.eval_every,
-                       early_stop_from=args.early_stop_from, lr_cycles=args.lr_cycles,
+                       early_stop_from=args.early_stop_from, lr_cycles=args.lr_cycles, layer_decay=args.layer_decay,
                        early_stop_metric=args.early_stop_metric,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
                        jumbo_multiplier=args.jumbo_multiplier, layer_scale=args.layer_scale, pos_embed=args.pos_embed,

@@ -151,6 +151,10 @@ class PatchTSTClassifier(BaseClassifier):
     lr_cycles : int, default=1
         Restart the learning-rate schedule this many times over the steps (``tstrain --lr-cycles``): each cycle is
         warmed up and decayed as a run of its length, so the first cycle's weights are the shorter run's.
+    layer_decay : float or None, default=None
+        Layer-wise learning-rate decay when fine-tuning from ``init`` (``tstrain --layer-decay``): the head at
+        ``lr``, each block below at ``layer_decay`` times the rate of the one above, the patch stem lowest
+        (e.g. 0.75). None = one rate for every weight.
     label_smoothing : float, default=0.0
         Train on targets of 1 - eps for the class and eps spread over all classes (0 = plain cross-entropy).
     grad_clip : float or None, default=None
@@ -274,7 +278,7 @@ class PatchTSTClassifier(BaseClassifier):
                  last_file_name: str = "last_model", init: str | None = None, frozen: bool = False,
                  fuse: str | None = None, fuse_weight: float | str = "auto", early_stop: int = 0,
                  eval_every: int = 50, early_stop_from: int = 0, validation_fraction: float = 0.25,
-                 early_stop_metric: str = "loss", lr_cycles: int = 1) -> None:
+                 early_stop_metric: str = "loss", lr_cycles: int = 1, layer_decay: float | None = None) -> None:
         self.model = model
         self.patches = patches
         self.epochs = epochs
@@ -320,6 +324,7 @@ class PatchTSTClassifier(BaseClassifier):
         self.validation_fraction = validation_fraction
         self.early_stop_metric = early_stop_metric
         self.lr_cycles = lr_cycles
+        self.layer_decay = layer_decay
         self.normalize = normalize
         self.random_state = random_state
         self.verbose = verbose

@@ -199,6 +199,9 @@ class SweepConfig:
     # > 1: the learning-rate schedule restarts that many times over the run's steps (TrainConfig.lr_cycles): each
     # cycle scheduled as a run of its length, so the first cycle's weights are the shorter run's (1 = one schedule)
     lr_cycles: int = 1
+    # layer-wise learning-rate decay of a fine-tuning (TrainConfig.layer_decay; BEiT / MAE): block i of L trains at
+    # lr x layer_decay^(L - i), the stem lower still, the head at lr (None = off: one rate for every weight)
+    layer_decay: float | None = None
     label_smoothing: float = 0.0  # cross-entropy targets: 1 - eps on the class, eps spread over all classes
     jumbo_pool: str = "segments"  # the Jumbo models' feature: "segments" | "jumbo" | "jumbo+mean" (JUMBO_POOLS)
     jumbo_multiplier: int = JUMBO_MULTIPLIER  # J of the Jumbo models; registers are matched to it (Proposition 1)
@@ -261,6 +264,10 @@ class SweepConfig:
              "'loss' or 'top1'"),
             ("lr_cycles", self.lr_cycles, is_integer(self.lr_cycles) and self.lr_cycles >= 1,
              "an integer >= 1 (1 = one schedule)"),
+            ("layer_decay", self.layer_decay, self.layer_decay is None or 0 < self.layer_decay <= 1,
+             "None (off) or a rate in (0, 1], e.g. 0.75"),
+            ("layer_decay", self.layer_decay, self.layer_decay is None or not self.frozen,
+             "None with frozen (a ridge head has no layers to decay)"),
             ("early_stop_from", self.early_stop_from, is_integer(self.early_stop_from) and self.early_stop_from >= 0,
              "an integer >= 0 (a step)"),
             ("early_stop", self.early_stop, not self.early_stop or self.protocol == "seed",

@@ -217,6 +217,9 @@ def training_text(cfg: SweepConfig) -> str:
     if cfg.lr_cycles > 1:
         text += (f" The learning-rate schedule restarts: {cfg.lr_cycles} cycles over the steps, each warmed up and "
                  "decayed as a run of its length.")
+    if cfg.layer_decay is not None:
+        text += (f" Layer-wise learning-rate decay {cfg.layer_decay:g}: each block's rate is the next block's times "
+                 f"{cfg.layer_decay:g}, the head's the full rate.")
     if cfg.early_stop:
         text += (f" Early stopping: the validation half scored every {cfg.eval_every} steps from step "
                  f"{cfg.early_stop_from}, training stopped after "

@@ -248,7 +248,8 @@ def train_config(cfg: SweepConfig, lr: float, epochs: int, progress: bool = Fals
                        warmup_fraction=cfg.warmup_fraction, min_lr=cfg.min_lr, schedule="cosine",
                        mixed_precision=cfg.mixed_precision, seed=cfg.seed if seed is None else seed,
                        checkpoint_every=0, progress=progress, cpu=cpu, save_model=False, ema_decay=cfg.ema_decay,
-                       grad_clip=cfg.grad_clip, lr_cycles=int(cfg.lr_cycles))
+                       grad_clip=cfg.grad_clip, lr_cycles=int(cfg.lr_cycles),
+                       layer_decay=cfg.layer_decay)
 
 
 def series_loss(cfg: SweepConfig, num_classes: int, seed: int):
