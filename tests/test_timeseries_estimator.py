@@ -180,7 +180,7 @@ def test_estimator_stops_on_a_held_out_share_of_the_training_series(monkeypatch,
     assert (again.n_steps_, again.best_step_) == (clf.n_steps_, clf.best_step_)
     np.testing.assert_array_equal(again.predict_proba(X[:5]), clf.predict_proba(X[:5]))
 
-    cycled = PatchTSTClassifier(early_stop=1, eval_every=20, early_stop_from=20, lr_cycles=2, early_stop_metric="top1",
+    cycled = PatchTSTClassifier(early_stop=1, eval_every="cycle", lr_cycles=2, early_stop_metric="top1",
                                 **kw).fit(X, y)  # scored at the end of each 20-step cycle, on the held-out accuracy
     curve = cycled.history_[-1]["early_stop"]["curve"]
     assert [point["step"] for point in curve] == [20, 40]  # the budget's end

@@ -347,25 +347,40 @@ def test_fast_recipe_is_small_data_at_a_fifth_of_the_steps_one_run_per_set():
         PatchTSTClassifier(steps="many").fit(series, labels)
 
 
-def test_fine_tune_recipe_is_fast_at_two_and_a_half_times_its_steps_and_no_recipe_stops_early():
-    """fine-tune = fast at 2.5x its steps (500 a run); early stopping is a flag of every recipe, off unless given."""
+def test_fine_tune_recipe_is_three_cycles_stopped_at_a_cycle_end_and_no_other_recipe_stops_early():
+    """fine-tune = fast with a 1,500-step budget in three learning-rate cycles, scored at each cycle's end and
+    stopped at the first that does not improve; off with --frozen; a way out named where it cannot run."""
     fast, tune = ts_protocol.RECIPES["fast"], ts_protocol.RECIPES["fine-tune"]
-    assert {k: tune[k] for k in tune if tune[k] != fast[k]} == {"step_scale": 0.5}
+    assert {k: tune[k] for k in tune if tune[k] != fast[k]} == dict(step_scale=1.5, lr_cycles=3, early_stop=1,
+                                                                     eval_every="cycle")
 
     def settings(*extra):
         return flags.settings_from_args(flags.build_parser().parse_args(["--dataset", "Trace", *extra]))
 
     chosen = settings("--recipe", "fine-tune")
     cfg = chosen.config
-    assert (cfg.recipe, cfg.step_scale, cfg.seeds, chosen.ensemble) == ("fine-tune", 0.5, 1, 1)
-    assert (cfg.steps_for(384), cfg.steps_for(2000)) == (500, 1500)
-    assert all(settings("--recipe", name).config.early_stop == 0 for name in ts_protocol.RECIPES)
-    stopped = settings("--recipe", "fine-tune", "--step-scale", "1.5", "--early-stop", "5", "--early-stop-from",
+    assert (cfg.recipe, cfg.step_scale, cfg.seeds, chosen.ensemble) == ("fine-tune", 1.5, 1, 1)
+    assert (cfg.lr_cycles, cfg.early_stop, cfg.eval_every, cfg.early_stop_metric) == (3, 1, "cycle", "loss")
+    assert (cfg.steps_for(384), cfg.steps_for(2000)) == (1500, 4500)
+    assert cfg.scoring(1500) == (500, 500) and cfg.scoring(4500) == (1500, 1500) and cfg.scoring(100) == (34, 34)
+    assert dataclasses.replace(cfg, early_stop_from=700).scoring(1500) == (500, 700)
+    assert all(settings("--recipe", name).config.early_stop == 0 for name in ts_protocol.RECIPES if name != "fine-tune")
+    assert all(settings("--recipe", name).config.lr_cycles == 1 for name in ts_protocol.RECIPES if name != "fine-tune")
+    fixed = settings("--recipe", "fine-tune", "--step-scale", "0.5", "--lr-cycles", "1", "--early-stop", "0").config
+    assert (fixed.steps_for(384), fixed.lr_cycles, fixed.early_stop) == (500, 1, 0)  # the earlier 500 fixed steps
+    assert settings("--recipe", "fine-tune", "--init", "enc", "--frozen").config.early_stop == 0
+    stopped = settings("--recipe", "fine-tune", "--early-stop", "5", "--eval-every", "50", "--early-stop-from",
                        "250").config
-    assert (stopped.early_stop, stopped.eval_every, stopped.early_stop_from, stopped.steps_for(384)) == (5, 50, 250,
-                                                                                                        1500)
-    with pytest.raises(ValueError, match="early_stop must be 0 with protocol='official'"):
-        settings("--recipe", "fine-tune", "--protocol", "official", "--early-stop", "5")
+    assert stopped.scoring(1500) == (50, 250) and stopped.early_stop == 5
+    with pytest.raises(ValueError, match="pass --early-stop 0 .the whole budget of steps. or --protocol paper"):
+        settings("--recipe", "fine-tune", "--protocol", "official")
+    with pytest.raises(ValueError, match="pass --early-stop 0 .the whole budget of steps. or --branches 1"):
+        settings("--recipe", "fine-tune", "--branches", "2")
+    assert settings("--recipe", "fine-tune", "--protocol", "official", "--early-stop", "0").config.early_stop == 0
+    with pytest.raises(SystemExit):
+        flags.build_parser().parse_args(["--dataset", "Trace", "--eval-every", "often"])
+    with pytest.raises(ValueError, match="eval_every must be an integer >= 1 or 'cycle'"):
+        ts_protocol.SweepConfig(eval_every="often")
 
 
 def test_lr_cycles_reach_training_and_the_first_cycle_is_the_shorter_run(tmp_path):
@@ -393,6 +408,11 @@ def test_lr_cycles_reach_training_and_the_first_cycle_is_the_shorter_run(tmp_pat
     best = next(i for i, a in enumerate(accuracy) if a == max(accuracy))  # the first of the highest is kept
     assert stop["best_step"] == stop["curve"][best]["step"]
     assert "without a higher validation accuracy" in (tmp_path / "top1" / "report.md").read_text()
+    assert tstrain_main(tiny(tmp_path / "recipe", "--recipe", "fine-tune", "--steps", "60")) == 0  # eval_every cycle
+    stop = record("recipe")["extra"]["early_stop"]
+    assert [point["step"] for point in stop["curve"]][:2] == [20, 40] and stop["budget_steps"] == 60
+    assert stop["rule"]["every"] == 20 and stop["rule"]["start"] == 20
+    assert "scored at the end of each learning-rate cycle" in (tmp_path / "recipe" / "report.md").read_text()
 
 
 def test_layer_decay_reaches_the_optimizer_and_rate_one_is_the_plain_run(tmp_path, monkeypatch):

@@ -33,7 +33,8 @@ An interrupted sweep resumes (same --out): finished runs are skipped.
 Five recipes set the defaults: paper, the paper's protocol unchanged; small-data, for sets of tens to
 hundreds of series (fixed optimizer steps, small batches, convolutional patch features, augmentation, several
 seeds per grid point and an ensemble); fast, small-data at a fifth of its steps and one run per set (one seed, no
-ensemble); fine-tune, fast at 2.5x its steps (500 a run), for a start from a pretrained encoder (--init PATH);
+ensemble); fine-tune, for a start from a pretrained encoder (--init PATH): fast with a budget of 1500 steps a run in
+three learning-rate cycles, stopped at the first cycle that does not lower the validation loss;
 and small-data-trunk, small-data with the front end that measured best
 on the local sets: a full-resolution ResNet trunk with the first difference (--trunk resnet --trunk-width auto
 --diff, no --conv-stem) and --level-scale auto. A flag's help gives its value under each recipe as
@@ -73,6 +74,16 @@ def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
 
 _positive_int = _int_at_least(1, "positive")
 _non_negative_int = _int_at_least(0, "non-negative")
+
+
+def _eval_every_arg(text: str) -> int | str:
+    """The argparse type of ``--eval-every``: a positive number of steps, or 'cycle'."""
+    if text == "cycle":
+        return text
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'cycle', got {text!r}") from None
 
 
 def _width(text: str) -> int:
@@ -298,7 +309,8 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
                             "(paper: epochs decide; small-data: auto)")
     train.add_argument("--step-scale", type=float, default=None, metavar="F",
                        help="with --steps auto, that many optimizer steps times F (paper: 1; small-data: 1; fast: 0.2, "
-                            "i.e. 200 and 600; fine-tune: 0.5, i.e. 500 and 1500)")
+                            "i.e. 200 and 600; fine-tune: 1.5, i.e. 1500 and 4500, a budget --early-stop ends "
+                            "early)")
     train.add_argument("--batch-size", type=_int_or_auto, default=None,
                        help="series per step, or 'auto' = min(n_train, 32, max(8, 128 // channels)) (paper: 256; "
                             "small-data: auto)")
@@ -352,29 +364,31 @@ def _add_recipe_levers(train: argparse._ArgumentGroup) -> None:
     train.add_argument("--ema", type=ema_decay_arg, default=0.0, metavar="DECAY",
                        help="score the exponential moving average of the weights, updated after every step with this "
                             "decay (e.g. 0.998; warmed up as timm's), instead of the last weights (default: 0, off)")
-    train.add_argument("--early-stop", type=_non_negative_int, default=0, metavar="PATIENCE",
+    train.add_argument("--early-stop", type=_non_negative_int, default=None, metavar="PATIENCE",
                        help="stop on the validation half: score it every --eval-every optimizer steps and stop after "
                             "PATIENCE scorings in a row without a lower validation loss; the run keeps the weights "
                             "of its best scoring. The steps the run would take (recipe, --steps) become its budget, "
                             "and the learning-rate schedule spans the budget. Needs the paper's split (--protocol "
-                            "paper); 0 turns it off (default: 0, off)")
-    train.add_argument("--eval-every", type=_positive_int, default=50, metavar="STEPS",
-                       help="with --early-stop: optimizer steps between scorings of the validation half "
-                            "(default: 50)")
-    train.add_argument("--early-stop-from", type=_non_negative_int, default=0, metavar="STEP",
+                            "paper); 0 turns it off. With --frozen the recipe's is off (nothing to stop) "
+                            "(paper: 0, off; fine-tune: 1; the other recipes: 0)")
+    train.add_argument("--eval-every", type=_eval_every_arg, default=None, metavar="STEPS",
+                       help="with --early-stop: optimizer steps between scorings of the validation half, or "
+                            "'cycle': at the end of each learning-rate cycle (--lr-cycles), so every scoring is "
+                            "taken at the bottom of a decay (paper: 50; fine-tune: cycle; the other recipes: 50)")
+    train.add_argument("--early-stop-from", type=_non_negative_int, default=None, metavar="STEP",
                        help="with --early-stop: the first step scored; none before it, so the noisy first steps of "
-                            "warm-up and peak learning rate neither stop a run nor give its best weights "
-                            "(default: 0)")
+                            "warm-up and peak learning rate neither stop a run nor give its best weights; with "
+                            "--eval-every cycle the first cycle's end if later (paper: 0; every recipe: 0)")
     train.add_argument("--early-stop-metric", choices=("loss", "top1"), default="loss",
                        help="with --early-stop: what a scoring must beat, the validation loss (lower) or top-1 "
                             "accuracy (higher; a tie does not count, so the earlier weights are kept) "
                             "(default: loss)")
-    train.add_argument("--lr-cycles", type=_positive_int, default=1, metavar="N",
+    train.add_argument("--lr-cycles", type=_positive_int, default=None, metavar="N",
                        help="restart the learning-rate schedule N times over the run's steps (warm restarts): each "
                             "cycle is warmed up and decayed as a run of its length would be, so the first cycle's "
-                            "weights are those of the shorter run; with --early-stop scoring every cycle "
-                            "(--eval-every and --early-stop-from the cycle's steps), a stop compares only weights "
-                            "taken at the bottom of a decay (default: 1, one schedule)")
+                            "weights are those of the shorter run; with --early-stop and --eval-every cycle, a stop "
+                            "compares only weights taken at the bottom of a decay (paper: 1, one schedule; "
+                            "fine-tune: 3; the other recipes: 1)")
     train.add_argument("--layer-decay", type=layer_decay_arg, default=None, metavar="RATE",
                        help="layer-wise learning-rate decay, as MAE and BEiT fine-tune: the head trains at the full "
                             "rate, the last block at RATE times it, each block below at RATE times the one above, "
@@ -437,6 +451,22 @@ def _check_args(args: argparse.Namespace) -> None:
     for value in args.dropout or []:
         if not 0 <= value < 1:
             raise ValueError(f"--dropout must be in [0, 1), got {value:g}")
+
+
+def _early_stop_arg(args: argparse.Namespace, recipe: dict) -> int:
+    """--early-stop, else the recipe's: off with --frozen (a ridge head takes no step to stop); a ValueError that
+    names the way out where the recipe's cannot run (no validation half apart from the test set, or branches)."""
+    if args.early_stop is not None:
+        return args.early_stop
+    if args.frozen or not recipe["early_stop"]:
+        return 0
+    if args.protocol == "official" or args.branches > 1:
+        why = ("--protocol official holds no validation half apart from the test set" if args.protocol == "official"
+               else f"--branches {args.branches} must have joined before the model is scored")
+        raise ValueError(f"--recipe {args.recipe} stops each run on its validation half (--early-stop "
+                         f"{recipe['early_stop']}), but {why}: pass --early-stop 0 (the whole budget of steps) or "
+                         f"{'--protocol paper' if args.protocol == 'official' else '--branches 1'}")
+    return recipe["early_stop"]
 
 
 def _normalize_arg(args: argparse.Namespace, recipe: dict, level_scale: bool | str) -> str:
@@ -507,8 +537,9 @@ def _sweep_config(args: argparse.Namespace, recipe: dict, augment: str) -> Sweep
                        pretrain_epochs=pick("pretrain_epochs"), pretrain_mask_ratio=args.pretrain_mask_ratio,
                        pretrain_lr=args.pretrain_lr, pretrain_on=_pool_arg(args), init=args.init, frozen=args.frozen,
                        seeds=pick("seeds"),
-                       ema_decay=args.ema, early_stop=args.early_stop, eval_every=args.eval_every,
-                       early_stop_from=args.early_stop_from, lr_cycles=args.lr_cycles, layer_decay=args.layer_decay,
+                       ema_decay=args.ema, early_stop=_early_stop_arg(args, recipe), eval_every=pick("eval_every"),
+                       early_stop_from=pick("early_stop_from"), lr_cycles=pick("lr_cycles"),
+                       layer_decay=args.layer_decay,
                        early_stop_metric=args.early_stop_metric,
                        grad_clip=args.grad_clip, label_smoothing=args.label_smoothing, jumbo_pool=args.jumbo_pool,
                        jumbo_multiplier=args.jumbo_multiplier, layer_scale=args.layer_scale, pos_embed=args.pos_embed,

@@ -138,10 +138,12 @@ class PatchTSTClassifier(BaseClassifier):
         score them every ``eval_every`` optimizer steps from step ``early_stop_from`` on, stop after this many
         scorings in a row without a lower validation loss, and keep the weights of the best scoring. The steps the
         run would take (``steps`` or ``epochs``) become its budget and the learning-rate schedule spans it, as
-        ``tstrain --early-stop`` does on its validation half (e.g. ``early_stop=5, eval_every=50,
-        early_stop_from=250`` on a budget of ``steps=1500`` from a pretrained 384-step encoder). 0 = off.
-    eval_every : int, default=50
-        With ``early_stop``: optimizer steps between scorings of the held-out series.
+        ``tstrain --early-stop`` does on its validation half (e.g. ``early_stop=1, eval_every="cycle",
+        lr_cycles=3`` on a budget of ``steps=1500`` from a pretrained 384-step encoder, as tstrain's fine-tune
+        recipe). 0 = off.
+    eval_every : int or "cycle", default=50
+        With ``early_stop``: optimizer steps between scorings of the held-out series; ``"cycle"``: at the end of
+        each learning-rate cycle (``lr_cycles``), as ``tstrain --recipe fine-tune`` scores.
     early_stop_from : int, default=0
         With ``early_stop``: the first step scored (none before it).
     validation_fraction : float, default=0.25
@@ -277,7 +279,7 @@ class PatchTSTClassifier(BaseClassifier):
                  unequal_length: str = "pad", save_last_model: bool = False, file_path: str = "./",
                  last_file_name: str = "last_model", init: str | None = None, frozen: bool = False,
                  fuse: str | None = None, fuse_weight: float | str = "auto", early_stop: int = 0,
-                 eval_every: int = 50, early_stop_from: int = 0, validation_fraction: float = 0.25,
+                 eval_every: int | str = 50, early_stop_from: int = 0, validation_fraction: float = 0.25,
                  early_stop_metric: str = "loss", lr_cycles: int = 1, layer_decay: float | None = None) -> None:
         self.model = model
         self.patches = patches

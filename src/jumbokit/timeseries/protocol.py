@@ -12,11 +12,15 @@ mean token (``trunk_head``), and level and scale read by the model on sets whose
 (``level_scale="auto"``, :meth:`SweepConfig.for_dataset`). Recipe ``fast`` is small-data at a fifth of its optimizer
 steps (``step_scale=0.2``: 200, 600 for series longer than 400 steps) and one run per set (one seed, no ensemble):
 chosen on the validation halves of six bundled sets outside the UCR archive benchmark (benchmarks/README.md).
-Recipe ``fine-tune`` is fast at 2.5x its steps (``step_scale=0.5``: 500, 1500 for series longer than 400 steps), the
-recipe for a start from a pretrained series encoder (``init``): chosen over fast, and over an encoder pretrained
-twice as long, on the validation halves of six corpus sets outside the UCR archive benchmark. A budget of 1.5x that
-each run stops on its validation half (``early_stop``) led on those six sets but not over the archive (-0.42 points
-at 1.6x the steps), so the recipe kept its fixed steps (benchmarks/README.md); no recipe stops early by itself.
+Recipe ``fine-tune`` is the recipe for a start from a pretrained series encoder (``init``): fast with a budget of
+``step_scale=1.5`` (1500 steps, 4500 for series longer than 400 steps) in three learning-rate cycles
+(``lr_cycles=3``), each warmed up and decayed as a run of its length, the validation half scored at the end of each
+cycle (``eval_every="cycle"``) and the run stopped at the first cycle that does not lower its validation loss
+(``early_stop=1``), the best cycle's weights kept. Its first cycle is the earlier 500-step recipe's run, step for
+step. The 500 fixed steps were chosen over fast, and over an encoder pretrained twice as long, on the validation
+halves of six corpus sets outside the UCR archive benchmark; the cycles beat them on those sets' test halves (the
+runs read the validation halves) and then over the archive (+1.59 points over 59 sets, one seed, at 2.4x the
+steps: benchmarks/README.md).
 
 A sweep's series-model options are one :class:`~jumbokit.timeseries.models.config.SeriesModelConfig`
 (``SweepConfig.model``); ``sweep.json`` stores every setting with the record's schema (:data:`SWEEP_SCHEMA`), and
@@ -77,18 +81,22 @@ _PER_DATASET = ("seq_len", "patch_len", "stride")
 _PATCHES_ONLY: dict[str, Any] = dict(trunk=None, trunk_width=16, trunk_depth=3, trunk_diff=False, trunk_head=False,
                                      level_scale=False)
 
+# one learning-rate schedule over the run, no early stopping
+_NO_STOPPING: dict[str, Any] = dict(lr_cycles=1, early_stop=0, eval_every=50, early_stop_from=0)
+
 # Named recipes: the SweepConfig and series-model fields and the sweep grid they set (flags given explicitly win).
 RECIPES: dict[str, dict[str, Any]] = {
     "paper": dict(patches=8, max_patch_len=None, conv_stem=0, normalize="train", batch_size=256, steps=None,
-                  step_scale=1.0, augment="none",
+                  step_scale=1.0, augment="none", **_NO_STOPPING,
                   seeds=1, pretrain_epochs=0, lrs=SWEEP_LRS, dropouts=SWEEP_DROPOUTS, ensemble=1, **_PATCHES_ONLY),
     "small-data": dict(patches=16, max_patch_len=None, conv_stem=32, normalize="auto", batch_size="auto", steps="auto",
-                       step_scale=1.0,
+                       step_scale=1.0, **_NO_STOPPING,
                        augment="default", seeds=3, pretrain_epochs=0, lrs=(1e-3,), dropouts=(0.1,), ensemble=3,
                        **_PATCHES_ONLY),
 }
 RECIPES["fast"] = dict(RECIPES["small-data"], step_scale=0.2, seeds=1, ensemble=1)
-RECIPES["fine-tune"] = dict(RECIPES["fast"], step_scale=0.5)
+RECIPES["fine-tune"] = dict(RECIPES["fast"], step_scale=1.5, lr_cycles=3, early_stop=1, eval_every="cycle",
+                            early_stop_from=0)
 RECIPES["small-data-trunk"] = dict(RECIPES["small-data"], conv_stem=0, trunk="resnet", trunk_width="auto",
                                    trunk_depth=3, trunk_diff=True, trunk_head=True, level_scale="auto")
 
@@ -191,9 +199,10 @@ class SweepConfig:
     grad_clip: float | None = None  # clip each step's gradient to this global L2 norm (None = off)
     # > 0: score the validation half every eval_every steps from step early_stop_from on, stop after this many
     # scorings without a better early_stop_metric (a lower loss, or a higher top-1 accuracy), keep the best
-    # scoring's weights; the run's steps are its budget (0 = off)
+    # scoring's weights; the run's steps are its budget (0 = off). eval_every="cycle": at the end of each
+    # learning-rate cycle (lr_cycles), the first scoring at the first cycle's end or early_stop_from if later
     early_stop: int = 0
-    eval_every: int = 50
+    eval_every: int | str = 50
     early_stop_from: int = 0
     early_stop_metric: str = "loss"
     # > 1: the learning-rate schedule restarts that many times over the run's steps (TrainConfig.lr_cycles): each
@@ -259,7 +268,9 @@ class SweepConfig:
             ("grad_clip", self.grad_clip, self.grad_clip is None or self.grad_clip > 0, "None (off) or a norm > 0"),
             ("early_stop", self.early_stop, is_integer(self.early_stop) and self.early_stop >= 0,
              "an integer >= 0 (scorings; 0 = off)"),
-            ("eval_every", self.eval_every, is_integer(self.eval_every) and self.eval_every >= 1, "an integer >= 1"),
+            ("eval_every", self.eval_every,
+             self.eval_every == "cycle" or (is_integer(self.eval_every) and self.eval_every >= 1),
+             "an integer >= 1 or 'cycle' (the end of each learning-rate cycle)"),
             ("early_stop_metric", self.early_stop_metric, self.early_stop_metric in ("loss", "top1"),
              "'loss' or 'top1'"),
             ("lr_cycles", self.lr_cycles, is_integer(self.lr_cycles) and self.lr_cycles >= 1,
@@ -358,6 +369,15 @@ class SweepConfig:
         if self.steps == "auto":
             return auto_steps(seq_len, self.step_scale)
         return None if self.steps is None else int(self.steps)
+
+    def scoring(self, steps: int) -> tuple[int, int]:
+        """(steps between scorings of the validation half, the first step scored) of an early-stopped run of
+        ``steps`` optimizer steps: ``eval_every`` and ``early_stop_from``, or with ``eval_every="cycle"`` the steps
+        of a learning-rate cycle (as the schedule counts them) from the first cycle's end."""
+        if self.eval_every != "cycle":
+            return int(self.eval_every), int(self.early_stop_from)
+        cycle = -(-steps // min(int(self.lr_cycles), steps))
+        return cycle, max(cycle, int(self.early_stop_from))
 
     def run_seeds(self) -> list[int]:
         """The seeds of the runs at one grid point: ``seed``, ``seed + 1``, ... (``seeds`` of them)."""

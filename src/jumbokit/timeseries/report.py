@@ -221,8 +221,10 @@ def training_text(cfg: SweepConfig) -> str:
         text += (f" Layer-wise learning-rate decay {cfg.layer_decay:g}: each block's rate is the next block's times "
                  f"{cfg.layer_decay:g}, the head's the full rate.")
     if cfg.early_stop:
-        text += (f" Early stopping: the validation half scored every {cfg.eval_every} steps from step "
-                 f"{cfg.early_stop_from}, training stopped after "
+        when = ("at the end of each learning-rate cycle" + (f" from step {cfg.early_stop_from}"
+                                                              if cfg.early_stop_from else "")
+                if cfg.eval_every == "cycle" else f"every {cfg.eval_every} steps from step {cfg.early_stop_from}")
+        text += (f" Early stopping: the validation half scored {when}, training stopped after "
                  f"{cfg.early_stop} scorings without a "
                  f"{'lower validation loss' if cfg.early_stop_metric == 'loss' else 'higher validation accuracy'} "
                  "(the steps above are the budget), the "

@@ -316,8 +316,9 @@ def fit_series_model(model: nn.Module, data: ClassificationData, lr: float, cfg:
     if cfg.early_stop:  # the validation half scored every eval_every steps; the run's steps are its budget
         from ..training import EarlyStop
 
-        stopping = dict(early_stop=EarlyStop(every=cfg.eval_every, patience=cfg.early_stop,
-                                             start=cfg.early_stop_from, metric=cfg.early_stop_metric),
+        every, start = cfg.scoring(steps)
+        stopping = dict(early_stop=EarlyStop(every=every, patience=cfg.early_stop, start=start,
+                                             metric=cfg.early_stop_metric),
                         eval_loaders={"val": series_loader(data.val, 256, shuffle=False)})
     # splits the model reads without NaN are declared so: no step reads its batch back to look (a GPU sync)
     read = [data.train.x] + ([data.val.x] if stopping else [])
