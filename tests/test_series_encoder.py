@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 import torch
 
 import jumbokit
-from jumbokit.cli import run_front_door
+from jumbokit.cli import run_front_door, tstrain_main
 from jumbokit.timeseries import data as ts_data
 from jumbokit.timeseries import pool as ts_pool
 from jumbokit.timeseries import encoder_pretrain as ep
@@ -145,7 +146,11 @@ def test_series_pretrain_front_door_refuses_bad_input_and_writes_nothing(tmp_pat
                                               "--cpu", "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "50 series of 32 steps from the training splits of 1 set(s)" in printed
-    assert f"tstrain --dataset NAME --init {out} --dim 16" in printed
+    hint = re.search(r"fine-tune with: tstrain (.*?) \(add --frozen", printed).group(1).split()
+    assert hint == ["--dataset", "NAME", "--model", "patchtst_jumbo", "--recipe", "fine-tune", "--init", str(out),
+                    "--dim", "16"]
+    hint[1] = "GunPoint"  # the printed command runs as given
+    assert tstrain_main([*hint, "--steps", "4", "--out", str(tmp_path / "tuned"), "--cpu", "--no-progress"]) == 0
     assert json.loads((out / ep.CORPUS_FILE).read_text())["excluded"] == ["Trace"]
     assert run_front_door("series-pretrain", ["--dataset", "GunPoint", "--out", str(out)]) == 2
     assert "holds an encoder already" in capsys.readouterr().err

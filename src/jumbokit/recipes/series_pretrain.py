@@ -2,7 +2,7 @@
 
     jumbokit series-pretrain --dataset GunPoint,ArrowHead,OSULeaf --steps 2000 --out runs/series_encoder
     jumbokit series-pretrain --archive UCR --exclude ItalyPowerDemand --out runs/series_encoder_ucr
-    tstrain --dataset ItalyPowerDemand --recipe fast --init runs/series_encoder    # fine-tune from it
+    tstrain --dataset ItalyPowerDemand --model patchtst_jumbo --recipe fine-tune --init runs/series_encoder
 
 Only the TRAINING split of each named set is read: every channel of every series becomes one univariate series,
 its observed steps resampled to --length and standardised on their own, and a PatchTST-family encoder (no head,
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"\n{args.model} encoder: {record['series']:,} series of {record['length']} steps from the training splits "
           f"of {len(record['sets'])} set(s), {record['steps']} steps of {record['batch_size']}, final masked-patch "
           f"loss {record['final_loss']:.4f}, {record['cpu_seconds']:.0f} CPU s ({time.perf_counter() - start:.0f} s)")
-    print(f"wrote {path} and {args.out / CORPUS_FILE}; fine-tune with: tstrain --dataset NAME --init {args.out}"
+    print(f"wrote {path} and {args.out / CORPUS_FILE}; fine-tune with: tstrain --dataset NAME --model {args.model} "
+          f"--recipe fine-tune --init {args.out}"
           + (f" --dim {args.dim}" if args.dim else "") + " (add --frozen for a ridge head on its frozen features)")
     return {"out": str(args.out), "record": record}
