@@ -566,7 +566,7 @@ def test_early_stopping_scores_the_validation_half_and_its_steps_are_a_budget(tm
         assert tstrain_main(tiny(bad, *args)) == 2
         assert message in capsys.readouterr().err and not bad.exists()
     for args, message in [(["--early-stop", "-1"], "--early-stop: expected a non-negative integer, got -1"),
-                          (["--eval-every", "0"], "--eval-every: expected a positive integer, got 0")]:
+                          (["--eval-every", "0"], "--eval-every: expected a positive integer or 'cycle', got '0'")]:
         with pytest.raises(SystemExit):
             tstrain_main(tiny(bad, *args))
         assert message in capsys.readouterr().err
