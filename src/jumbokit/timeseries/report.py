@@ -225,7 +225,7 @@ def training_text(cfg: SweepConfig) -> str:
                                                               if cfg.early_stop_from else "")
                 if cfg.eval_every == "cycle" else f"every {cfg.eval_every} steps from step {cfg.early_stop_from}")
         text += (f" Early stopping: the validation half scored {when}, training stopped after "
-                 f"{cfg.early_stop} scorings without a "
+                 f"{cfg.early_stop} scoring{'s' if cfg.early_stop > 1 else ''} without a "
                  f"{'lower validation loss' if cfg.early_stop_metric == 'loss' else 'higher validation accuracy'} "
                  "(the steps above are the budget), the "
                  "best scoring's weights kept.")
