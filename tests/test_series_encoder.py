@@ -102,7 +102,8 @@ def test_tstrain_init_gives_each_model_its_own_encoder(encoder, tmp_path):
         ep.save_encoder(model, folder, record)
     cfg = dict(model=SweepConfig().model.__class__(patches=16, conv_stem=32), steps=2, dim=16, recipe="fast")
     both = ["patchtst", "patchtst_jumbo"]
-    with pytest.raises(ValueError, match=r"does not fit this run's model.*only in the encoder: \['jumbo"):
+    with pytest.raises(ValueError, match=r"is a patchtst_jumbo encoder and cannot start patchtst: pass --model "
+                                         r"patchtst_jumbo .* or give each model its own encoder"):
         run_sweep(["ItalyPowerDemand"], both, SweepConfig(**cfg, init=str(encoder)), tmp_path / "one", lrs=[1e-3],
                   dropouts=[0.1], progress=False, cpu=True)
     spec = f"patchtst={plain},patchtst_jumbo={encoder}"

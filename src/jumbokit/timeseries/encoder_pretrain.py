@@ -175,6 +175,15 @@ def init_length(paths: dict[str, str]) -> int:
     return next(iter(lengths.values()))
 
 
+def encoder_model(path: str | Path) -> str | None:
+    """The model name a saved encoder was pretrained as (its ``corpus.json``), or None when it does not say."""
+    corpus = Path(path) / CORPUS_FILE
+    if not corpus.is_file():
+        return None
+    model = json.loads(corpus.read_text()).get("model")
+    return model if isinstance(model, str) else None
+
+
 def encoder_state(path: str | Path) -> dict[str, torch.Tensor]:
     """The weights of a saved encoder (:func:`save_encoder`), checked to be one."""
     from ..encoders.io import read_safetensors, resolve_model_file

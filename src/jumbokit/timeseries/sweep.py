@@ -174,12 +174,17 @@ def _check_hybrids(models: Sequence[str], cfg: SweepConfig) -> None:
 def _check_init(models: Sequence[str], cfg: SweepConfig, data: ClassificationData) -> None:
     """ValueError, before anything is written, when a model of the sweep cannot take the pretrained encoder's
     weights (another model, width or front end than the encoder's)."""
-    from .encoder_pretrain import encoder_state, load_into
+    from .encoder_pretrain import encoder_model, encoder_state, load_into
     from .ridge_head import check_frozen_model
 
     paths = init_paths(cfg.init, models)
     states = {path: encoder_state(path) for path in dict.fromkeys(paths.values())}  # one folder read once
     for model, path in paths.items():
+        built = encoder_model(path)
+        if built is not None and built != model:
+            raise ValueError(f"the encoder {path} is a {built} encoder and cannot start {model}: pass --model {built} "
+                             f"(tstrain runs patchtst, patchtst_registers and patchtst_jumbo unless --model names "
+                             f"some), or give each model its own encoder (--init MODEL=FOLDER,...)")
         net = load_into(new_run_model(data, model, cfg.for_dataset(data.train.x), 0.0, cfg.seed), states[path],
                         source=f"the encoder {path} ({model})")
         if cfg.frozen:
