@@ -374,9 +374,11 @@ class SweepConfig:
         """(steps between scorings of the validation half, the first step scored) of an early-stopped run of
         ``steps`` optimizer steps: ``eval_every`` and ``early_stop_from``, or with ``eval_every="cycle"`` the steps
         of a learning-rate cycle (as the schedule counts them) from the first cycle's end."""
+        from ..training.optim import cycle_length
+
         if self.eval_every != "cycle":
             return int(self.eval_every), int(self.early_stop_from)
-        cycle = -(-steps // min(int(self.lr_cycles), steps))
+        cycle = cycle_length(steps, int(self.lr_cycles))
         return cycle, max(cycle, int(self.early_stop_from))
 
     def run_seeds(self) -> list[int]:

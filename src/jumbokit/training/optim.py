@@ -179,6 +179,12 @@ def warmup_steps_for(cfg: TrainConfig, steps_per_epoch: int, total: int | None =
     return min(total, int(round(cfg.warmup_epochs * steps_per_epoch)))
 
 
+def cycle_length(total_steps: int, lr_cycles: int) -> int:
+    """Optimizer steps of one learning-rate cycle when ``lr_cycles`` restarts share ``total_steps`` (at most one cycle
+    a step; the last cycle may be shorter)."""
+    return math.ceil(total_steps / min(lr_cycles, total_steps))
+
+
 @dataclass(frozen=True)
 class StepPlan:
     """The training length of ``cfg`` over a loader of ``batches`` micro-batches per epoch (after sharding)."""
@@ -198,14 +204,14 @@ class StepPlan:
                              "lower the batch size")
         steps_per_epoch = math.ceil(batches / cfg.grad_accum)
         total = cfg.epochs * steps_per_epoch
-        cycles = min(cfg.lr_cycles, total)
-        cycle_warmup = warmup_steps_for(cfg, steps_per_epoch, math.ceil(total / cycles))  # a run of a cycle's length
-        return cls(batches, steps_per_epoch, total, warmup_steps_for(cfg, steps_per_epoch), cycles, cycle_warmup)
+        cycle_warmup = warmup_steps_for(cfg, steps_per_epoch, cycle_length(total, cfg.lr_cycles))  # a cycle-long run
+        return cls(batches, steps_per_epoch, total, warmup_steps_for(cfg, steps_per_epoch), min(cfg.lr_cycles, total),
+                   cycle_warmup)
 
     @property
     def cycle_steps(self) -> int:
         """Optimizer steps of a learning-rate cycle (the last may be shorter)."""
-        return math.ceil(self.total_steps / self.cycles)
+        return cycle_length(self.total_steps, self.cycles)
 
     def schedule_at(self, step: int) -> tuple[int, int, int]:
         """(step within its learning-rate cycle, the cycle's steps, its warm-up), what :func:`set_lr` schedules:
